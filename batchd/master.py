@@ -1,0 +1,293 @@
+"""The master: the batch lifecycle of one namespace, one patrol at a time.
+
+A patrol (every BATCH_MONITOR_INTERVAL s, sooner when a worker wakes the master):
+1. open a new batch when due and the last one has finished (reset every task, in chunks);
+2. reclaim: expired leases back to pending; processing rows no queue knows, once stale;
+3. refill: claim pending tasks (at most BATCH_PUSH_LIMIT in the queue) and push them;
+4. progress: refresh the batch record, log `批次进度 X/Y`;
+5. close: when done + failed == total, `is_done=1` and the `<ns>:batch_done` flag.
+
+Only the holder of the namespace's master lock patrols; the lock is renewed by a
+thread of its own so that a long reset or a slow query never lets it lapse.
+"""
+import collections
+import logging
+import os
+import socket
+import threading
+import time
+from datetime import datetime, timedelta
+from typing import Callable, Optional
+
+from .errors import BackendUnavailable, MasterLockHeld
+from .lifecycle import StopFlag, until_available
+from .store.base import BatchRecord, Progress
+from .task import Move
+
+log = logging.getLogger("batchd.master")
+
+WAKE_GAP = 0.5          # seconds between two patrols triggered by wake-ups
+LOCK_POLL = 2.0
+RATE_WINDOW = 120.0     # seconds of progress samples behind the rate and the ETA
+ORPHAN_SCAN_LIMIT = 10000
+
+
+def next_due(batch: BatchRecord, interval: int, unit: str) -> datetime:
+    """The calendar rule of SPEC Part 3: the date (or hour) `interval` units after the batch's own."""
+    if unit == "hour":
+        return batch.batch_date.replace(minute=0, second=0, microsecond=0) + timedelta(hours=interval)
+    return datetime.combine(batch.batch_date.date(), datetime.min.time()) + timedelta(days=interval)
+
+
+class LockKeeper:
+    """Renews the master lock every third of its TTL; `lost` is set the moment a renewal fails."""
+
+    def __init__(self, lock, ttl: float):
+        self.lock, self.ttl = lock, ttl
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._renew_loop, name="batchd-master-lock", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        try:
+            self.lock.release()
+        except BackendUnavailable:
+            pass   # it expires on its own
+
+    def _renew_loop(self) -> None:
+        while not self._stop.wait(self.ttl / 3):
+            try:
+                if self.lock.renew():
+                    continue
+                log.error("the master lock was lost (taken over after a stall?); patrols stop")
+            except BackendUnavailable as e:
+                log.error("cannot renew the master lock: %s; patrols stop until it is held again", e)
+            self.lost.set()
+            return
+
+
+class ProgressRate:
+    """Settled tasks per second over the last RATE_WINDOW seconds, and the ETA it gives."""
+
+    def __init__(self):
+        self.samples: collections.deque = collections.deque()
+
+    def add(self, settled: int) -> None:
+        now = time.monotonic()
+        self.samples.append((now, settled))
+        while self.samples and now - self.samples[0][0] > RATE_WINDOW:
+            self.samples.popleft()
+
+    def clear(self) -> None:
+        self.samples.clear()
+
+    def per_second(self) -> float:
+        if len(self.samples) < 2:
+            return 0.0
+        (t0, s0), (t1, s1) = self.samples[0], self.samples[-1]
+        return max(0.0, (s1 - s0) / (t1 - t0)) if t1 > t0 else 0.0
+
+    def eta(self, remaining: int) -> str:
+        rate = self.per_second()
+        if remaining <= 0:
+            return "0s"
+        if rate <= 0:
+            return "unknown"
+        seconds = int(remaining / rate)
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+class Master:
+    def __init__(self, spider, settings, store, queue, owner: Optional[str] = None):
+        self.spider, self.settings, self.store, self.queue = spider, settings, store, queue
+        self.layout = spider.layout
+        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}"
+        self.rate = ProgressRate()
+        self.last_progress: Optional[Progress] = None
+        self.batch: Optional[BatchRecord] = None
+        self._heartbeat: Callable = lambda: None
+        self._idle_announced: Optional[int] = None
+
+    # -- the loop the supervisor (or start_monitor()) runs
+    def run(self, stop: StopFlag, heartbeat: Callable = lambda: None, once: bool = False) -> None:
+        self._heartbeat = heartbeat
+        opened = until_available(lambda: self.store.open(self.layout) or True, stop, heartbeat, once,
+                                 what=self.store.describe())
+        while opened and not stop.is_set():
+            keeper = self._take_lock(stop, once)
+            if keeper is None:
+                return
+            try:
+                if self._patrol_while_locked(stop, keeper, once):
+                    return
+            finally:
+                keeper.stop()
+
+    def _take_lock(self, stop: StopFlag, once: bool) -> Optional[LockKeeper]:
+        ttl = self.settings.MASTER_LOCK_TIMEOUT
+        lock = self.queue.master_lock(self.owner, ttl)
+        logged = False
+        while not stop.is_set():
+            if until_available(lock.acquire, stop, self._heartbeat, once, what="the queue"):
+                log.info("master of namespace %r (%s, lock TTL %.0f s)", self.queue.namespace,
+                         self.owner, ttl)
+                keeper = LockKeeper(lock, ttl)
+                keeper.start()
+                return keeper
+            holder = self.queue.lock_holder()
+            if once:
+                raise MasterLockHeld(f"another master holds namespace {self.queue.namespace!r} ({holder})")
+            if not logged:
+                log.info("waiting: %s is master of namespace %r", holder, self.queue.namespace)
+                logged = True
+            self._heartbeat()
+            stop.wait(LOCK_POLL)
+        return None
+
+    def _patrol_while_locked(self, stop: StopFlag, keeper: LockKeeper, once: bool) -> bool:
+        """Patrol until stopped, lock lost (False: take the lock again) or, in once mode, batch over."""
+        interval = self.settings.BATCH_MONITOR_INTERVAL
+        next_full = 0.0
+        while not stop.is_set() and not keeper.lost.is_set():
+            self._heartbeat()
+            full = time.monotonic() >= next_full
+            if full:
+                next_full = time.monotonic() + interval
+            finished = until_available(lambda: self.patrol(stop, keeper, full), stop, self._heartbeat, once,
+                                       what="the store and the queue")
+            if once and finished:
+                return True
+            self._wait_for_next_patrol(stop, next_full)
+        return stop.is_set()
+
+    def _wait_for_next_patrol(self, stop: StopFlag, next_full: float) -> None:
+        started = time.monotonic()
+        while not stop.is_set():
+            left = next_full - time.monotonic()
+            if left <= 0:
+                return
+            try:
+                woken = self.queue.wait_for_wake(min(left, 1.0))
+            except BackendUnavailable:
+                woken = stop.wait(min(left, 1.0))
+            self._heartbeat()
+            if woken and time.monotonic() - started >= WAKE_GAP:
+                return
+            if woken:
+                stop.wait(WAKE_GAP)
+
+    # -- one patrol
+    def patrol(self, stop: StopFlag, keeper: Optional[LockKeeper] = None, full: bool = True) -> bool:
+        """One patrol; True when the current batch has finished and no new one is due."""
+        batch = self.store.last_batch()
+        now = self.store.now()
+        if batch is None or (batch.is_done and self._due(batch, now)):
+            batch = self.open_batch(stop, keeper)
+            if batch is None:
+                return False
+        elif self._due(batch, now) and not batch.is_done and full:
+            log.warning("batch %d is overdue: the next was due at %s, it opens once this one finishes",
+                        batch.id, next_due(batch, self.settings.BATCH_INTERVAL, self.settings.BATCH_INTERVAL_UNIT))
+        self.batch = batch
+        if batch.is_done:
+            self._announce_idle(batch)
+            return True
+        self.reclaim()
+        self.refill(batch)
+        if full or self.store.unsettled_count() == 0:
+            return self.check_progress(batch)
+        return False
+
+    def _announce_idle(self, batch: BatchRecord) -> None:
+        if self._idle_announced != batch.id:
+            self._idle_announced = batch.id
+            log.info("no batch due: batch %d has finished; the next is due at %s", batch.id,
+                     next_due(batch, self.settings.BATCH_INTERVAL, self.settings.BATCH_INTERVAL_UNIT))
+
+    def _due(self, batch: BatchRecord, now: datetime) -> bool:
+        return now >= next_due(batch, self.settings.BATCH_INTERVAL, self.settings.BATCH_INTERVAL_UNIT)
+
+    def open_batch(self, stop: StopFlag, keeper: Optional[LockKeeper]) -> Optional[BatchRecord]:
+        """Clear the queue, reset every task in chunks, then insert the record. A master that dies
+        mid-way leaves no record, so the next one sees the batch still due and resets again:
+        chunks already at pending change nothing, the rest are finished."""
+        log.info("opening a new batch: resetting every task of `%s` to pending", self.layout.table)
+        self.queue.clear_batch()
+        reset = 0
+        for count in self.store.reset_tasks(self.settings.BATCH_RESET_CHUNK):
+            reset += count
+            self._heartbeat()
+            if stop.is_set() or (keeper is not None and keeper.lost.is_set()):
+                log.info("reset interrupted after %d rows; the next master finishes it", reset)
+                return None
+        progress = self.store.progress()
+        batch = self.store.insert_batch(self.settings.BATCH_INTERVAL, self.settings.BATCH_INTERVAL_UNIT,
+                                        progress.total)
+        self.rate.clear()
+        log.info("batch %d opened at %s: %d tasks (%d reset)", batch.id, batch.batch_date, progress.total, reset)
+        return batch
+
+    def reclaim(self) -> None:
+        expired = self.queue.reclaim_expired(ORPHAN_SCAN_LIMIT)
+        if expired:
+            moved = self.store.move(Move.REQUEUE, expired)
+            log.warning("reclaimed %d tasks whose lease expired (holder gone or stalled): %s",
+                        moved, _some(expired))
+        stale = self.store.stale_processing(self.settings.BATCH_LOST_TASK_STALE, ORPHAN_SCAN_LIMIT)
+        if stale:
+            known = self.queue.known([str(task_id) for task_id in stale])
+            orphans = [task_id for task_id in stale if str(task_id) not in known]
+            if orphans:
+                moved = self.store.move(Move.REQUEUE, orphans, older_than=self.settings.BATCH_LOST_TASK_STALE)
+                log.warning("reset %d tasks in processing that no queue holds (lost before their lease): %s",
+                            moved, _some(orphans))
+
+    def refill(self, batch: BatchRecord) -> int:
+        room = self.settings.BATCH_PUSH_LIMIT - self.queue.pending_count()
+        if room <= 0:
+            return 0
+        rows = self.store.claim(room)
+        if not rows:
+            return 0
+        id_field = self.layout.id_field
+        attempts = self.queue.count_attempts([row[id_field] for row in rows])
+        limit = self.settings.BATCH_TASK_MAX_ATTEMPTS
+        worn = [row[id_field] for row, n in zip(rows, attempts) if n > limit]
+        for task_id in worn:
+            log.error("task %s failed: leased %d times in batch %d without a write-back "
+                      "(BATCH_TASK_MAX_ATTEMPTS=%d)", task_id, limit, batch.id, limit)
+        if worn:
+            self.store.move(Move.FINISH_FAILED, worn)
+        fresh = [row for row, n in zip(rows, attempts) if n <= limit]
+        self.queue.push(batch.id, fresh, id_field)
+        return len(fresh)
+
+    def check_progress(self, batch: BatchRecord) -> bool:
+        progress = self.store.progress()
+        finished = progress.finished
+        self.store.update_batch(batch.id, progress, is_done=finished)
+        self.rate.add(progress.settled)
+        self.last_progress = progress
+        queued = self.queue.pending_count()
+        log.info("批次进度 %d/%d  batch %d: done %d, failed %d, processing %d, pending %d, queued %d; "
+                 "%.1f tasks/s, ETA %s", progress.settled, progress.total, batch.id, progress.done,
+                 progress.failed, progress.processing, progress.pending, queued, self.rate.per_second(),
+                 self.rate.eta(progress.total - progress.settled))
+        if finished:
+            batch.is_done = True
+            self.queue.set_done(batch.id)
+            self._idle_announced = batch.id
+            log.info("batch %d finished: %d done, %d failed of %d; the next is due at %s", batch.id,
+                     progress.done, progress.failed, progress.total,
+                     next_due(batch, self.settings.BATCH_INTERVAL, self.settings.BATCH_INTERVAL_UNIT))
+        return finished
+
+
+def _some(ids: list, shown: int = 10) -> str:
+    text = ", ".join(str(i) for i in ids[:shown])
+    return text + (f" (+{len(ids) - shown} more)" if len(ids) > shown else "")

@@ -1,0 +1,143 @@
+"""LocalQueue: the queue of a MemoryBatchStore, shared by the threads of one process.
+
+Same contract as the Redis queue; the clock is time.monotonic() and the wake-up a
+Condition, since nothing here is seen by another process.
+"""
+import collections
+import threading
+import time
+from typing import Iterable, Optional, Sequence
+
+from .base import Lease, MasterLock, TaskQueue, task_key
+
+
+class LocalMasterLock(MasterLock):
+    def __init__(self, queue: "LocalQueue", owner: str):
+        self._queue, self._owner = queue, owner
+
+    def acquire(self) -> bool:
+        with self._queue._cond:
+            if self._queue._lock_owner in (None, self._owner):
+                self._queue._lock_owner = self._owner
+                return True
+            return False
+
+    def renew(self) -> bool:
+        with self._queue._cond:
+            return self._queue._lock_owner == self._owner
+
+    def release(self) -> None:
+        with self._queue._cond:
+            if self._queue._lock_owner == self._owner:
+                self._queue._lock_owner = None
+
+
+class LocalQueue(TaskQueue):
+    def __init__(self, namespace: str):
+        self.namespace = namespace
+        self._cond = threading.Condition()
+        self._lock_owner: Optional[str] = None
+        self._pending: collections.deque = collections.deque()
+        self._leases: dict = {}       # key -> (token, deadline)
+        self._attempts: collections.Counter = collections.Counter()
+        self._seen: set = set()
+        self._done = False
+        self._woken = False
+
+    def master_lock(self, owner: str, ttl: float) -> MasterLock:
+        return LocalMasterLock(self, owner)
+
+    def lock_holder(self) -> Optional[str]:
+        return self._lock_owner
+
+    def clear_batch(self) -> None:
+        with self._cond:
+            self._pending.clear()
+            self._leases.clear()
+            self._attempts.clear()
+            self._seen.clear()
+            self._done = False
+
+    def push(self, batch_id: int, tasks: Sequence[dict], id_field: str) -> None:
+        with self._cond:
+            self._pending.extend((batch_id, dict(row), id_field) for row in tasks)
+            self._cond.notify_all()
+
+    def count_attempts(self, task_ids: Sequence) -> list:
+        with self._cond:
+            counts = []
+            for task_id in task_ids:
+                self._attempts[task_key(task_id)] += 1
+                counts.append(self._attempts[task_key(task_id)])
+            return counts
+
+    def reclaim_expired(self, limit: int) -> list:
+        with self._cond:
+            now = time.monotonic()
+            expired = [key for key, (_, deadline) in self._leases.items() if deadline <= now][:limit]
+            for key in expired:
+                del self._leases[key]
+            return expired
+
+    def known(self, task_keys: Sequence[str]) -> set:
+        with self._cond:
+            queued = {task_key(row[id_field]) for _, row, id_field in self._pending}
+            return {key for key in task_keys if key in queued or key in self._leases}
+
+    def set_done(self, batch_id: int) -> None:
+        with self._cond:
+            self._done = True
+            self._cond.notify_all()
+
+    def is_done(self) -> bool:
+        return self._done
+
+    def wait_for_wake(self, timeout: float) -> bool:
+        with self._cond:
+            self._cond.wait_for(lambda: self._woken, timeout)
+            woken, self._woken = self._woken, False
+            return woken
+
+    def wake_master(self) -> None:
+        with self._cond:
+            self._woken = True
+            self._cond.notify_all()
+
+    def pending_count(self) -> int:
+        return len(self._pending)
+
+    def leased_count(self) -> int:
+        return len(self._leases)
+
+    def lease(self, token: str, lease_seconds: float) -> Optional[Lease]:
+        with self._cond:
+            if not self._pending:
+                return None
+            batch_id, row, id_field = self._pending.popleft()
+            lease = Lease(task_id=row[id_field], batch_id=batch_id, task=row, token=token,
+                          queue_left=len(self._pending))
+            self._leases[lease.key] = (token, time.monotonic() + lease_seconds)
+            return lease
+
+    def renew(self, leases: Iterable[Lease], lease_seconds: float) -> int:
+        with self._cond:
+            renewed = 0
+            for lease in leases:
+                if self._leases.get(lease.key, (None,))[0] == lease.token:
+                    self._leases[lease.key] = (lease.token, time.monotonic() + lease_seconds)
+                    renewed += 1
+            return renewed
+
+    def release(self, leases: Sequence[Lease]) -> list:
+        with self._cond:
+            owned = [lease for lease in leases if self._leases.get(lease.key, (None,))[0] == lease.token]
+            for lease in owned:
+                del self._leases[lease.key]
+            return owned
+
+    def first_seen(self, batch_id: int, fingerprint: str) -> bool:
+        with self._cond:
+            if fingerprint in self._seen:
+                return False
+            self._seen.add(fingerprint)
+            return True

@@ -1,0 +1,319 @@
+"""RedisQueue: the queue shared by the master and workers on any number of hosts.
+
+The key schema, all under `<ns>:` (built only by `Keys`):
+
+    <ns>:batch_pending   LIST    JSON payloads of claimed tasks waiting for a worker (SPEC name)
+    <ns>:batch_done      STRING  the batch-done flag: the id of the batch that finished (SPEC name)
+    <ns>:queued          SET     keys of the tasks in batch_pending (to tell waiting from lost)
+    <ns>:leases          ZSET    key -> lease deadline, in ms of Redis's own clock (TIME)
+    <ns>:lease_owner     HASH    key -> token of the lease that holds it
+    <ns>:attempts        HASH    key -> leases this batch (BATCH_TASK_MAX_ATTEMPTS)
+    <ns>:master_lock     STRING  the master's owner string, with a TTL the live master renews
+    <ns>:wake            LIST    wake-ups for the master, trimmed to one entry, with a TTL
+    <ns>:seen            SET     request fingerprints of this batch (REQUEST_FILTER_ENABLE), with a TTL
+    <ns>:status:<host>:<instance>  HASH  a supervisor's snapshot for `batchd status`, with a TTL
+
+Every step that must not be split (pop + lease, check owner + renew / release,
+find expired + remove) is one Lua script, so it is atomic on the server.
+"""
+import functools
+from typing import Iterable, Optional, Sequence
+
+from ..errors import BackendUnavailable, ConfigError
+from ..config import redact_url
+from .base import Lease, MasterLock, TaskQueue, task_key
+from ..codec import decode_task, encode_task
+
+WAKE_TTL = 60
+SEEN_TTL = 40 * 24 * 3600
+
+# ARGV: token, lease ms. Returns {payload, length left} or nil.
+LEASE_SCRIPT = """
+if redis.replicate_commands then redis.replicate_commands() end
+local payload = redis.call('LPOP', KEYS[1])
+if not payload then return nil end
+local key = cjson.decode(payload)['key']
+local t = redis.call('TIME')
+local deadline = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[2])
+redis.call('SREM', KEYS[2], key)
+redis.call('ZADD', KEYS[3], deadline, key)
+redis.call('HSET', KEYS[4], key, ARGV[1])
+return {payload, redis.call('LLEN', KEYS[1])}
+"""
+
+# ARGV: lease ms, then key, token pairs. Returns how many were still owned.
+RENEW_SCRIPT = """
+if redis.replicate_commands then redis.replicate_commands() end
+local t = redis.call('TIME')
+local deadline = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[1])
+local renewed = 0
+for i = 2, #ARGV, 2 do
+  if redis.call('HGET', KEYS[2], ARGV[i]) == ARGV[i + 1] then
+    redis.call('ZADD', KEYS[1], 'XX', deadline, ARGV[i])
+    renewed = renewed + 1
+  end
+end
+return renewed
+"""
+
+# ARGV: key, token pairs. Returns 1 / 0 per pair: released, or no longer ours.
+RELEASE_SCRIPT = """
+local out = {}
+for i = 1, #ARGV, 2 do
+  if redis.call('HGET', KEYS[2], ARGV[i]) == ARGV[i + 1] then
+    redis.call('HDEL', KEYS[2], ARGV[i])
+    redis.call('ZREM', KEYS[1], ARGV[i])
+    out[#out + 1] = 1
+  else
+    out[#out + 1] = 0
+  end
+end
+return out
+"""
+
+# ARGV: limit. Returns the keys whose lease expired, removed.
+RECLAIM_SCRIPT = """
+if redis.replicate_commands then redis.replicate_commands() end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
+for _, key in ipairs(expired) do
+  redis.call('ZREM', KEYS[1], key)
+  redis.call('HDEL', KEYS[2], key)
+end
+return expired
+"""
+
+# ARGV: keys. Returns 1 / 0 per key: queued or leased, or unknown.
+KNOWN_SCRIPT = """
+local out = {}
+for i = 1, #ARGV do
+  if redis.call('SISMEMBER', KEYS[1], ARGV[i]) == 1 or redis.call('ZSCORE', KEYS[2], ARGV[i]) then
+    out[i] = 1
+  else
+    out[i] = 0
+  end
+end
+return out
+"""
+
+
+class Keys:
+    def __init__(self, namespace: str):
+        self.ns = namespace
+
+    def _key(self, name: str) -> str:
+        return f"{self.ns}:{name}"
+
+    pending = property(lambda self: self._key("batch_pending"))
+    done = property(lambda self: self._key("batch_done"))
+    queued = property(lambda self: self._key("queued"))
+    leases = property(lambda self: self._key("leases"))
+    lease_owner = property(lambda self: self._key("lease_owner"))
+    attempts = property(lambda self: self._key("attempts"))
+    master_lock = property(lambda self: self._key("master_lock"))
+    wake = property(lambda self: self._key("wake"))
+    seen = property(lambda self: self._key("seen"))
+
+    def status(self, host: str, instance: str) -> str:
+        return self._key(f"status:{host}:{instance}")
+
+    def status_pattern(self) -> str:
+        return self._key("status:*")
+
+    def batch_keys(self) -> list:
+        """What a new batch forgets."""
+        return [self.pending, self.done, self.queued, self.leases, self.lease_owner,
+                self.attempts, self.wake, self.seen]
+
+
+def connect_redis(url: str):
+    """A client for REDIS_URL; the driver is imported only here."""
+    try:
+        import redis
+    except ImportError:
+        raise ConfigError('REDIS_URL is set but the redis driver is missing: pip install "batchd[redis]"') from None
+    try:
+        return redis.Redis.from_url(url, socket_timeout=30, socket_connect_timeout=5,
+                                    health_check_interval=30)
+    except ValueError as e:
+        raise ConfigError(f"setting REDIS_URL: {redact_url(url)}: {e}") from None
+
+
+def redis_errors() -> tuple:
+    import redis
+    return (redis.ConnectionError, redis.TimeoutError)
+
+
+def translated(method):
+    """Redis connection failures leave as BackendUnavailable, which every loop knows how to wait out."""
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except redis_errors() as e:
+            raise BackendUnavailable(f"Redis {redact_url(self.url)} unreachable: {e}") from None
+    return call
+
+
+class RedisMasterLock(MasterLock):
+    def __init__(self, client, url: str, name: str, owner: str, ttl: float):
+        # thread_local=False: the lock is renewed from another thread than the one that took it,
+        # and redis-py's default thread-local token (4.3.4) would make that renewal fail.
+        self._lock = client.lock(name, timeout=ttl, blocking=False, thread_local=False)
+        self._owner, self.url = owner, url
+
+    @translated
+    def acquire(self) -> bool:
+        return bool(self._lock.acquire(blocking=False, token=self._owner))
+
+    @translated
+    def renew(self) -> bool:
+        import redis
+        try:
+            return bool(self._lock.reacquire())
+        except redis.exceptions.LockError:
+            return False
+
+    @translated
+    def release(self) -> None:
+        import redis
+        try:
+            self._lock.release()
+        except redis.exceptions.LockError:
+            pass
+
+
+class RedisQueue(TaskQueue):
+    def __init__(self, url: str, namespace: str, client=None):
+        self.url = url
+        self.namespace = namespace
+        self.keys = Keys(namespace)
+        self.redis = client or connect_redis(url)
+        self._lease = self.redis.register_script(LEASE_SCRIPT)
+        self._renew = self.redis.register_script(RENEW_SCRIPT)
+        self._release = self.redis.register_script(RELEASE_SCRIPT)
+        self._reclaim = self.redis.register_script(RECLAIM_SCRIPT)
+        self._known = self.redis.register_script(KNOWN_SCRIPT)
+
+    def describe(self) -> str:
+        return f"Redis {redact_url(self.url)}"
+
+    @translated
+    def ping(self) -> None:
+        self.redis.ping()
+
+    @translated
+    def master_lock(self, owner: str, ttl: float) -> MasterLock:
+        return RedisMasterLock(self.redis, self.url, self.keys.master_lock, owner, ttl)
+
+    @translated
+    def lock_holder(self) -> Optional[str]:
+        holder = self.redis.get(self.keys.master_lock)
+        return holder.decode() if holder else None
+
+    @translated
+    def clear_batch(self) -> None:
+        self.redis.delete(*self.keys.batch_keys())
+
+    @translated
+    def push(self, batch_id: int, tasks: Sequence[dict], id_field: str) -> None:
+        if not tasks:
+            return
+        keys = [task_key(row[id_field]) for row in tasks]
+        payloads = [encode_task(key, batch_id, row[id_field], row) for key, row in zip(keys, tasks)]
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.sadd(self.keys.queued, *keys)
+            pipe.rpush(self.keys.pending, *payloads)
+            pipe.execute()
+
+    @translated
+    def count_attempts(self, task_ids: Sequence) -> list:
+        if not task_ids:
+            return []
+        with self.redis.pipeline(transaction=False) as pipe:
+            for task_id in task_ids:
+                pipe.hincrby(self.keys.attempts, task_key(task_id), 1)
+            return pipe.execute()
+
+    @translated
+    def reclaim_expired(self, limit: int) -> list:
+        expired = self._reclaim(keys=[self.keys.leases, self.keys.lease_owner], args=[limit])
+        return [key.decode() for key in expired]
+
+    @translated
+    def known(self, task_keys: Sequence[str]) -> set:
+        if not task_keys:
+            return set()
+        flags = self._known(keys=[self.keys.queued, self.keys.leases], args=list(task_keys))
+        return {key for key, flag in zip(task_keys, flags) if flag}
+
+    @translated
+    def set_done(self, batch_id: int) -> None:
+        self.redis.set(self.keys.done, batch_id)
+
+    @translated
+    def is_done(self) -> bool:
+        return bool(self.redis.exists(self.keys.done))
+
+    @translated
+    def wait_for_wake(self, timeout: float) -> bool:
+        # Redis >= 6 takes a fractional timeout; 0 would mean "for ever".
+        woken = self.redis.blpop([self.keys.wake], timeout=max(0.01, round(timeout, 2)))
+        if woken:
+            self.redis.delete(self.keys.wake)
+        return bool(woken)
+
+    @translated
+    def wake_master(self) -> None:
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.rpush(self.keys.wake, 1)
+            pipe.ltrim(self.keys.wake, 0, 0)
+            pipe.expire(self.keys.wake, WAKE_TTL)
+            pipe.execute()
+
+    @translated
+    def pending_count(self) -> int:
+        return self.redis.llen(self.keys.pending)
+
+    @translated
+    def leased_count(self) -> int:
+        return self.redis.zcard(self.keys.leases)
+
+    @translated
+    def lease(self, token: str, lease_seconds: float) -> Optional[Lease]:
+        found = self._lease(keys=[self.keys.pending, self.keys.queued, self.keys.leases,
+                                  self.keys.lease_owner], args=[token, int(lease_seconds * 1000)])
+        if not found:
+            return None
+        payload = decode_task(found[0])
+        return Lease(task_id=payload["id"], batch_id=payload["batch"], task=payload["task"], token=token,
+                     queue_left=found[1])
+
+    @translated
+    def renew(self, leases: Iterable[Lease], lease_seconds: float) -> int:
+        args = [int(lease_seconds * 1000)]
+        for lease in leases:
+            args += [lease.key, lease.token]
+        if len(args) == 1:
+            return 0
+        return self._renew(keys=[self.keys.leases, self.keys.lease_owner], args=args)
+
+    @translated
+    def release(self, leases: Sequence[Lease]) -> list:
+        if not leases:
+            return []
+        args = [part for lease in leases for part in (lease.key, lease.token)]
+        flags = self._release(keys=[self.keys.leases, self.keys.lease_owner], args=args)
+        return [lease for lease, flag in zip(leases, flags) if flag]
+
+    @translated
+    def first_seen(self, batch_id: int, fingerprint: str) -> bool:
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.sadd(self.keys.seen, fingerprint)
+            pipe.expire(self.keys.seen, SEEN_TTL)
+            added, _ = pipe.execute()
+        return bool(added)
+
+    def close(self) -> None:
+        self.redis.close()

@@ -1,0 +1,153 @@
+"""MemoryBatchStore: a real backend held in this process's memory.
+
+No other process can reach it, so it brings its own in-process queue and
+`start_monitor(once=True)` runs the whole batch here (SPEC Part 3). The items end in
+`store.items`, in the order they landed; a re-run of a task replaces its items.
+"""
+import threading
+from datetime import datetime
+from typing import Iterable, Optional, Sequence
+
+from ..errors import ConfigError
+from ..task import Move, TaskState
+from .base import BatchRecord, BatchStore, ItemRow, Progress, TaskLayout
+
+
+class MemoryBatchStore(BatchStore):
+    runs_in_process = True
+
+    def __init__(self, rows: Iterable[dict] = ()):
+        self._rows = [dict(row) for row in rows]
+        self._by_id: dict = {}
+        self._batches: list = []
+        self._items: dict = {}     # (table, key) -> item, insertion-ordered
+        self._lock = threading.RLock()
+        self._queue = None
+
+    # -- what users read after a run
+    @property
+    def items(self) -> list:
+        with self._lock:
+            return [item for (table, _), item in self._items.items()]
+
+    @property
+    def rows(self) -> list:
+        with self._lock:
+            return [dict(row) for row in self._rows]
+
+    @property
+    def batches(self) -> list:
+        with self._lock:
+            return list(self._batches)
+
+    def add_task(self, row: dict) -> None:
+        """Add a task mid-batch, as an INSERT into a task table would."""
+        with self._lock:
+            row = dict(row)
+            if self.layout:
+                self._index(row)
+            self._rows.append(row)
+
+    # -- the contract
+    def embedded_queue(self, namespace: str, settings):
+        from ..queue.local_queue import LocalQueue
+        with self._lock:
+            if self._queue is None:
+                self._queue = LocalQueue(namespace)
+            return self._queue
+
+    def open(self, layout: TaskLayout) -> None:
+        with self._lock:
+            self.layout = layout
+            self._by_id = {}
+            for row in self._rows:
+                self._index(row)
+
+    def _index(self, row: dict) -> None:
+        layout = self.layout
+        if layout.id_field not in row:
+            raise ConfigError(f"MemoryBatchStore: a task row has no {layout.id_field!r} "
+                              f"(BATCH_TASK_ID_FIELD): {row!r}")
+        row.setdefault(layout.state_field, int(TaskState.PENDING))
+        row.setdefault(layout.time_field, self.now())
+        self._by_id[row[layout.id_field]] = row
+
+    def now(self) -> datetime:
+        return datetime.now()
+
+    def last_batch(self) -> Optional[BatchRecord]:
+        with self._lock:
+            return self._batches[-1] if self._batches else None
+
+    def reset_tasks(self, chunk_size: int):
+        state = self.layout.state_field
+        for start in range(0, len(self._rows), chunk_size):
+            with self._lock:
+                chunk = self._rows[start:start + chunk_size]
+                changed = [row for row in chunk if row[state] != TaskState.PENDING]
+                self._set_state(changed, TaskState.PENDING)
+            yield len(changed)
+
+    def insert_batch(self, interval: int, interval_unit: str, total: int) -> BatchRecord:
+        with self._lock:
+            record = BatchRecord(id=len(self._batches) + 1, batch_date=self.now(), total_count=total,
+                                 interval=interval, interval_unit=interval_unit)
+            self._batches.append(record)
+            return record
+
+    def update_batch(self, batch_id: int, progress: Progress, is_done: bool) -> None:
+        with self._lock:
+            record = next(b for b in self._batches if b.id == batch_id)
+            record.total_count, record.done_count = progress.total, progress.done
+            record.fail_count, record.is_done = progress.failed, is_done
+
+    def claim(self, limit: int) -> list:
+        with self._lock:
+            state = self.layout.state_field
+            pending = [row for row in self._rows if row[state] == TaskState.PENDING][:limit]
+            self._set_state(pending, TaskState.PROCESSING)
+            return [dict(row) for row in pending]
+
+    def move(self, move: Move, ids: Sequence, older_than: Optional[float] = None) -> int:
+        with self._lock:
+            rows = [self._by_id[i] for i in ids if i in self._by_id]
+            rows = [row for row in rows if move.allows(row[self.layout.state_field])
+                    and (older_than is None or self._older_than(row, older_than))]
+            self._set_state(rows, move.target)
+            return len(rows)
+
+    def stale_processing(self, older_than: float, limit: int) -> list:
+        with self._lock:
+            state, key = self.layout.state_field, self.layout.id_field
+            return [row[key] for row in self._rows
+                    if row[state] == TaskState.PROCESSING and self._older_than(row, older_than)][:limit]
+
+    def progress(self) -> Progress:
+        with self._lock:
+            counts = {s: 0 for s in TaskState}
+            for row in self._rows:
+                state = row[self.layout.state_field]
+                if state in counts:
+                    counts[TaskState(state)] += 1
+            return Progress(total=len(self._rows), done=counts[TaskState.DONE],
+                            failed=counts[TaskState.FAILED], pending=counts[TaskState.PENDING],
+                            processing=counts[TaskState.PROCESSING])
+
+    def unsettled_count(self) -> int:
+        progress = self.progress()
+        return progress.total - progress.settled
+
+    def save_items(self, table: str, kind: str, rows: Sequence[ItemRow]) -> None:
+        with self._lock:
+            for row in rows:
+                key = (row.batch_id, row.task_id, row.request_seq, row.item_seq)
+                self._items[(table, key)] = row.data
+
+    def _set_state(self, rows: list, state: TaskState) -> None:
+        now = self.now()
+        for row in rows:
+            row[self.layout.state_field] = int(state)
+            row[self.layout.time_field] = now
+
+    def _older_than(self, row: dict, seconds: float) -> bool:
+        return (self.now() - row[self.layout.time_field]).total_seconds() > seconds

@@ -1,0 +1,58 @@
+"""The state machine of a task row, in one place.
+
+    PENDING ──claim──► PROCESSING ──finish──► DONE / FAILED
+                          │
+                          └──requeue (lease lost)──► PENDING
+    any state ──reset (a new batch)──► PENDING
+
+Every store applies a `Move` as one compare-and-set statement
+(`... WHERE id IN (...) AND state IN (<sources>)`) and reports how many rows moved,
+so a transition that raced with another one is visible instead of silent.
+"""
+from dataclasses import dataclass
+from enum import Enum, IntEnum
+
+
+class TaskState(IntEnum):
+    PENDING = 0
+    DONE = 1
+    PROCESSING = 2
+    FAILED = -1
+
+
+@dataclass(frozen=True)
+class Transition:
+    name: str
+    sources: tuple  # () means "from any state"
+    target: TaskState
+
+
+class Move(Enum):
+    CLAIM = Transition("claim", (TaskState.PENDING,), TaskState.PROCESSING)
+    FINISH_DONE = Transition("finish done", (TaskState.PROCESSING,), TaskState.DONE)
+    FINISH_FAILED = Transition("finish failed", (TaskState.PROCESSING,), TaskState.FAILED)
+    REQUEUE = Transition("requeue", (TaskState.PROCESSING,), TaskState.PENDING)
+    # update_task() called outside request processing (e.g. from the master's own code):
+    # the user's explicit word on a task nobody has settled yet.
+    MARK_DONE = Transition("mark done", (TaskState.PENDING, TaskState.PROCESSING), TaskState.DONE)
+    MARK_FAILED = Transition("mark failed", (TaskState.PENDING, TaskState.PROCESSING), TaskState.FAILED)
+    RESET = Transition("reset", (), TaskState.PENDING)
+
+    @property
+    def sources(self):
+        return self.value.sources
+
+    @property
+    def target(self):
+        return self.value.target
+
+    def allows(self, state) -> bool:
+        return not self.sources or state in self.sources
+
+
+def finish_move(ok: bool) -> Move:
+    return Move.FINISH_DONE if ok else Move.FINISH_FAILED
+
+
+def mark_move(ok: bool) -> Move:
+    return Move.MARK_DONE if ok else Move.MARK_FAILED

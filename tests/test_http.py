@@ -1,0 +1,342 @@
+"""batchd.http against a real local HTTP server (tests/httpserver.py)."""
+import json
+import threading
+import time
+from email.utils import formatdate
+
+import pytest
+import requests
+
+from batchd.http import Downloader, Request, RequestFailed, Response
+from tests.httpserver import ENCODING_CASES, TestSite
+
+
+@pytest.fixture(scope="module")
+def running_site():
+    with TestSite() as site:
+        yield site
+
+
+@pytest.fixture
+def site(running_site):
+    running_site.reset()
+    return running_site
+
+
+@pytest.fixture
+def make_downloader():
+    """Downloaders with backoff small enough to keep the file fast; all closed afterwards."""
+    made = []
+
+    def make(**options):
+        options = {"backoff_base": 0.001, "backoff_max": 0.01, "timeout": 5.0, **options}
+        downloader = Downloader(**options)
+        made.append(downloader)
+        return downloader
+
+    yield make
+    for downloader in made:
+        downloader.close()
+
+
+class SleepRecorder:
+    """A `sleep` for Downloader that records the waits instead of waiting."""
+
+    def __init__(self):
+        self.waits = []
+
+    def __call__(self, seconds):
+        self.waits.append(seconds)
+        return False
+
+
+def fail(downloader, request):
+    with pytest.raises(RequestFailed) as caught:
+        downloader.fetch(request)
+    return caught.value
+
+
+# --- retries -------------------------------------------------------------------------
+
+
+def test_503_twice_then_200_succeeds_on_the_third_hit(site, make_downloader):
+    response = make_downloader().fetch(Request(site.url("/flaky/a?fail=2&status=503")))
+
+    assert response.status_code == 200
+    assert response.css("title::text").get() == "flaky a"
+    assert site.hits("/flaky/a") == 3
+
+
+@pytest.mark.parametrize("status", [408, 429, 500, 502])
+def test_retryable_statuses_are_retried(site, make_downloader, status):
+    response = make_downloader().fetch(Request(site.url(f"/flaky/s{status}?fail=1&status={status}")))
+
+    assert response.status_code == 200
+    assert site.hits(f"/flaky/s{status}") == 2
+
+
+def test_404_fails_at_once(site, make_downloader):
+    recorder = SleepRecorder()
+    failure = fail(make_downloader(sleep=recorder), Request(site.url("/status/404")))
+
+    assert failure.reason == "HTTP 404"
+    assert failure.attempts == 1
+    assert isinstance(failure.response_or_exception, Response)
+    assert failure.response_or_exception.status_code == 404
+    assert site.hits("/status/404") == 1
+    assert recorder.waits == []
+
+
+def test_500_fails_after_max_retry_times_plus_one_attempts(site, make_downloader):
+    failure = fail(make_downloader(max_retry_times=2), Request(site.url("/status/500")))
+
+    assert failure.reason == "HTTP 500 after 3 attempts"
+    assert failure.attempts == 3
+    assert failure.response_or_exception.status_code == 500
+    assert site.hits("/status/500") == 3
+
+
+def test_default_is_three_retries(site, make_downloader):
+    failure = fail(make_downloader(), Request(site.url("/status/503")))
+
+    assert failure.reason == "HTTP 503 after 4 attempts"
+    assert site.hits("/status/503") == 4
+
+
+def test_request_max_retry_times_overrides_the_downloader(site, make_downloader):
+    failure = fail(make_downloader(max_retry_times=3), Request(site.url("/status/500"), max_retry_times=0))
+
+    assert failure.reason == "HTTP 500"
+    assert site.hits("/status/500") == 1
+
+
+def test_backoff_grows_exponentially_capped_and_jittered(site, make_downloader):
+    recorder = SleepRecorder()
+    downloader = make_downloader(max_retry_times=4, backoff_base=1.0, backoff_max=3.0, sleep=recorder)
+    fail(downloader, Request(site.url("/status/500")))
+
+    ceilings = [1.0, 2.0, 3.0, 3.0]
+    assert len(recorder.waits) == 4
+    assert all(0 <= wait <= ceiling for wait, ceiling in zip(recorder.waits, ceilings))
+    assert len(set(recorder.waits)) == 4  # random, so four equal waits mean no jitter
+
+
+def test_retry_after_seconds_is_waited(site, make_downloader):
+    downloader = make_downloader(backoff_base=0.01, backoff_max=5.0)
+    started = time.monotonic()
+    response = downloader.fetch(Request(site.url("/flaky/ra?fail=1&status=429&retry_after=0.3")))
+
+    assert time.monotonic() - started >= 0.3
+    assert response.status_code == 200
+    assert site.hits("/flaky/ra") == 2
+
+
+def test_retry_after_http_date_is_read(site, make_downloader):
+    recorder = SleepRecorder()
+    when = formatdate(time.time() + 20, usegmt=True)
+    downloader = make_downloader(backoff_max=60.0, sleep=recorder)
+    downloader.fetch(Request(site.url("/flaky/date"), params={"fail": 1, "status": 503, "retry_after": when}))
+
+    assert len(recorder.waits) == 1
+    assert 15 <= recorder.waits[0] <= 21
+
+
+def test_retry_after_is_capped_at_backoff_max(site, make_downloader):
+    recorder = SleepRecorder()
+    downloader = make_downloader(backoff_max=0.5, sleep=recorder)
+    downloader.fetch(Request(site.url("/flaky/cap?fail=1&status=503&retry_after=120")))
+
+    assert recorder.waits == [0.5]
+
+
+def test_connection_drop_is_retried(site, make_downloader):
+    failure = fail(make_downloader(max_retry_times=2), Request(site.url("/drop")))
+
+    assert isinstance(failure.response_or_exception, requests.ConnectionError)
+    assert failure.reason.startswith("ConnectionError after 3 attempts: ")
+    assert "\n" not in failure.reason
+    assert site.hits("/drop") == 3
+
+
+@pytest.mark.parametrize("timeout_on", ["request", "downloader"])
+def test_read_timeout_is_retried_then_fails(site, make_downloader, timeout_on):
+    downloader = make_downloader(max_retry_times=1, timeout=0.2 if timeout_on == "downloader" else 5.0)
+    request = Request(site.url("/slow?seconds=1"), timeout=0.2 if timeout_on == "request" else None)
+    failure = fail(downloader, request)
+
+    assert isinstance(failure.response_or_exception, requests.ReadTimeout)
+    assert failure.reason.startswith("ReadTimeout after 2 attempts: ")
+    assert site.hits("/slow") == 2
+
+
+@pytest.mark.parametrize("url", ["not a url", "htp://x", "http://"])
+def test_malformed_url_fails_at_once_naming_the_url(make_downloader, url):
+    recorder = SleepRecorder()
+    failure = fail(make_downloader(sleep=recorder), Request(url))
+
+    assert failure.reason.startswith(f"invalid URL: {url!r} (")
+    assert "\n" not in failure.reason
+    assert failure.attempts == 1
+    assert recorder.waits == []
+
+
+def test_a_sleep_that_asks_to_stop_ends_the_retry_loop(site, make_downloader):
+    stop = threading.Event()
+    stop.set()
+    failure = fail(make_downloader(sleep=stop.wait), Request(site.url("/status/503")))
+
+    assert failure.reason == "stopped"
+    assert failure.attempts == 1
+    assert site.hits("/status/503") == 1
+
+
+def test_redirects_are_followed(site, make_downloader):
+    response = make_downloader().fetch(Request(site.url("/redirect?to=/page/2")))
+
+    assert response.url == site.url("/page/2")
+    assert response.css("h1::text").get() == "Title 2"
+
+
+def test_a_redirect_not_followed_is_not_retried(site, make_downloader):
+    failure = fail(make_downloader(), Request(site.url("/redirect?to=/page/2"), allow_redirects=False))
+
+    assert failure.reason == "HTTP 302"
+    assert site.hits("/redirect") == 1
+    assert site.hits("/page/2") == 0
+
+
+# --- decoding and parsing ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", sorted(ENCODING_CASES))
+def test_encoded_pages_decode_to_their_text(site, make_downloader, case):
+    response = make_downloader().fetch(Request(site.url(f"/enc/{case}")))
+
+    assert response.css("p::text").get() == ENCODING_CASES[case].text
+    assert not response.text.startswith("\ufeff")
+
+
+def test_declared_gbk_decodes_with_its_superset(site, make_downloader):
+    response = make_downloader().fetch(Request(site.url("/enc/gbk-header")))
+
+    assert response.encoding == "gb18030"
+    assert "中文" in response.text
+
+
+def test_selectors_and_regexes(site, make_downloader):
+    request = Request(site.url("/page/3"), meta={"task_id": 7})
+    response = make_downloader().fetch(request)
+
+    assert response.request is request
+    assert response.meta is request.meta
+    assert response.headers["Content-Type"] == "text/html; charset=utf-8"
+    assert response.content.startswith(b"<html>")
+    assert response.css("h1::text").get() == "Title 3"
+    assert response.xpath("//a/@href").get() == "/page/4"
+    assert response.xpath("//p[@class=$name]/text()", name="n").get() == "3"
+    assert response.re(r"Title (\d+)") == ["3"]
+    assert response.re_first(r"Page (\d+)") == "3"
+    assert response.re_first(r"Missing (\d+)", default="none") == "none"
+
+
+def test_json_body(site, make_downloader):
+    response = make_downloader().fetch(Request(site.url("/json")))
+
+    assert response.json() == {"ok": True, "items": [1, 2, 3]}
+
+
+# --- what reaches the server ---------------------------------------------------------
+
+
+def echo(site, downloader, **request_options):
+    return downloader.fetch(Request(site.url("/echo"), **request_options)).json()
+
+
+def test_params_headers_cookies_and_json_body_reach_the_server(site, make_downloader):
+    seen = echo(site, make_downloader(), method="post", params={"b": "2", "a": "1"},
+                headers={"X-Batch": "7"}, cookies={"session": "abc"}, json={"word": "中文"})
+
+    assert seen["method"] == "POST"
+    assert seen["path"] == "/echo?b=2&a=1"
+    assert seen["headers"]["x-batch"] == "7"
+    assert seen["headers"]["cookie"] == "session=abc"
+    assert seen["headers"]["content-type"] == "application/json"
+    assert json.loads(seen["body"]) == {"word": "中文"}
+
+
+def test_form_data_reaches_the_server(site, make_downloader):
+    seen = echo(site, make_downloader(), method="PUT", data={"field": "value", "n": 2})
+
+    assert seen["method"] == "PUT"
+    assert seen["headers"]["content-type"] == "application/x-www-form-urlencoded"
+    assert seen["body"] == "field=value&n=2"
+
+
+def test_user_agent_default_and_overrides(site, make_downloader):
+    default = echo(site, make_downloader())["headers"]["user-agent"]
+    assert default == "batchd" or default.startswith("batchd/")
+
+    downloader = make_downloader(headers={"User-Agent": "spider/1"})
+    assert echo(site, downloader)["headers"]["user-agent"] == "spider/1"
+    assert echo(site, downloader, headers={"User-Agent": "task/2"})["headers"]["user-agent"] == "task/2"
+
+
+def test_cookies_set_by_one_response_do_not_reach_the_next_request(site, make_downloader):
+    downloader = make_downloader()
+    downloader.fetch(Request(site.url("/set-cookie?tracker=1")))
+
+    assert "cookie" not in echo(site, downloader)["headers"]
+
+
+def test_one_pooled_session_per_thread(site, make_downloader):
+    downloader = make_downloader()
+    main_ports = [echo(site, downloader)["client_port"] for _ in range(2)]
+
+    thread_ports = []
+    for _ in range(2):  # one after the other: a shared session would reuse one connection
+        thread = threading.Thread(target=lambda: thread_ports.append(echo(site, downloader)["client_port"]))
+        thread.start()
+        thread.join()
+
+    assert main_ports[0] == main_ports[1]
+    assert len({main_ports[0], *thread_ports}) == 3
+
+
+def test_close_closes_the_connections_and_fetch_still_works(site, make_downloader):
+    downloader = make_downloader()
+    before = echo(site, downloader)["client_port"]
+    downloader.close()
+
+    assert echo(site, downloader)["client_port"] != before
+
+
+# --- requests themselves -------------------------------------------------------------
+
+
+def test_fingerprint_ignores_query_order_fragment_and_host_case():
+    fingerprint = Request("http://Example.com/a?b=2&a=1#top").fingerprint()
+
+    assert len(fingerprint) == 40 and int(fingerprint, 16) >= 0
+    assert Request("http://example.com/a?a=1&b=2").fingerprint() == fingerprint
+    assert Request("http://example.com/a", params={"b": "2", "a": "1"}).fingerprint() == fingerprint
+    assert Request("http://example.com/a?a=1", params=[("b", 2)]).fingerprint() == fingerprint
+
+
+def test_fingerprint_tells_method_url_and_body_apart():
+    base = Request("http://example.com/a", method="POST", json={"x": 1, "y": 2})
+
+    assert Request("http://example.com/a", method="post", json={"y": 2, "x": 1}).fingerprint() == base.fingerprint()
+    assert Request("http://example.com/a", json={"x": 1, "y": 2}).fingerprint() != base.fingerprint()
+    assert Request("http://example.com/b", method="POST", json={"x": 1, "y": 2}).fingerprint() != base.fingerprint()
+    assert Request("http://example.com/a", method="POST", json={"x": 2}).fingerprint() != base.fingerprint()
+    assert Request("http://example.com/a", method="POST", data="x=1").fingerprint() != \
+        Request("http://example.com/a", method="POST", data="x=2").fingerprint()
+
+
+def test_request_defaults():
+    first, second = Request("http://example.com/"), Request("http://example.com/")
+    first.meta["seen"] = True
+
+    assert second.meta == {}
+    assert first.callback is None
+    assert repr(first) == "<Request GET http://example.com/>"
