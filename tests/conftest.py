@@ -1,1 +1,82 @@
-import sys, os; sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
+"""Shared fixtures: a fresh MariaDB database and a flushed Redis db per test, a real local site,
+and `backend`, which runs one test against every store batchd ships.
+
+The shared servers are the machine's (127.0.0.1:3306 root, 127.0.0.1:6379); override with
+TEST_MYSQL_URL / TEST_REDIS_URL. Tests that stop a server start their own (tests/servers.py).
+"""
+import os
+import sys
+import uuid
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from httpserver import TestSite  # noqa: E402
+from taskdb import MemoryBackend, MysqlBackend  # noqa: E402
+
+MYSQL_URL = os.environ.get("TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/")
+REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
+
+
+@pytest.fixture(autouse=True)
+def _no_batchd_environment(monkeypatch):
+    """A developer's BATCHD_* variables or /etc file must not leak into a test."""
+    for name in list(os.environ):
+        if name.startswith("BATCHD_") or name in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "INVOCATION_ID",
+                                                   "JOURNAL_STREAM", "STATE_DIRECTORY"):
+            monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("BATCHD_CONFIG", os.devnull)
+
+
+@pytest.fixture
+def site():
+    with TestSite() as s:
+        yield s
+
+
+@pytest.fixture
+def mysql_url():
+    """The URL of a fresh, empty database, dropped afterwards."""
+    import MySQLdb
+    name = "batchd_t_" + uuid.uuid4().hex[:12]
+    admin = MySQLdb.connect(**_admin_args())
+    admin.cursor().execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+    try:
+        yield MYSQL_URL.rstrip("/") + "/" + name
+    finally:
+        admin.cursor().execute(f"DROP DATABASE IF EXISTS `{name}`")
+        admin.close()
+
+
+def _admin_args() -> dict:
+    from batchd.store.mysql import parse_mysql_url
+    args = parse_mysql_url(MYSQL_URL.rstrip("/") + "/mysql")
+    args.pop("db")
+    return args
+
+
+@pytest.fixture
+def redis_url():
+    import redis
+    client = redis.Redis.from_url(REDIS_URL)
+    client.flushdb()
+    yield REDIS_URL
+    client.flushdb()
+    client.close()
+
+
+@pytest.fixture
+def failed_items_path(tmp_path):
+    return str(tmp_path / "failed_items.jsonl")
+
+
+@pytest.fixture(params=["memory", "mysql"])
+def backend(request, tmp_path, failed_items_path):
+    """One suite, every store: the same test body runs on each backend."""
+    if request.param == "memory":
+        yield MemoryBackend(failed_items_path)
+    else:
+        url = request.getfixturevalue("mysql_url")
+        yield MysqlBackend(url, request.getfixturevalue("redis_url"), failed_items_path)

@@ -1,0 +1,137 @@
+"""Test backends: one object per store kind, so a test body can run on each.
+
+Every backend creates the seed's task table, hands out stores for spiders, and reads
+back task states, items and batch records straight from where the store keeps them
+(SQL for MySQL, the object for memory) — never through the code under test.
+"""
+import json
+
+import batchd
+from batchd.queue.redis_queue import RedisQueue
+
+TASK_TABLE_DDL = """CREATE TABLE `{table}` (
+  `id` BIGINT NOT NULL AUTO_INCREMENT,
+  `url` VARCHAR(500) NOT NULL,
+  `batch_status` TINYINT NOT NULL DEFAULT 0,
+  `update_time` DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
+  PRIMARY KEY (`id`){index}
+)"""
+
+FAST = {"BATCH_MONITOR_INTERVAL": 0.3, "ITEM_FLUSH_INTERVAL": 0.1, "MASTER_LOCK_TIMEOUT": 5.0}
+
+
+class MemoryBackend:
+    kind = "memory"
+    multiprocess = False
+
+    def __init__(self, failed_items_path):
+        self.failed_items_path = failed_items_path
+        self._store = None
+
+    def create_tasks(self, urls, table="crawl_task", index=True):
+        self.table = table
+        self._store = batchd.MemoryBatchStore(
+            [{"id": i, "url": url} for i, url in enumerate(urls, start=1)])
+        return self._store
+
+    def add_task(self, url):
+        next_id = max([r["id"] for r in self._store.rows] + [0]) + 1
+        self._store.add_task({"id": next_id, "url": url})
+
+    def store(self):
+        return self._store
+
+    def settings(self, **extra):
+        return dict(FAST, FAILED_ITEMS_PATH=self.failed_items_path, **extra)
+
+    def states(self):
+        return {row["id"]: row["batch_status"] for row in self._store.rows}
+
+    def set_state(self, task_id, state, age_seconds=0):
+        from datetime import datetime, timedelta
+        for row in self._store._rows:
+            if row["id"] == task_id:
+                row["batch_status"] = state
+                row["update_time"] = datetime.now() - timedelta(seconds=age_seconds)
+
+    def items(self):
+        return self._store.items
+
+    def records(self):
+        return [vars(b) for b in self._store.batches]
+
+    def age_last_batch(self, days=0, hours=0):
+        from datetime import timedelta
+        self._store.batches[-1].batch_date -= timedelta(days=days, hours=hours)
+
+    def queue(self, spider):
+        return spider.queue
+
+
+class MysqlBackend:
+    kind = "mysql"
+    multiprocess = True
+
+    def __init__(self, mysql_url, redis_url, failed_items_path):
+        import MySQLdb
+        from batchd.store.mysql import parse_mysql_url
+        self.mysql_url, self.redis_url = mysql_url, redis_url
+        self.failed_items_path = failed_items_path
+        self.conn = MySQLdb.connect(autocommit=True, **parse_mysql_url(mysql_url))
+
+    def sql(self, statement, params=()):
+        cur = self.conn.cursor()
+        cur.execute(statement, params)
+        rows = cur.fetchall()
+        cur.close()
+        return rows
+
+    def create_tasks(self, urls, table="crawl_task", index=True):
+        self.table = table
+        self.sql(TASK_TABLE_DDL.format(table=table, index=",\n  KEY `idx_state` (`batch_status`)" if index else ""))
+        for start in range(0, len(urls), 1000):
+            part = urls[start:start + 1000]
+            self.conn.cursor().executemany(f"INSERT INTO `{table}` (`url`) VALUES (%s)", [(u,) for u in part])
+        return self.store()
+
+    def add_task(self, url):
+        self.sql(f"INSERT INTO `{self.table}` (`url`) VALUES (%s)", (url,))
+
+    def store(self):
+        return batchd.MysqlBatchStore(self.mysql_url)
+
+    def settings(self, **extra):
+        return dict(FAST, FAILED_ITEMS_PATH=self.failed_items_path, MYSQL_URL=self.mysql_url,
+                    REDIS_URL=self.redis_url, **extra)
+
+    def env(self, **extra):
+        """Environment for a batchd subprocess using this backend."""
+        env = {f"BATCHD_{k}": str(v) for k, v in self.settings(**extra).items()}
+        return env
+
+    def states(self):
+        return {i: s for i, s in self.sql(f"SELECT `id`, `batch_status` FROM `{self.table}`")}
+
+    def set_state(self, task_id, state, age_seconds=0):
+        self.sql(f"UPDATE `{self.table}` SET `batch_status` = %s, "
+                 "`update_time` = NOW() - INTERVAL %s SECOND WHERE `id` = %s", (state, age_seconds, task_id))
+
+    def items(self):
+        rows = self.sql(f"SELECT `item` FROM `{self.table}_item` ORDER BY `task_id`, `request_seq`, `item_seq`")
+        return [json.loads(r[0]) for r in rows]
+
+    def records(self):
+        cur = self.conn.cursor(__import__("MySQLdb").cursors.DictCursor)
+        cur.execute(f"SELECT * FROM `{self.table}_batch_record` ORDER BY `id`")
+        rows = list(cur.fetchall())
+        cur.close()
+        for row in rows:
+            row["is_done"] = bool(row["is_done"])
+        return rows
+
+    def age_last_batch(self, days=0, hours=0):
+        self.sql(f"UPDATE `{self.table}_batch_record` SET `batch_date` = `batch_date` - INTERVAL %s HOUR "
+                 "ORDER BY `id` DESC LIMIT 1", (days * 24 + hours,))
+
+    def queue(self, spider):
+        return RedisQueue(self.redis_url, spider.namespace)
