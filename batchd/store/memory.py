@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Iterable, Optional, Sequence
 
 from ..errors import ConfigError
+from ..queue.base import task_key
 from ..task import Move, TaskState
 from .base import BatchRecord, BatchStore, ItemRow, Progress, TaskLayout
 
@@ -70,7 +71,7 @@ class MemoryBatchStore(BatchStore):
                               f"(BATCH_TASK_ID_FIELD): {row!r}")
         row.setdefault(layout.state_field, int(TaskState.PENDING))
         row.setdefault(layout.time_field, self.now())
-        self._by_id[row[layout.id_field]] = row
+        self._by_id[task_key(row[layout.id_field])] = row   # queues hand ids back as keys
 
     def now(self) -> datetime:
         return datetime.now()
@@ -110,7 +111,7 @@ class MemoryBatchStore(BatchStore):
 
     def move(self, move: Move, ids: Sequence, older_than: Optional[float] = None) -> int:
         with self._lock:
-            rows = [self._by_id[i] for i in ids if i in self._by_id]
+            rows = [self._by_id[task_key(i)] for i in ids if task_key(i) in self._by_id]
             rows = [row for row in rows if move.allows(row[self.layout.state_field])
                     and (older_than is None or self._older_than(row, older_than))]
             self._set_state(rows, move.target)

@@ -267,24 +267,37 @@ class MysqlBatchStore(BatchStore):
 
     def reset_tasks(self, chunk_size: int):
         """Walk the primary key in ranges of chunk_size rows: one short UPDATE each, resumable."""
-        t, key, state = q(self.layout.table), q(self.layout.id_field), q(self.layout.state_field)
         last = None
         while True:
-            after = f"WHERE {key} > %s " if last is not None else ""
-            params = (last,) if last is not None else ()
-            with self._cursor() as cur:
-                cur.execute(f"SELECT {key} FROM {t} {after}ORDER BY {key} LIMIT 1 OFFSET %s",
-                            params + (chunk_size - 1,))
-                upper = cur.fetchone()
-                bound = f"{key} <= %s" if upper else "1 = 1"
-                lower = f"{key} > %s AND " if last is not None else ""
-                cur.execute(f"UPDATE {t} SET {state} = %s, {q(self.layout.time_field)} = NOW() "
-                            f"WHERE {lower}{bound} AND NOT ({state} <=> %s)",
-                            params + ((upper[0],) if upper else ()) + (int(TaskState.PENDING), int(TaskState.PENDING)))
-                yield cur.rowcount
+            upper = self._nth_id_after(last, chunk_size)
+            yield self._reset_range(last, upper)
             if upper is None:
                 return
-            last = upper[0]
+            last = upper
+
+    def _nth_id_after(self, last, n: int):
+        """The id n rows after `last` (from the start when None), or None when fewer rows are left."""
+        t, key = q(self.layout.table), q(self.layout.id_field)
+        after, params = (f"WHERE {key} > %s ", [last]) if last is not None else ("", [])
+        with self._cursor() as cur:
+            cur.execute(f"SELECT {key} FROM {t} {after}ORDER BY {key} LIMIT 1 OFFSET %s", params + [n - 1])
+            row = cur.fetchone()
+        return row[0] if row else None
+
+    def _reset_range(self, last, upper) -> int:
+        """Every row with last < id <= upper (open ends when None) back to pending."""
+        key, state = q(self.layout.id_field), q(self.layout.state_field)
+        conditions, params = [f"NOT ({state} <=> %s)"], [int(TaskState.PENDING)]
+        if last is not None:
+            conditions.append(f"{key} > %s")
+            params.append(last)
+        if upper is not None:
+            conditions.append(f"{key} <= %s")
+            params.append(upper)
+        with self._cursor() as cur:
+            cur.execute(f"UPDATE {q(self.layout.table)} SET {state} = %s, {q(self.layout.time_field)} = NOW() "
+                        f"WHERE {' AND '.join(conditions)}", [int(TaskState.PENDING)] + params)
+            return cur.rowcount
 
     def insert_batch(self, interval: int, interval_unit: str, total: int) -> BatchRecord:
         with self._cursor() as cur:

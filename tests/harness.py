@@ -1,0 +1,62 @@
+"""Running the master and workers inside the test process, on any backend.
+
+`InProcessBatch` starts a resident master and workers as threads (each with its own
+StopFlag, exactly the loops the supervisor runs in children) and stops them warm on
+exit. `wait_for` polls a condition read straight from the backend.
+"""
+import threading
+import time
+
+from batchd.lifecycle import StopFlag
+
+
+def wait_for(predicate, timeout=30.0, interval=0.05, message="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {message}")
+
+
+class InProcessBatch:
+    def __init__(self, spider_factory, workers=1, master=True):
+        self.spider_factory = spider_factory
+        self.worker_count, self.with_master = workers, master
+        self.loops = []       # (name, StopFlag, thread, loop object)
+
+    def __enter__(self):
+        if self.with_master:
+            self.start_master()
+        for n in range(self.worker_count):
+            self.start_worker(f"worker {n + 1}")
+        return self
+
+    def start_master(self):
+        master = self.spider_factory().make_master()
+        return self._start("master", master, lambda stop: master.run(stop))
+
+    def start_worker(self, name="worker"):
+        worker = self.spider_factory().make_worker(name=name, keep_alive=True)
+        return self._start(name, worker, lambda stop: worker.run(stop))
+
+    def _start(self, name, loop, body):
+        stop = StopFlag()
+        thread = threading.Thread(target=body, args=(stop,), name=f"test-{name}", daemon=True)
+        thread.start()
+        self.loops.append((name, stop, thread, loop))
+        return loop
+
+    def stop(self, name_prefix="", timeout=30.0):
+        for name, stop, thread, _ in self.loops:
+            if name.startswith(name_prefix):
+                stop.request()
+        for name, stop, thread, _ in self.loops:
+            if name.startswith(name_prefix):
+                thread.join(timeout)
+                assert not thread.is_alive(), f"{name} did not stop within {timeout} s"
+
+    def __exit__(self, *exc):
+        self.stop("worker")
+        self.stop("master")

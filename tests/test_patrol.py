@@ -1,0 +1,167 @@
+"""Each step of the master's patrol, on every store (SPEC Part 1 "One patrol", Part 3 "Batches")."""
+import logging
+from datetime import datetime
+
+import pytest
+
+from batchd.lifecycle import StopFlag
+from batchd.master import next_due
+from batchd.store.base import BatchRecord
+from batchd.task import TaskState
+from spiders.seed import CrawlTask
+
+P, D, R, F = TaskState.PENDING, TaskState.DONE, TaskState.PROCESSING, TaskState.FAILED
+
+
+def make_master(backend, **settings):
+    spider = CrawlTask(batch_store=backend.store(), settings=backend.settings(**settings))
+    spider.store.open(spider.layout)
+    return spider.make_master(), spider
+
+
+def patrol(master):
+    return master.patrol(StopFlag())
+
+
+def test_claims_at_most_push_limit_and_keeps_the_queue_just_ahead(backend):
+    backend.create_tasks([f"http://x.invalid/{i}" for i in range(10)])
+    master, spider = make_master(backend, BATCH_PUSH_LIMIT=3)
+    queue = backend.queue(spider)
+    patrol(master)
+    assert sorted(backend.states().values()) == [P] * 7 + [R] * 3
+    assert queue.pending_count() == 3
+    patrol(master)                       # the queue is full: nothing more is claimed
+    assert list(backend.states().values()).count(R) == 3
+    lease = queue.lease("test-token", 60)
+    assert lease.task_id == 1 and lease.task["url"] == "http://x.invalid/0"
+    patrol(master)                       # one slot freed in the queue: one more claimed
+    assert list(backend.states().values()).count(R) == 4
+    assert queue.pending_count() == 3
+
+
+def test_expired_lease_goes_back_to_pending_and_is_pushed_again(backend, caplog):
+    backend.create_tasks(["http://x.invalid/1", "http://x.invalid/2"])
+    master, spider = make_master(backend)
+    queue = backend.queue(spider)
+    patrol(master)
+    held = queue.lease("holder-1", 0.2)
+    import time
+    time.sleep(0.4)
+    with caplog.at_level(logging.WARNING, logger="batchd"):
+        patrol(master)
+    assert "reclaimed 1 tasks whose lease expired" in caplog.text
+    assert queue.leased_count() == 0
+    assert queue.known([str(held.task_id)]) == {str(held.task_id)}      # pushed again
+    assert queue.release([held]) == []                                   # the old holder no longer owns it
+    assert queue.count_attempts([held.task_id]) == [3]                   # two leases so far, +1 now
+
+
+def test_processing_rows_no_queue_knows_are_reset_once_stale(backend, caplog):
+    backend.create_tasks(["http://x.invalid/1", "http://x.invalid/2", "http://x.invalid/3"])
+    master, spider = make_master(backend, BATCH_LOST_TASK_STALE=60, BATCH_PUSH_LIMIT=1)
+    patrol(master)                                   # task 1 claimed and queued
+    backend.set_state(1, R, age_seconds=120)         # queued for long: waiting, not lost
+    backend.set_state(2, R, age_seconds=120)         # Redis lost it (restarted empty)
+    backend.set_state(3, R, age_seconds=5)           # lost too, but not stale yet
+    with caplog.at_level(logging.WARNING, logger="batchd"):
+        patrol(master)
+    states = backend.states()
+    assert states[1] == R and states[3] == R
+    assert states[2] == P                            # reset (the queue is full, so not re-claimed)
+    assert "reset 1 tasks in processing that no queue holds" in caplog.text
+
+
+def test_progress_is_written_to_the_record_and_logged(backend, caplog):
+    backend.create_tasks([f"http://x.invalid/{i}" for i in range(5)])
+    master, _ = make_master(backend)
+    with caplog.at_level(logging.INFO, logger="batchd"):
+        patrol(master)
+    assert "批次进度 0/5" in caplog.text
+    backend.set_state(1, D)
+    backend.set_state(2, F)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="batchd"):
+        patrol(master)
+    assert "批次进度 2/5" in caplog.text
+    record = backend.records()[-1]
+    assert (record["total_count"], record["done_count"], record["fail_count"], record["is_done"]) == (5, 1, 1, False)
+
+
+def test_rows_added_mid_batch_join_the_total(backend, caplog):
+    backend.create_tasks(["http://x.invalid/1"])
+    master, _ = make_master(backend)
+    patrol(master)
+    backend.add_task("http://x.invalid/2")
+    with caplog.at_level(logging.INFO, logger="batchd"):
+        patrol(master)
+    assert "批次进度 0/2" in caplog.text
+    assert backend.records()[-1]["total_count"] == 2
+
+
+def test_batch_closes_when_every_task_is_settled(backend):
+    backend.create_tasks(["http://x.invalid/1", "http://x.invalid/2"])
+    master, spider = make_master(backend)
+    assert patrol(master) is False
+    backend.set_state(1, D)
+    backend.set_state(2, F)
+    assert patrol(master) is True
+    record = backend.records()[-1]
+    assert record["is_done"] and (record["done_count"], record["fail_count"]) == (1, 1)
+    assert backend.queue(spider).is_done()
+
+
+def test_a_due_batch_resets_every_task_and_clears_the_queue(backend):
+    backend.create_tasks(["http://x.invalid/1", "http://x.invalid/2", "http://x.invalid/3"])
+    master, spider = make_master(backend, BATCH_INTERVAL=7)
+    patrol(master)
+    for task_id, state in ((1, D), (2, F), (3, D)):
+        backend.set_state(task_id, state)
+    assert patrol(master) is True
+    backend.age_last_batch(days=6)
+    assert patrol(master) is True and len(backend.records()) == 1      # not due yet
+    backend.age_last_batch(days=1)
+    assert patrol(master) is False
+    records = backend.records()
+    assert len(records) == 2 and not records[-1]["is_done"] and records[-1]["total_count"] == 3
+    assert sorted(backend.states().values()) == [R, R, R]          # reset, then claimed again
+    assert not backend.queue(spider).is_done()
+
+
+def test_an_unfinished_batch_past_its_interval_is_overdue_not_replaced(backend, caplog):
+    backend.create_tasks(["http://x.invalid/1"])
+    master, _ = make_master(backend, BATCH_INTERVAL=1)
+    patrol(master)
+    backend.age_last_batch(days=2)
+    with caplog.at_level(logging.WARNING, logger="batchd"):
+        patrol(master)
+    assert "overdue" in caplog.text
+    assert len(backend.records()) == 1
+
+
+def test_an_interrupted_reset_is_finished_by_the_next_master(backend):
+    backend.create_tasks([f"http://x.invalid/{i}" for i in range(10)])
+    master, _ = make_master(backend, BATCH_RESET_CHUNK=3)
+    patrol(master)
+    for task_id in range(1, 11):
+        backend.set_state(task_id, D)
+    patrol(master)
+    backend.age_last_batch(days=7)
+    stop = StopFlag()
+    master._heartbeat = stop.request            # the master "dies" right after its first chunk
+    assert master.patrol(stop) is False
+    assert len(backend.records()) == 1          # no record until the reset is whole
+    assert sorted(backend.states().values()).count(P) == 3
+    successor, _ = make_master(backend, BATCH_RESET_CHUNK=3)
+    patrol(successor)
+    assert len(backend.records()) == 2
+    assert set(backend.states().values()) == {R}
+
+
+@pytest.mark.parametrize("opened, interval, unit, due", [
+    (datetime(2026, 3, 1, 23, 59), 1, "day", datetime(2026, 3, 2, 0, 0)),
+    (datetime(2026, 3, 1, 2, 0), 7, "day", datetime(2026, 3, 8, 0, 0)),
+    (datetime(2026, 3, 1, 10, 45), 2, "hour", datetime(2026, 3, 1, 12, 0)),
+    (datetime(2026, 12, 31, 23, 30), 1, "hour", datetime(2027, 1, 1, 0, 0)),
+])
+def test_next_batch_is_due_by_calendar(opened, interval, unit, due):
+    assert next_due(BatchRecord(id=1, batch_date=opened), interval, unit) == due
