@@ -1,0 +1,114 @@
+"""Requests that fail, callbacks that raise, tasks that never settle: on every store, each ends
+its task the documented way and never stops the worker."""
+import logging
+
+import batchd as mw
+from batchd.task import TaskState
+from harness import InProcessBatch, wait_for
+from spiders.seed import CrawlTask
+
+D, F = TaskState.DONE, TaskState.FAILED
+
+
+def factory(backend, cls=CrawlTask, **settings):
+    return lambda: cls(batch_store=backend.store(), settings=backend.settings(**settings))
+
+
+def settle(backend, spider_cls=CrawlTask, timeout=30, **settings):
+    with InProcessBatch(factory(backend, spider_cls, **settings)):
+        wait_for(lambda: set(backend.states().values()) <= {D, F}, timeout=timeout, message="every task settled")
+    return backend.states()
+
+
+def test_503_twice_then_200_ends_done(backend, site):
+    backend.create_tasks([site.url("/flaky/a?fail=2&status=503")])
+    assert settle(backend) == {1: D}
+    assert site.hits("/flaky/a") == 3
+    assert len(backend.items()) == 1
+
+
+def test_404_fails_at_once_with_url_and_reason_in_one_line(backend, site, caplog):
+    url = site.url("/status/404")
+    backend.create_tasks([url, site.url("/page/1")])
+    with caplog.at_level(logging.WARNING, logger="batchd"):
+        assert settle(backend) == {1: F, 2: D}
+    assert site.hits("/status/404") == 1
+    lines = [r.getMessage() for r in caplog.records if "task 1 failed" in r.getMessage()]
+    assert len(lines) == 1 and url in lines[0] and "HTTP 404" in lines[0]
+
+
+def test_retries_exhausted_calls_failed_request(backend, site, caplog):
+    backend.create_tasks([site.url("/status/500")])
+    with caplog.at_level(logging.WARNING, logger="batchd"):
+        assert settle(backend, SPIDER_MAX_RETRY_TIMES=2) == {1: F}
+    assert site.hits("/status/500") == 3
+    assert "HTTP 500 after 3 attempts" in caplog.text
+
+
+def test_a_malformed_url_fails_that_task_alone(backend, site, caplog):
+    backend.create_tasks(["htp:/not a url", site.url("/page/2")])
+    with caplog.at_level(logging.WARNING, logger="batchd"):
+        assert settle(backend) == {1: F, 2: D}
+    assert "htp:/not a url" in caplog.text
+
+
+class RaisingSpider(CrawlTask):
+    def parse(self, request, response, task):
+        if task["id"] == 1:
+            raise ValueError("no title here")
+        yield from super().parse(request, response, task)
+
+
+def test_an_exception_in_a_callback_fails_the_task_and_names_it(backend, site, caplog):
+    backend.create_tasks([site.url("/page/1"), site.url("/page/2")])
+    with caplog.at_level(logging.ERROR, logger="batchd"):
+        assert settle(backend, RaisingSpider) == {1: F, 2: D}
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == ["task 1 failed: ValueError: no title here"]
+    assert not any(r.exc_info for r in caplog.records if r.levelno >= logging.INFO)
+
+
+class ForgetfulSpider(CrawlTask):
+    def parse(self, request, response, task):
+        yield {"url": task["url"]}                 # ... and never update_task()
+
+
+def test_a_task_never_written_back_fails_after_the_attempt_limit(backend, site, caplog):
+    backend.create_tasks([site.url("/page/1")])
+    with caplog.at_level(logging.WARNING, logger="batchd"):
+        states = settle(backend, ForgetfulSpider, BATCH_LOST_TASK_STALE=0.5, BATCH_TASK_MAX_ATTEMPTS=3)
+    assert states == {1: F}
+    assert site.hits("/page/1") == 3
+    assert "task 1: its requests ended without update_task()" in caplog.text
+    assert "task 1 failed: leased 3 times" in caplog.text
+
+
+class BadYieldSpider(CrawlTask):
+    def parse(self, request, response, task):
+        yield "not an item"
+
+
+def test_yielding_something_else_than_items_or_requests_fails_the_task(backend, site, caplog):
+    backend.create_tasks([site.url("/page/1")])
+    with caplog.at_level(logging.ERROR, logger="batchd"):
+        assert settle(backend, BadYieldSpider) == {1: F}
+    assert "parse yielded a str" in caplog.text
+
+
+class DoubleRequestSpider(CrawlTask):
+    def task_requests(self, task):
+        yield mw.Request(task["url"], callback=self.parse)
+        yield mw.Request(task["url"], callback=self.parse)
+
+
+def test_request_deduplication_drops_a_repeat_as_a_request_without_items(backend, site):
+    backend.create_tasks([site.url("/page/1"), site.url("/page/2")])
+    assert settle(backend, DoubleRequestSpider, REQUEST_FILTER_ENABLE=True) == {1: D, 2: D}
+    assert (site.hits("/page/1"), site.hits("/page/2")) == (1, 1)
+    assert len(backend.items()) == 2
+
+
+def test_request_deduplication_is_off_by_default(backend, site):
+    backend.create_tasks([site.url("/page/1")])
+    assert settle(backend, DoubleRequestSpider) == {1: D}
+    assert site.hits("/page/1") == 2

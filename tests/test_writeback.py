@@ -1,0 +1,113 @@
+"""The write-back gate on every store: done waits for the task's items to land; SPEC's three
+immediate cases do not wait; a task is done only with its items."""
+import time
+
+import batchd as mw
+from batchd.task import TaskState
+from harness import InProcessBatch, wait_for
+from spiders.seed import CrawlTask
+
+P, D, R, F = TaskState.PENDING, TaskState.DONE, TaskState.PROCESSING, TaskState.FAILED
+HELD = {"ITEM_FLUSH_INTERVAL": 30.0, "ITEM_FLUSH_SIZE": 10000}   # items stay in the buffer
+
+
+class NoItemSpider(CrawlTask):
+    def parse(self, request, response, task):
+        self.update_task(task["id"], ok=True)
+        return []
+
+
+class FailWithItemSpider(CrawlTask):
+    def parse(self, request, response, task):
+        yield {"url": task["url"]}
+        self.update_task(task["id"], ok=False)
+
+
+class FollowUpSpider(CrawlTask):
+    """Settles the task in the first callback, then yields an item from a second request."""
+
+    def parse(self, request, response, task):
+        self.update_task(task["id"], ok=True)
+        yield {"url": task["url"], "part": "list"}
+        yield mw.Request(response.url + "?detail=1", callback=self.parse_detail)
+
+    def parse_detail(self, request, response, task):
+        yield {"url": task["url"], "part": "detail", "title": response.css("h1::text").get()}
+
+
+def factory(backend, cls, **settings):
+    return lambda: cls(batch_store=backend.store(), settings=backend.settings(**settings))
+
+
+def worker_of(batch):
+    return next(loop for name, _, _, loop in batch.loops if name.startswith("worker"))
+
+
+def test_done_waits_until_the_items_have_landed(backend, site):
+    backend.create_tasks([site.url(f"/page/{i}") for i in range(1, 6)])
+    with InProcessBatch(factory(backend, CrawlTask, **HELD)) as batch:
+        worker = worker_of(batch)
+        wait_for(lambda: worker.ledger.totals()["unflushed"] == 5, message="5 items buffered")
+        time.sleep(0.5)
+        assert set(backend.states().values()) == {R}, "a task was marked done while its items sat in memory"
+        assert backend.items() == []
+        batch.stop("worker")                       # warm stop: flush, then write back
+    assert set(backend.states().values()) == {D}
+    assert len(backend.items()) == 5
+
+
+def test_a_request_with_no_item_is_written_at_once(backend, site):
+    backend.create_tasks([site.url(f"/page/{i}") for i in range(1, 4)])
+    with InProcessBatch(factory(backend, NoItemSpider, **HELD)):
+        wait_for(lambda: set(backend.states().values()) == {D}, timeout=10, message="done without a flush")
+
+
+def test_a_failure_is_written_at_once_even_with_items_buffered(backend, site):
+    backend.create_tasks([site.url("/page/1")])
+    with InProcessBatch(factory(backend, FailWithItemSpider, **HELD)) as batch:
+        wait_for(lambda: backend.states()[1] == F, timeout=10, message="failed without a flush")
+        assert worker_of(batch).ledger.totals()["unflushed"] == 1
+    assert len(backend.items()) == 1               # the item still landed at the warm stop
+
+
+def test_update_task_outside_processing_is_written_at_once(backend):
+    backend.create_tasks(["http://x.invalid/1", "http://x.invalid/2"])
+    spider = CrawlTask(batch_store=backend.store(), settings=backend.settings())
+    spider.update_task(1, ok=True)
+    spider.update_task(2, ok=False)
+    assert backend.states() == {1: D, 2: F}
+
+
+def test_items_of_follow_up_requests_hold_the_task_too(backend, site):
+    backend.create_tasks([site.url("/page/1"), site.url("/page/2")])
+    with InProcessBatch(factory(backend, FollowUpSpider)):
+        wait_for(lambda: set(backend.states().values()) == {D}, message="tasks done")
+    parts = sorted((item["url"], item["part"]) for item in backend.items())
+    assert parts == sorted((site.url(f"/page/{i}"), p) for i in (1, 2) for p in ("list", "detail"))
+
+
+def test_a_rerun_in_the_same_batch_does_not_duplicate_items(backend, site):
+    backend.create_tasks([site.url("/page/1")])
+    with InProcessBatch(factory(backend, CrawlTask)):
+        wait_for(lambda: backend.states()[1] == D, message="first run done")
+    backend.set_state(1, P)                        # the task comes back (say, reclaimed) in the same batch
+    with InProcessBatch(factory(backend, CrawlTask)):
+        wait_for(lambda: backend.states()[1] == D, message="second run done")
+    assert len(backend.items()) == 1
+
+
+def test_a_stale_holders_write_back_is_ignored(backend):
+    backend.create_tasks(["http://x.invalid/1"])
+    spider = CrawlTask(batch_store=backend.store(), settings=backend.settings())
+    spider.store.open(spider.layout)
+    master = spider.make_master()
+    from batchd.lifecycle import StopFlag
+    master.patrol(StopFlag())
+    queue = spider.queue
+    stale = queue.lease("old-holder:1", 0.1)
+    time.sleep(0.3)
+    master.patrol(StopFlag())                      # reclaimed and pushed again
+    fresh = queue.lease("new-holder:1", 60)
+    assert fresh.task_id == stale.task_id
+    assert queue.release([stale]) == []            # the old holder's write-back does not count
+    assert queue.release([fresh]) == [fresh]
