@@ -80,3 +80,18 @@ def backend(request, tmp_path, failed_items_path):
     else:
         url = request.getfixturevalue("mysql_url")
         yield MysqlBackend(url, request.getfixturevalue("redis_url"), failed_items_path)
+
+
+@pytest.fixture(params=["mysql"])
+def shared_backend(request, failed_items_path):
+    """The stores that master and workers reach from separate processes."""
+    url = request.getfixturevalue("mysql_url")
+    yield MysqlBackend(url, request.getfixturevalue("redis_url"), failed_items_path)
+
+
+@pytest.fixture
+def procs():
+    from procs import Procs
+    started = Procs()
+    yield started
+    started.close()

@@ -121,7 +121,10 @@ class MysqlBackend:
         return [json.loads(r[0]) for r in rows]
 
     def records(self):
-        cur = self.conn.cursor(__import__("MySQLdb").cursors.DictCursor)
+        import MySQLdb
+        if not self.sql("SHOW TABLES LIKE %s", (f"{self.table}_batch_record",)):
+            return []                      # the master has not started yet
+        cur = self.conn.cursor(MySQLdb.cursors.DictCursor)
         cur.execute(f"SELECT * FROM `{self.table}_batch_record` ORDER BY `id`")
         rows = list(cur.fetchall())
         cur.close()
