@@ -42,7 +42,7 @@ class MemoryBackend:
         return self._store
 
     def settings(self, **extra):
-        return dict(FAST, FAILED_ITEMS_PATH=self.failed_items_path, **extra)
+        return {**FAST, "FAILED_ITEMS_PATH": self.failed_items_path, **extra}
 
     def states(self):
         return {row["id"]: row["batch_status"] for row in self._store.rows}
@@ -101,8 +101,8 @@ class MysqlBackend:
         return batchd.MysqlBatchStore(self.mysql_url)
 
     def settings(self, **extra):
-        return dict(FAST, FAILED_ITEMS_PATH=self.failed_items_path, MYSQL_URL=self.mysql_url,
-                    REDIS_URL=self.redis_url, **extra)
+        return {**FAST, "FAILED_ITEMS_PATH": self.failed_items_path, "MYSQL_URL": self.mysql_url,
+                "REDIS_URL": self.redis_url, **extra}
 
     def env(self, **extra):
         """Environment for a batchd subprocess using this backend."""

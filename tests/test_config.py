@@ -1,0 +1,90 @@
+"""Settings as SPEC Part 3 fixes them: names, BATCHD_* environment, TOML file, precedence."""
+import pytest
+
+from batchd.config import Settings, load_settings, redact_url
+from batchd.errors import ConfigError
+
+
+def write(tmp_path, text, name="batchd.toml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_defaults_are_the_documents():
+    s = Settings()
+    assert (s.BATCH_INTERVAL, s.BATCH_INTERVAL_UNIT, s.BATCH_MONITOR_INTERVAL, s.BATCH_LOST_TASK_STALE,
+            s.BATCH_PUSH_LIMIT, s.BATCH_TASK_ID_FIELD, s.BATCH_TASK_STATE_FIELD, s.BATCH_TASK_TIME_FIELD,
+            s.BATCH_TASK_MAX_ATTEMPTS, s.SPIDER_MAX_RETRY_TIMES, s.ITEM_FLUSH_SIZE, s.ITEM_FLUSH_INTERVAL) == \
+        (7, "day", 10.0, 600.0, 5000, "id", "batch_status", "update_time", 10, 3, 500, 1.0)
+
+
+def test_precedence_defaults_spider_file_environment_command_line(tmp_path):
+    path = write(tmp_path, "BATCH_INTERVAL = 3\nITEM_FLUSH_SIZE = 30\nSPIDER_THREAD_COUNT = 7\n")
+    custom = {"BATCH_INTERVAL": 2, "ITEM_FLUSH_SIZE": 20, "SPIDER_THREAD_COUNT": 6, "BATCH_PUSH_LIMIT": 99}
+    environ = {"BATCHD_ITEM_FLUSH_SIZE": "40", "BATCHD_SPIDER_THREAD_COUNT": "8"}
+    s = load_settings(custom, config_files=path, environ=environ, overrides={"SPIDER_THREAD_COUNT": 9})
+    assert (s.BATCH_PUSH_LIMIT, s.BATCH_INTERVAL, s.ITEM_FLUSH_SIZE, s.SPIDER_THREAD_COUNT) == (99, 3, 40, 9)
+    assert s.BATCH_LOST_TASK_STALE == 600.0
+
+
+def test_the_file_comes_from_batchd_config_and_keys_are_case_insensitive(tmp_path):
+    path = write(tmp_path, 'batch_interval_unit = "hour"\nmysql_url = "mysql://u:p@h/db"\n')
+    s = load_settings(environ={"BATCHD_CONFIG": path})
+    assert (s.BATCH_INTERVAL_UNIT, s.MYSQL_URL) == ("hour", "mysql://u:p@h/db")
+
+
+def test_environment_values_are_typed():
+    s = load_settings(environ={"BATCHD_BATCH_MONITOR_INTERVAL": "2.5", "BATCHD_REQUEST_FILTER_ENABLE": "yes",
+                               "BATCHD_WORKERS": "3", "BATCHD_NAMESPACE": "shop:v2"})
+    assert (s.BATCH_MONITOR_INTERVAL, s.REQUEST_FILTER_ENABLE, s.WORKERS, s.NAMESPACE) == (2.5, True, 3, "shop:v2")
+
+
+@pytest.mark.parametrize("layer, culprit", [
+    ({"environ": {"BATCHD_BATCH_INTERVALL": "1"}}, "'BATCHD_BATCH_INTERVALL' in the environment"),
+    ({"overrides": {"FLUSH_SIZE": 1}}, "'FLUSH_SIZE' in the command line"),
+    ({"custom": {"BATCH_PUSHLIMIT": 1}}, "'BATCH_PUSHLIMIT' in __custom_setting__"),
+])
+def test_an_unknown_setting_name_is_an_error_naming_it(layer, culprit):
+    kwargs = {"environ": {}, **{k: v for k, v in layer.items() if k != "custom"}}
+    with pytest.raises(ConfigError, match=culprit):
+        load_settings(layer.get("custom"), **kwargs)
+
+
+def test_an_unknown_key_in_the_file_names_the_file(tmp_path):
+    path = write(tmp_path, "BATCH_INTERVALL = 1\n")
+    with pytest.raises(ConfigError, match=f"unknown setting 'BATCH_INTERVALL' in {path}"):
+        load_settings(config_files=path, environ={})
+
+
+@pytest.mark.parametrize("environ, message", [
+    ({"BATCHD_BATCH_INTERVAL": "seven"}, "BATCH_INTERVAL in the environment: 'seven' is not a valid int"),
+    ({"BATCHD_BATCH_INTERVAL_UNIT": "week"}, "BATCH_INTERVAL_UNIT: 'week' is not one of day, hour"),
+    ({"BATCHD_BATCH_PUSH_LIMIT": "0"}, "BATCH_PUSH_LIMIT: must be greater than 0"),
+    ({"BATCHD_BATCH_TASK_STATE_FIELD": "state; DROP"}, "BATCH_TASK_STATE_FIELD: 'state; DROP' is not a valid"),
+    ({"BATCHD_NAMESPACE": "a b"}, "NAMESPACE"),
+])
+def test_bad_values_name_the_setting(environ, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        load_settings(environ=environ)
+
+
+def test_a_broken_file_is_one_line_naming_it(tmp_path):
+    path = write(tmp_path, "BATCH_INTERVAL = = 3\n")
+    with pytest.raises(ConfigError, match=f"config file {path}: invalid TOML"):
+        load_settings(config_files=path, environ={})
+    with pytest.raises(ConfigError, match="not found"):
+        load_settings(config_files=str(tmp_path / "missing.toml"), environ={})
+
+
+def test_failed_items_path_follows_systemds_state_directory(monkeypatch):
+    monkeypatch.setenv("STATE_DIRECTORY", "/var/lib/batchd")
+    assert Settings().failed_items_path() == "/var/lib/batchd/failed_items.jsonl"
+    monkeypatch.delenv("STATE_DIRECTORY")
+    assert Settings().failed_items_path() == "./failed_items.jsonl"
+
+
+def test_passwords_never_reach_a_log_line():
+    assert redact_url("mysql://crawler:hunter2@db:3306/crawl") == "mysql://crawler:***@db:3306/crawl"
+    assert redact_url("redis://:hunter2@cache:6379/0") == "redis://:***@cache:6379/0"
+    assert redact_url("redis://cache:6379/0") == "redis://cache:6379/0"
