@@ -90,6 +90,9 @@ def encoded_page(case):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, so connection pooling is observable
+    # Headers and body leave in separate writes; with Nagle on, the client's delayed ACK adds
+    # ~40 ms to every keep-alive response, and benchmarks would measure that instead of batchd.
+    disable_nagle_algorithm = True
 
     def do_GET(self):
         parts = urlsplit(self.path)
