@@ -67,7 +67,9 @@ class FailedItemsFile:
 
     def append(self, records: list) -> None:
         """Write and fsync; raises OSError if the items did not reach the disk."""
-        data = "".join(dumps(record) + "\n" for record in records).encode("utf-8")
+        self._append_bytes("".join(dumps(record) + "\n" for record in records).encode("utf-8"))
+
+    def _append_bytes(self, data: bytes) -> None:
         os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
         while True:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
@@ -99,11 +101,11 @@ class FailedItemsFile:
 
     @staticmethod
     def parse(line: str) -> tuple:
-        """(table, kind, ItemRow) from one line."""
+        """(record, table, kind, ItemRow) from one line; ValueError / KeyError if it is not one."""
         record = loads(line)
         row = ItemRow(batch_id=record["batch_id"], task_id=record["task_id"],
                       request_seq=record["request_seq"], item_seq=record["item_seq"], data=record["item"])
-        return record["table"], record["kind"], row
+        return record, record["table"], record["kind"], row
 
     # -- batchd retry --items
     def replay(self, store, batch_size: int = 500) -> tuple:
@@ -144,10 +146,10 @@ class FailedItemsFile:
                 if not line.strip():
                     continue
                 try:
-                    record = loads(line)
-                    table, kind, row = self.parse(line)
-                except (ValueError, KeyError) as e:
-                    log.error("%s line %d is not a failed-item record (%s); kept", path, number, e)
+                    record, table, kind, row = self.parse(line)
+                except (ValueError, KeyError, TypeError) as e:
+                    log.error("%s line %d is not a failed-item record (%s: %s); kept", path, number,
+                              type(e).__name__, e)
                     self._keep_raw(line)
                     continue
                 groups.setdefault((table, kind), []).append((record, row))
@@ -166,11 +168,7 @@ class FailedItemsFile:
         return stored, kept
 
     def _keep_raw(self, line: str) -> None:
-        with open(self.path, "a", encoding="utf-8") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            f.write(line if line.endswith("\n") else line + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        self._append_bytes((line if line.endswith("\n") else line + "\n").encode("utf-8"))
 
 
 class Pipeline:
