@@ -1,0 +1,180 @@
+"""The files batchd ships for a Linux service: the systemd units and /etc/batchd.
+
+No systemd needs to run here: `systemd-analyze` checks units offline. The units are also
+verified again, installed, inside a real systemd by test_package.py.
+"""
+import dataclasses
+import importlib.util
+import os
+import re
+import subprocess
+import tomllib
+
+import pytest
+
+import batchd
+from batchd.config import Settings, load_settings
+from batchd.errors import ExitCode
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+UNITS = os.path.join(ROOT, "systemd")
+MASTER = os.path.join(UNITS, "batchd-master.service")
+WORKER = os.path.join(UNITS, "batchd-worker@.service")
+CONFIG = os.path.join(ROOT, "etc", "batchd", "batchd.toml")
+EXAMPLE_SPIDER = os.path.join(ROOT, "etc", "batchd", "spiders", "example.py")
+
+# What systemd-analyze is given: the master, and an instance of the worker template (that is
+# what runs, with %i expanded).
+VERIFIED = {"master": MASTER, "worker": os.path.join(UNITS, "batchd-worker@7.service")}
+
+
+def analyze_verify(unit_path, tmp_path):
+    """`systemd-analyze verify` as it would run once the package is installed.
+
+    verify also checks that ExecStart= names an executable, and /usr/bin/batchd exists only
+    where the package is installed: a private mount namespace lays a stand-in over /usr/bin
+    for this one command. --man=no: the batchd(1) page named by Documentation= comes with the
+    package too (test_package.py verifies the installed units with man pages checked).
+    """
+    stand_in = tmp_path / "bin"
+    stand_in.mkdir()
+    (stand_in / "batchd").write_text("#!/bin/sh\n")
+    (stand_in / "batchd").chmod(0o755)
+    script = ('mount -t overlay batchd-verify -o lowerdir="$1":/usr/bin /usr/bin && '
+              'exec systemd-analyze verify --man=no "$2"')
+    return subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
+                           "sh", str(stand_in), unit_path],
+                          capture_output=True, text=True, timeout=60)
+
+
+def unit_settings(path) -> dict:
+    """{(section, key): [values]} of a unit file; a key given twice keeps both values."""
+    found, section = {}, None
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if not line or line.startswith(("#", ";")):
+                continue
+            if line.startswith("["):
+                section = line.strip("[]")
+                continue
+            key, value = line.split("=", 1)
+            found.setdefault((section, key), []).append(value)
+    return found
+
+
+def seconds(value: str) -> float:
+    units = {"ms": 0.001, "s": 1, "min": 60, "": 1}
+    total = 0.0
+    for number, unit in re.findall(r"(\d+(?:\.\d+)?)\s*(ms|s|min|)", value):
+        total += float(number) * units[unit]
+    return total
+
+
+@pytest.mark.parametrize("role", sorted(VERIFIED))
+def test_systemd_analyze_verify_says_nothing(role, tmp_path):
+    result = analyze_verify(VERIFIED[role], tmp_path)
+    assert (result.returncode, result.stderr, result.stdout) == (0, "", "")
+
+
+def test_verify_catches_a_bad_key(tmp_path):
+    """The check above can fail: verify exits 0 on an unknown key, but it says so on stderr."""
+    bad = tmp_path / "units" / "batchd-master.service"
+    bad.parent.mkdir()
+    with open(MASTER, encoding="utf-8") as f:
+        bad.write_text(f.read().replace("[Service]\n", "[Service]\nWatchdogSecs=10\n"))
+    result = analyze_verify(str(bad), tmp_path)
+    assert "WatchdogSecs" in result.stderr
+
+
+@pytest.mark.parametrize("path", [MASTER, WORKER], ids=["master", "worker"])
+def test_security_exposure_below_3(path):
+    result = subprocess.run(["systemd-analyze", "security", "--offline=yes", "--no-pager", path],
+                            capture_output=True, text=True, timeout=60)
+    found = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", result.stdout)
+    assert found, result.stdout + result.stderr
+    assert float(found.group(1)) < 3.0, result.stdout
+
+
+@pytest.mark.parametrize("path", [MASTER, WORKER], ids=["master", "worker"])
+def test_unit_runs_a_supervised_notify_service(path):
+    unit = unit_settings(path)
+
+    def one(key):
+        values = unit[("Service", key)]
+        assert len(values) == 1, (key, values)
+        return values[0]
+
+    assert one("Type") == "notify"
+    assert one("NotifyAccess") == "main"   # only the supervisor speaks to systemd
+    assert one("Restart") == "on-failure"
+    assert one("RestartPreventExitStatus") == str(int(ExitCode.CONFIG))
+    assert one("KillMode") == "mixed"
+    assert one("ExecReload") == "/bin/kill -HUP $MAINPID"
+    assert (one("User"), one("Group")) == ("batchd", "batchd")
+    assert one("StateDirectory") == "batchd"
+    assert one("ConfigurationDirectory") == "batchd"
+    # The documented rules (batchd.toml): a child is replaced well before systemd gives up
+    # on the supervisor, and a warm stop ends before systemd kills what is left.
+    assert seconds(one("WatchdogSec")) >= 2 * Settings.CHILD_TIMEOUT
+    assert seconds(one("TimeoutStopSec")) > Settings.STOP_TIMEOUT
+    assert one("RestrictAddressFamilies").split() == ["AF_UNIX", "AF_INET", "AF_INET6"]
+    assert unit[("Service", "SystemCallFilter")][0] == "@system-service"
+    for key in ("NoNewPrivileges", "ProtectHome", "PrivateTmp", "PrivateDevices", "ProtectKernelTunables",
+                "ProtectKernelModules", "ProtectControlGroups"):
+        assert one(key) == "yes", key
+    assert one("ProtectSystem") == "strict"
+    assert unit[("Install", "WantedBy")] == ["multi-user.target"]
+
+
+def test_worker_instance_name_reaches_the_worker():
+    assert unit_settings(WORKER)[("Service", "ExecStart")] == ["/usr/bin/batchd worker --instance %i"]
+    assert unit_settings(MASTER)[("Service", "ExecStart")] == ["/usr/bin/batchd master"]
+
+
+def test_both_units_run_the_same_way():
+    """The units differ only in what they start; hardening and timings must not drift apart."""
+    def service(path):
+        unit = unit_settings(path)
+        return {k: v for k, v in unit.items() if k[0] != "Unit" and k != ("Service", "ExecStart")}
+    assert service(MASTER) == service(WORKER)
+
+
+def commented_settings() -> str:
+    """The `# NAME = value` lines of batchd.toml, uncommented: a TOML document."""
+    with open(CONFIG, encoding="utf-8") as f:
+        return "".join(m.group(1) for m in map(re.compile(r"^# ?([A-Z_]+ = .*\n)$").match, f) if m)
+
+
+def test_default_config_lists_every_setting_with_its_default():
+    listed = tomllib.loads(commented_settings())
+    fields = {f.name: f.default for f in dataclasses.fields(Settings)}
+    assert sorted(listed) == sorted(fields)
+    for name, default in fields.items():
+        if default is not None:   # settings without a default show an example instead
+            assert (listed[name], type(listed[name])) == (default, type(default)), name
+
+
+def test_default_config_loads_to_the_defaults():
+    assert load_settings(config_files=CONFIG, environ={}) == Settings()
+
+
+def test_every_example_in_the_default_config_is_valid(tmp_path):
+    uncommented = tmp_path / "batchd.toml"
+    uncommented.write_text(commented_settings())
+    settings = load_settings(config_files=str(uncommented), environ={})
+    assert settings.SPIDER == "/etc/batchd/spiders/example.py:ExampleSpider"
+    assert settings.MYSQL_URL.startswith("mysql://") and settings.REDIS_URL.startswith("redis://")
+
+
+def test_example_spider_crawls_a_batch(site, tmp_path):
+    spec = importlib.util.spec_from_file_location("batchd_example_spider", EXAMPLE_SPIDER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    store = batchd.MemoryBatchStore([{"id": n, "url": site.url(f"/page/{n}")} for n in range(1, 6)])
+    module.ExampleSpider(batch_store=store, settings={
+        "FAILED_ITEMS_PATH": str(tmp_path / "failed_items.jsonl"),
+        "BATCH_MONITOR_INTERVAL": 0.2, "ITEM_FLUSH_INTERVAL": 0.1}).start_monitor(once=True)
+    assert [row["batch_status"] for row in store.rows] == [batchd.TaskState.DONE] * 5
+    assert sorted((item["title"], item["headings"]) for item in store.items) == \
+        sorted((f"Page {n}", [f"Title {n}"]) for n in range(1, 6))
