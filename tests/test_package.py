@@ -1,0 +1,344 @@
+"""The Debian package: built from this tree, checked by lintian, then installed and run as
+services under a real systemd (tests/sdbox.sh) against the host's MariaDB and Redis.
+
+The box shares the host's network, so the services reach MariaDB, Redis and the test site
+on 127.0.0.1. Timings are shortened by the box's config file and unit drop-ins (as an
+operator would), never by the shipped files.
+"""
+import os
+import re
+import shutil
+import subprocess
+import time
+import tomllib
+import uuid
+
+import pytest
+
+import batchd
+from harness import wait_for
+from taskdb import MysqlBackend
+
+pytestmark = pytest.mark.once
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SDBOX = os.path.join(ROOT, "tests", "sdbox.sh")
+# dpkg-buildpackage must find Debian's python3 and tools, not a pyenv or venv in front of them.
+BUILD_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": os.environ.get("HOME", "/root"),
+             "LANG": "C.UTF-8"}
+REDIS_URL = os.environ.get("TEST_PACKAGE_REDIS_URL", "redis://127.0.0.1:6379/11")
+
+RUNTIME_DEPENDS = {"python3-redis", "python3-mysqldb", "python3-parsel", "python3-requests",
+                   "python3-sdnotify", "python3-daemon", "python3-setproctitle"}
+
+TASKS = 300
+PAUSE = 0.5          # seconds the test spider spends on each page: the batch lasts ~30 s
+WATCHDOG_SEC = 8
+STOP_TIMEOUT_SEC = 20
+
+
+def package_version() -> str:
+    return subprocess.run(["dpkg-parsechangelog", "-S", "Version"], cwd=ROOT, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def test_versions_in_step():
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        upstream = tomllib.load(f)["project"]["version"]
+    assert package_version().rsplit("-", 1)[0] == upstream == batchd.__version__
+
+
+class Built:
+    def __init__(self, top):
+        version = package_version()
+        arch = subprocess.run(["dpkg", "--print-architecture"], check=True, capture_output=True,
+                              text=True).stdout.strip()
+        self.deb = top / f"batchd_{version}_all.deb"
+        self.changes = top / f"batchd_{version}_{arch}.changes"
+
+    def field(self, name):
+        return subprocess.run(["dpkg-deb", "--field", str(self.deb), name], check=True,
+                              capture_output=True, text=True).stdout.strip()
+
+    def files(self):
+        listing = subprocess.run(["dpkg-deb", "--contents", str(self.deb)], check=True,
+                                 capture_output=True, text=True).stdout
+        return {line.split()[5].lstrip(".") for line in listing.splitlines()}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """`dpkg-buildpackage -us -uc -b` on a copy of the tree: the build writes its results
+    into the parent directory and its byproducts into the tree, neither of which may be the
+    repository's."""
+    top = tmp_path_factory.mktemp("deb")
+    src = top / "batchd"
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            cwd=ROOT, check=True, capture_output=True).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        if os.path.isfile(os.path.join(ROOT, name)):   # a tracked file deleted in the tree is gone
+            (src / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(os.path.join(ROOT, name), src / name)
+    build = subprocess.run(["dpkg-buildpackage", "-us", "-uc", "-b"], cwd=src, env=BUILD_ENV,
+                           capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, build.stdout[-4000:] + build.stderr[-4000:]
+    result = Built(top)
+    assert result.deb.is_file() and result.changes.is_file(), sorted(os.listdir(top))
+    return result
+
+
+def test_package_depends_on_debians_libraries(built):
+    depends = {alternative.split()[0] for part in built.field("Depends").split(",")
+               for alternative in part.split("|")}
+    assert RUNTIME_DEPENDS <= depends
+    assert built.field("Architecture") == "all"
+
+
+def test_package_contents(built):
+    files = built.files()
+    for path in ("/usr/bin/batchd", "/lib/systemd/system/batchd-master.service",
+                 "/lib/systemd/system/batchd-worker@.service", "/etc/batchd/batchd.toml",
+                 "/etc/batchd/spiders/example.py", "/usr/lib/sysusers.d/batchd.conf",
+                 "/usr/share/man/man1/batchd.1.gz"):
+        assert path in files, path
+    # Only batchd itself in dist-packages: its libraries come from Debian's packages.
+    top_level = {p.split("/")[5] for p in files
+                 if p.startswith("/usr/lib/python3/dist-packages/") and p.count("/") > 5}
+    assert top_level == {"batchd", f"batchd-{batchd.__version__}.dist-info"}
+    control = subprocess.run(["dpkg-deb", "--info", str(built.deb), "conffiles"], check=True,
+                             capture_output=True, text=True).stdout.split()
+    assert control == ["/etc/batchd/batchd.toml", "/etc/batchd/spiders/example.py"]
+
+
+def test_lintian_reports_no_error_or_warning(built):
+    result = subprocess.run(["lintian", "--display-info", "--pedantic", str(built.deb),
+                             str(built.changes)], env=BUILD_ENV, capture_output=True, text=True, timeout=300)
+    complaints = [line for line in result.stdout.splitlines() if line.startswith(("E:", "W:"))]
+    assert result.returncode == 0 and complaints == [], result.stdout + result.stderr
+
+
+# -- under systemd ------------------------------------------------------------------------
+
+SPIDER = f'''
+import time
+
+import batchd
+
+
+class PacedSpider(batchd.BatchSpider):
+    __task_table__ = "crawl_task"
+
+    def task_requests(self, task):
+        yield batchd.Request(task["url"], callback=self.parse)
+
+    def parse(self, request, response, task):
+        time.sleep({PAUSE})   # a slow site: the batch outlasts what the test does to the services
+        yield {{"url": task["url"], "title": response.css("h1::text").get()}}
+        self.update_task(task["id"], ok=True)
+'''
+
+# Short timings, as an operator would set them: WatchdogSec >= 2 x (CHILD_TIMEOUT + kill
+# grace) and TimeoutStopSec > STOP_TIMEOUT, the rules batchd.toml documents.
+DROP_IN = f"""[Service]
+WatchdogSec={WATCHDOG_SEC}s
+RestartSec=1s
+TimeoutStopSec={STOP_TIMEOUT_SEC}s
+"""
+
+
+def box_config(backend) -> str:
+    return f'''MYSQL_URL = "{backend.mysql_url}"
+REDIS_URL = "{backend.redis_url}"
+SPIDER = "/etc/batchd/spiders/paced.py:PacedSpider"
+WORKERS = 2
+SPIDER_THREAD_COUNT = 2
+BATCH_MONITOR_INTERVAL = 0.5
+BATCH_LOST_TASK_STALE = 5.0
+ITEM_FLUSH_INTERVAL = 0.2
+MASTER_LOCK_TIMEOUT = 5.0
+CHILD_TIMEOUT = 2.0
+STOP_TIMEOUT = 10.0
+STATUS_INTERVAL = 1.0
+'''
+
+
+class Box:
+    def __init__(self, name):
+        self.name = name
+
+    def run(self, *command, input=None, check=True, timeout=120):
+        result = subprocess.run([SDBOX, "run", self.name, *command], input=input, capture_output=True,
+                                text=True, timeout=timeout)
+        if check:
+            assert result.returncode == 0, f"{command}: exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+        return result
+
+    def sh(self, script, **kwargs):
+        return self.run("sh", "-ec", script, **kwargs)
+
+    def write(self, path, text, mode="0644", owner="root:root"):
+        self.sh(f'cat > "{path}" && chown {owner} "{path}" && chmod {mode} "{path}"', input=text)
+
+    def show(self, unit) -> dict:
+        out = self.run("systemctl", "show", unit, "-p",
+                       "MainPID,NRestarts,ActiveState,SubState,Result,ExecMainCode,ExecMainStatus,StatusText").stdout
+        return dict(line.split("=", 1) for line in out.splitlines())
+
+    def journal(self, unit) -> str:
+        return self.run("journalctl", "--no-pager", "-o", "cat", "-u", unit).stdout
+
+    def unit_processes(self, unit) -> list:
+        """(user, args) of every process in the unit's cgroup."""
+        script = (f'for pid in $(cat "/sys/fs/cgroup$(systemctl show -P ControlGroup {unit})/cgroup.procs"); do '
+                  'ps -o user=,args= -p "$pid" || true; done')
+        return [tuple(line.split(None, 1)) for line in self.sh(script).stdout.splitlines()]
+
+
+@pytest.fixture
+def redis_url():
+    import redis
+    client = redis.Redis.from_url(REDIS_URL)
+    client.flushdb()
+    yield REDIS_URL
+    client.flushdb()
+    client.close()
+
+
+@pytest.fixture
+def box():
+    name = f"batchd-e2e-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    up = subprocess.run([SDBOX, "up", name], capture_output=True, text=True, timeout=120)
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        yield Box(name)
+    finally:
+        subprocess.run([SDBOX, "down", name], capture_output=True, timeout=120)
+
+
+def progress(backend):
+    """(settled, total) straight from the task table."""
+    counts = dict(backend.sql("SELECT `batch_status`, COUNT(*) FROM `crawl_task` GROUP BY `batch_status`"))
+    return counts.get(1, 0) + counts.get(-1, 0), sum(counts.values())
+
+
+def restarted(box, unit, old_pid, restarts):
+    state = box.show(unit)
+    return (state["ActiveState"] == "active" and state["MainPID"] not in ("0", old_pid)
+            and int(state["NRestarts"]) == restarts + 1)
+
+
+def test_services_run_a_batch_under_systemd(built, box, site, mysql_url, redis_url, tmp_path):
+    backend = MysqlBackend(mysql_url, redis_url, str(tmp_path / "unused.jsonl"))
+    try:
+        check_service_lifecycle(built, box, site, backend)
+    finally:
+        print(box.run("journalctl", "--no-pager", "-u", "batchd-*", check=False).stdout[-20000:])
+        backend.conn.close()
+
+
+def check_service_lifecycle(built, box, site, backend):
+    # -- install: the user, the config's mode, nothing started
+    with open(built.deb, "rb") as f:
+        subprocess.run([SDBOX, "run", box.name, "sh", "-c", "cat > /root/batchd.deb"], stdin=f, check=True)
+    box.run("apt-get", "install", "-y", "/root/batchd.deb", timeout=300)
+    user = box.run("getent", "passwd", "batchd").stdout.strip().split(":")
+    assert int(user[2]) < 1000 and user[6] == "/usr/sbin/nologin", user
+    assert box.run("stat", "-c", "%a %U %G", "/etc/batchd/batchd.toml").stdout.split() == ["640", "root", "batchd"]
+    assert box.run("systemctl", "is-enabled", "batchd-master", check=False).stdout.strip() == "disabled"
+    assert box.run("systemctl", "is-active", "batchd-master", check=False).stdout.strip() == "inactive"
+    # Installed, with their man page and executable: verify has nothing to say.
+    verify = box.run("systemd-analyze", "verify", "batchd-master.service", "batchd-worker@1.service")
+    assert verify.stderr == ""
+    # /usr/bin/batchd is Debian's python3 with Debian's libraries.
+    assert box.run("head", "-n1", "/usr/bin/batchd").stdout.strip() == "#!/usr/bin/python3"
+    assert batchd.__version__ in box.run("batchd", "--version").stdout
+    where = box.run("/usr/bin/python3", "-c", "import batchd, redis, MySQLdb, parsel, requests, sdnotify, daemon;"
+                    "print(*(m.__file__ for m in (batchd, redis, MySQLdb, parsel, requests, sdnotify, daemon)))")
+    assert all(p.startswith("/usr/lib/python3/dist-packages/") for p in where.stdout.split()), where.stdout
+
+    # -- configure, as the README tells an operator
+    urls = [site.url(f"/page/{n}") for n in range(1, TASKS + 1)]
+    backend.create_tasks(urls)
+    box.write("/etc/batchd/batchd.toml", box_config(backend))          # keeps 0640 root:batchd
+    box.write("/etc/batchd/worker-2.toml", "WORKERS = 1\n", mode="0640", owner="root:batchd")
+    box.write("/etc/batchd/spiders/paced.py", SPIDER)
+    for unit in ("batchd-master.service", "batchd-worker@.service"):
+        box.sh(f"mkdir -p /etc/systemd/system/{unit}.d")
+        box.write(f"/etc/systemd/system/{unit}.d/test-timings.conf", DROP_IN)
+    box.run("systemctl", "daemon-reload")
+
+    started = time.monotonic()
+    box.run("systemctl", "start", "batchd-master", "batchd-worker@1", "batchd-worker@2")
+    units = ("batchd-master", "batchd-worker@1", "batchd-worker@2")
+
+    # -- they run as batchd; the instance reads its own file (worker-2.toml: one worker)
+    def worker_children(unit):
+        return [args for _, args in box.unit_processes(unit) if re.match(r"batchd: worker \d+", args)]
+    wait_for(lambda: len(worker_children("batchd-worker@1")) == 2 and len(worker_children("batchd-worker@2")) == 1,
+             timeout=20, message="2 workers in batchd-worker@1 and 1 in batchd-worker@2")
+    for unit in units:
+        processes = box.unit_processes(unit)
+        assert processes and {user for user, _ in processes} == {"batchd"}, (unit, processes)
+    state_directory = box.sh(f"tr '\\0' '\\n' < /proc/{box.show('batchd-master')['MainPID']}/environ").stdout
+    assert "STATE_DIRECTORY=/var/lib/batchd" in state_directory.splitlines()
+
+    wait_for(lambda: progress(backend)[0] >= TASKS // 20, timeout=60, message="5% of the batch settled")
+
+    # -- a warm stop mid-batch drains within TimeoutStopSec and exits 0
+    stopping = time.monotonic()
+    box.run("systemctl", "stop", "batchd-worker@2", timeout=STOP_TIMEOUT_SEC + 30)
+    drain_seconds = time.monotonic() - stopping
+    state = box.show("batchd-worker@2")
+    assert drain_seconds < STOP_TIMEOUT_SEC, drain_seconds
+    assert (state["Result"], state["ExecMainCode"], state["ExecMainStatus"]) == ("success", "1", "0"), state
+    assert "timed out" not in box.journal("batchd-worker@2")
+    box.run("systemctl", "start", "batchd-worker@2")
+
+    # -- SIGKILL of a worker unit's main process: systemd starts it again
+    before = box.show("batchd-worker@1")
+    box.run("systemctl", "kill", "--kill-whom=main", "--signal=KILL", "batchd-worker@1")
+    wait_for(lambda: restarted(box, "batchd-worker@1", before["MainPID"], int(before["NRestarts"])),
+             timeout=20, message="batchd-worker@1 restarted after SIGKILL")
+
+    # -- a hung supervisor stops pinging: the watchdog kills it and systemd restarts it
+    before = box.show("batchd-master")
+    box.run("systemctl", "kill", "--kill-whom=main", "--signal=STOP", "batchd-master")
+    wait_for(lambda: restarted(box, "batchd-master", before["MainPID"], int(before["NRestarts"])),
+             timeout=WATCHDOG_SEC + 20, message="batchd-master restarted by the watchdog")
+    master_journal = box.journal("batchd-master")
+    assert "Watchdog timeout" in master_journal and "Failed with result 'watchdog'" in master_journal
+
+    # -- the batch completes: every task done, its item stored
+    wait_for(lambda: progress(backend) == (TASKS, TASKS) and backend.records()[-1]["is_done"],
+             timeout=150, interval=0.5, message=f"the batch of {TASKS} tasks to finish")
+    batch_seconds = time.monotonic() - started
+    assert set(backend.states().values()) == {1}
+    items = backend.items()
+    assert sorted((item["url"], item["title"]) for item in items) == \
+        sorted((site.url(f"/page/{n}"), f"Title {n}") for n in range(1, TASKS + 1))
+    print(f"batch of {TASKS} tasks done in {batch_seconds:.1f} s; warm stop of a worker unit {drain_seconds:.1f} s")
+
+    # -- what the operator reads
+    assert "批次进度" in box.journal("batchd-master")
+    for unit in units:
+        status = box.run("systemctl", "status", "--no-pager", unit, check=False).stdout
+        assert re.search(r'^\s+Status: ".+"$', status, re.MULTILINE), status
+
+    # -- systemctl stop: every unit drains and exits 0 within TimeoutStopSec
+    stopping = time.monotonic()
+    box.run("systemctl", "stop", *units, timeout=STOP_TIMEOUT_SEC + 30)
+    assert time.monotonic() - stopping < STOP_TIMEOUT_SEC
+    for unit in units:
+        state = box.show(unit)
+        assert (state["Result"], state["ExecMainStatus"]) == ("success", "0"), (unit, state)
+
+    # -- remove stops running services and keeps the config; purge takes config and state
+    box.run("systemctl", "start", *units)
+    box.run("apt-get", "remove", "-y", "batchd", timeout=300)
+    assert box.run("pgrep", "-u", "batchd", check=False).stdout == ""
+    assert box.run("test", "-f", "/etc/batchd/batchd.toml", check=False).returncode == 0
+    assert box.run("test", "-d", "/var/lib/batchd", check=False).returncode == 0
+    box.run("apt-get", "purge", "-y", "batchd", timeout=300)
+    for path in ("/etc/batchd/batchd.toml", "/var/lib/batchd"):
+        assert box.run("test", "-e", path, check=False).returncode != 0, path
+    assert box.run("dpkg-statoverride", "--list", "/etc/batchd/batchd.toml", check=False).stdout == ""
