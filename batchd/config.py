@@ -55,6 +55,7 @@ class Settings:
     MASTER_LOCK_TIMEOUT: float = 30.0
     CHILD_TIMEOUT: float = 60.0
     STOP_TIMEOUT: float = 90.0
+    STATUS_INTERVAL: float = 5.0   # seconds between a supervisor's STATUS= lines and its Redis snapshots
     LOG_LEVEL: str = "INFO"
 
     def namespace_for(self, task_table: str) -> str:
@@ -187,7 +188,7 @@ def validate(s: Settings) -> None:
     for name in ("BATCH_INTERVAL", "BATCH_PUSH_LIMIT", "BATCH_TASK_MAX_ATTEMPTS", "BATCH_RESET_CHUNK",
                  "SPIDER_THREAD_COUNT", "ITEM_FLUSH_SIZE", "BATCH_MONITOR_INTERVAL",
                  "BATCH_LOST_TASK_STALE", "ITEM_FLUSH_INTERVAL", "REQUEST_TIMEOUT",
-                 "MASTER_LOCK_TIMEOUT", "CHILD_TIMEOUT", "STOP_TIMEOUT"):
+                 "MASTER_LOCK_TIMEOUT", "CHILD_TIMEOUT", "STOP_TIMEOUT", "STATUS_INTERVAL"):
         if getattr(s, name) <= 0:
             raise ConfigError(f"setting {name}: must be greater than 0, got {getattr(s, name)!r}")
     if s.SPIDER_MAX_RETRY_TIMES < 0:

@@ -9,8 +9,13 @@ it reaches 0. A worker with no free slot takes no new task.
 the supervisor swaps in `SharedLedger` rows that it can read from outside.
 """
 import abc
+import ctypes
+import multiprocessing
+import os
 import threading
 import time
+from dataclasses import dataclass
+from enum import IntEnum
 from typing import Optional
 
 
@@ -106,3 +111,184 @@ class LocalLedger(Ledger):
     def totals(self) -> dict:
         with self._lock:
             return dict(self._totals, unflushed=sum(self._counts))
+
+
+# -- the shared block of a supervised host
+
+KEY_BYTES = 64                 # a task key longer than this is shortened (it only names the task in logs)
+
+
+class Phase(IntEnum):
+    EMPTY = 0                  # no child on this row
+    STARTING = 1               # forked: loading the spider
+    RUNNING = 2                # its loop is running
+
+
+class _Slot(ctypes.Structure):
+    _fields_ = [("in_use", ctypes.c_int32), ("key_len", ctypes.c_int32),
+                ("key", ctypes.c_char * KEY_BYTES), ("unflushed", ctypes.c_int64)]
+
+
+class _Row(ctypes.Structure):
+    # Written by the child that owns the row; the supervisor reads it, and writes it only
+    # while no child owns it (before a fork, after a reap). Aligned 8-byte fields: no torn reads.
+    _fields_ = [("pid", ctypes.c_int64), ("phase", ctypes.c_int64), ("heartbeat", ctypes.c_double),
+                ("done", ctypes.c_int64), ("failed", ctypes.c_int64), ("items", ctypes.c_int64),
+                # the master's row only: its view of the batch
+                ("batch_id", ctypes.c_int64), ("settled", ctypes.c_int64), ("total", ctypes.c_int64),
+                ("rate", ctypes.c_double)]
+
+
+@dataclass(frozen=True)
+class Lost:
+    """What a dead child held in memory: its in-flight task keys and their unflushed items."""
+
+    items: int
+    task_keys: tuple
+
+
+class LedgerBlock:
+    """One fixed-size block of anonymous shared memory: a row per child, slots per worker row.
+
+    The supervisor allocates it before forking (`RawArray` from the fork context: no /dev/shm
+    name to leak, nothing a resource tracker could unlink), so every child maps the same pages.
+    Rows [0, master_rows) are for masters and have no slots; the rest are workers' rows.
+    """
+
+    def __init__(self, master_rows: int, worker_rows: int, slots_per_worker: int):
+        self.master_rows, self.worker_rows = master_rows, worker_rows
+        self.slots_per_worker = slots_per_worker
+
+        class Block(ctypes.Structure):
+            _fields_ = [("rows", _Row * (master_rows + worker_rows)),
+                        ("slots", _Slot * max(1, worker_rows * slots_per_worker))]
+
+        self._raw = multiprocessing.get_context("fork").RawArray(ctypes.c_byte, ctypes.sizeof(Block))
+        self._block = Block.from_buffer(self._raw)
+
+    @property
+    def size(self) -> int:
+        return len(self._raw)
+
+    def master_row_numbers(self) -> range:
+        return range(self.master_rows)
+
+    def worker_row_numbers(self) -> range:
+        return range(self.master_rows, self.master_rows + self.worker_rows)
+
+    def row(self, number: int) -> _Row:
+        return self._block.rows[number]
+
+    def slots(self, number: int) -> list:
+        if number < self.master_rows:
+            return []
+        first = (number - self.master_rows) * self.slots_per_worker
+        return [self._block.slots[i] for i in range(first, first + self.slots_per_worker)]
+
+    # -- the supervisor's side
+    def prepare(self, number: int) -> None:
+        """Blank a row for a child about to be forked; its heartbeat starts now."""
+        ctypes.memset(ctypes.addressof(self.row(number)), 0, ctypes.sizeof(_Row))
+        for slot in self.slots(number):
+            ctypes.memset(ctypes.addressof(slot), 0, ctypes.sizeof(_Slot))
+        row = self.row(number)
+        row.phase, row.heartbeat = Phase.STARTING, time.monotonic()
+
+    def lost(self, number: int) -> Lost:
+        held = [slot for slot in self.slots(number) if slot.in_use]
+        return Lost(items=sum(max(0, slot.unflushed) for slot in held),
+                    task_keys=tuple(slot.key[:slot.key_len].decode("utf-8", "replace") or "?" for slot in held))
+
+    def clear(self, number: int) -> None:
+        self.prepare(number)
+        self.row(number).phase = Phase.EMPTY
+
+    def silence(self, number: int, now: Optional[float] = None) -> float:
+        """Seconds since the row's child last beat."""
+        return (time.monotonic() if now is None else now) - self.row(number).heartbeat
+
+    def totals(self, numbers) -> dict:
+        """Sums over the given rows: tasks done / failed, items landed, items unflushed, tasks held."""
+        sums = {"done": 0, "failed": 0, "items": 0, "unflushed": 0, "in_flight": 0}
+        for number in numbers:
+            row = self.row(number)
+            sums["done"] += row.done
+            sums["failed"] += row.failed
+            sums["items"] += row.items
+            lost = self.lost(number)
+            sums["unflushed"] += lost.items
+            sums["in_flight"] += len(lost.task_keys)
+        return sums
+
+    # -- the children's side
+    def worker_ledger(self, number: int, slots: int) -> "SharedLedger":
+        return SharedLedger(self, number, min(slots, self.slots_per_worker))
+
+    def master_beat(self, number: int, master=None) -> None:
+        """The master child's heartbeat; with its Master, the batch figures for STATUS too."""
+        row = self.row(number)
+        row.heartbeat = time.monotonic()
+        batch, progress = getattr(master, "batch", None), getattr(master, "last_progress", None)
+        if batch is not None and progress is not None:
+            row.batch_id, row.settled, row.total = batch.id, progress.settled, progress.total
+            row.rate = master.rate.per_second()
+
+    def mark_running(self, number: int) -> None:
+        row = self.row(number)
+        row.pid, row.phase, row.heartbeat = os.getpid(), Phase.RUNNING, time.monotonic()
+
+
+class SharedLedger(Ledger):
+    """A worker's own row of the LedgerBlock, through the Ledger interface the engine's gate uses."""
+
+    def __init__(self, block: LedgerBlock, number: int, slots: int):
+        self._lock = threading.Lock()
+        self._row = block.row(number)
+        self._slots = block.slots(number)[:slots]
+
+    def acquire_slot(self) -> Optional[int]:
+        with self._lock:
+            for number, slot in enumerate(self._slots):
+                if not slot.in_use:
+                    slot.key_len, slot.unflushed, slot.in_use = 0, 0, 1
+                    return number
+            return None
+
+    def label(self, slot: int, task_key: str) -> None:
+        data = task_key.encode("utf-8")[:KEY_BYTES]
+        with self._lock:
+            self._slots[slot].key = data
+            self._slots[slot].key_len = len(data)
+
+    def release_slot(self, slot: int) -> None:
+        with self._lock:
+            entry = self._slots[slot]
+            entry.in_use, entry.unflushed, entry.key_len = 0, 0, 0
+
+    def add(self, slot: int, n: int) -> None:
+        with self._lock:
+            self._slots[slot].unflushed += n
+
+    def sub(self, slot: int, n: int) -> None:
+        with self._lock:
+            self._slots[slot].unflushed -= n
+
+    def unflushed(self, slot: int) -> int:
+        return self._slots[slot].unflushed
+
+    def free_slots(self) -> int:
+        return sum(1 for slot in self._slots if not slot.in_use)
+
+    def beat(self) -> None:
+        self._row.heartbeat = time.monotonic()
+
+    def count(self, done: int = 0, failed: int = 0, items: int = 0) -> None:
+        with self._lock:
+            self._row.done += done
+            self._row.failed += failed
+            self._row.items += items
+
+    def totals(self) -> dict:
+        with self._lock:
+            return {"done": self._row.done, "failed": self._row.failed, "items": self._row.items,
+                    "unflushed": sum(slot.unflushed for slot in self._slots if slot.in_use)}

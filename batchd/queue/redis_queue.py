@@ -127,14 +127,15 @@ class Keys:
                 self.attempts, self.wake, self.seen]
 
 
-def connect_redis(url: str):
-    """A client for REDIS_URL; the driver is imported only here."""
+def connect_redis(url: str, timeout: float = 30):
+    """A client for REDIS_URL; the driver is imported only here. A short `timeout` suits a caller that
+    must not block (the supervisor's loop)."""
     try:
         import redis
     except ImportError:
         raise ConfigError('REDIS_URL is set but the redis driver is missing: pip install "batchd[redis]"') from None
     try:
-        return redis.Redis.from_url(url, socket_timeout=30, socket_connect_timeout=5,
+        return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=min(5, timeout),
                                     health_check_interval=30)
     except ValueError as e:
         raise ConfigError(f"setting REDIS_URL: {redact_url(url)}: {e}") from None

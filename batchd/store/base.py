@@ -167,6 +167,11 @@ class BatchStore(abc.ABC):
         old one). `kind` is DEFAULT_ITEM_KIND or COLUMNS_ITEM_KIND. Raise on failure: nothing of the
         batch counts as stored unless this returns."""
 
+    def missing_state_index(self, layout: TaskLayout) -> Optional[str]:
+        """The statement that would index the task table's state column when no index leads with it
+        (`batchd check` reports it, open() warns); None when indexed or when the backend cannot tell."""
+        return None
+
     def item_columns(self, table: str) -> Optional[frozenset]:
         """The columns of a COLUMNS_ITEM_KIND table, so a bad item key is named before a flush fails;
         None when the backend cannot tell (every key is then tried)."""

@@ -195,16 +195,20 @@ class MysqlBatchStore(BatchStore):
             return {row["COLUMN_NAME"]: row for row in cur.fetchall()}
 
     def _warn_unindexed_state(self, layout: TaskLayout) -> None:
+        fix = self.missing_state_index(layout)
+        if fix:
+            log.warning("task table `%s`: column `%s` has no index, so every patrol scans the whole table; run: "
+                        "%s", layout.table, layout.state_field, fix)
+
+    def missing_state_index(self, layout: TaskLayout) -> Optional[str]:
         with self._cursor() as cur:
             cur.execute("SELECT 1 FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() "
                         "AND TABLE_NAME = %s AND COLUMN_NAME = %s AND SEQ_IN_INDEX = 1 LIMIT 1",
                         (layout.table, layout.state_field))
             if cur.fetchone():
-                return
+                return None
         index = check_identifier(f"idx_{layout.state_field}"[:64], "index name")
-        log.warning("task table `%s`: column `%s` has no index, so every patrol scans the whole table; run: "
-                    "ALTER TABLE `%s` ADD INDEX `%s` (`%s`)", layout.table, layout.state_field,
-                    layout.table, index, layout.state_field)
+        return f"ALTER TABLE `{layout.table}` ADD INDEX `{index}` (`{layout.state_field}`)"
 
     def _create_record_table(self, layout: TaskLayout) -> None:
         with self._cursor() as cur:

@@ -1,0 +1,333 @@
+"""The `batchd` command (console script, and `python -m batchd`).
+
+    batchd run [SPIDER]      supervisor + master + N workers on this host
+    batchd master [SPIDER]   supervisor + master          (batchd-master.service)
+    batchd worker [SPIDER]   supervisor + N workers       (batchd-worker@.service: --instance %i)
+    batchd status [SPIDER]   where the batch stands (--json for scripts)
+    batchd check [SPIDER]    config, connections, task table and columns, index
+    batchd retry --items     store the items dumped to FAILED_ITEMS_PATH
+
+SPIDER is `path/file.py:Class` or `module:Class`; when omitted, BATCHD_SPIDER or SPIDER in the
+config file. Exit codes (SPEC Part 3): 0 done, 69 MySQL or Redis unreachable, 75 another master
+holds the lock, 78 configuration error; a BatchdError ends the command with one log line.
+
+Verbs live in the VERBS registry: `@verb(name, help, arguments)` adds one, with its own
+arguments and handler (a handler returns the exit code).
+"""
+import argparse
+import fcntl
+import logging
+import os
+import re
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from . import __version__
+from .config import DEFAULT_CONFIG_FILE, ENV_CONFIG, Settings, load_settings
+from .errors import BatchdError, ConfigError, ExitCode
+from .loader import SpiderSource, absolute_spider_path, build_spider, choose_store, load_spider_class
+from .pipeline import FailedItemsFile
+from .status import gather_status, render_json, render_status
+from .supervisor import Plan, Supervisor
+from .systemd import setup_logging, under_systemd
+
+log = logging.getLogger("batchd")
+
+INSTANCE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+DEFAULT_LOG_FILE = "batchd.log"
+FROM_SETTINGS = object()    # `--items` without FILE: FAILED_ITEMS_PATH
+
+
+@dataclass(frozen=True)
+class Verb:
+    name: str
+    help: str
+    arguments: Callable[[argparse.ArgumentParser], None]
+    handler: Callable[[argparse.Namespace], int]
+
+
+VERBS: dict = {}
+
+
+def verb(name: str, help: str, arguments: Callable[[argparse.ArgumentParser], None] = lambda parser: None):
+    def register(handler: Callable[[argparse.Namespace], int]):
+        VERBS[name] = Verb(name, help, arguments, handler)
+        return handler
+    return register
+
+
+# -- what every verb shares
+def spider_and_config(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("spider", nargs="?", metavar="SPIDER",
+                        help="path/file.py:Class or module:Class (default: BATCHD_SPIDER, or SPIDER in the config file)")
+    parser.add_argument("--config", metavar="FILE",
+                        help=f"the TOML config file (default: ${ENV_CONFIG}, else {DEFAULT_CONFIG_FILE} if it exists)")
+
+
+def config_files(args: argparse.Namespace, instance: Optional[str] = None) -> list:
+    """The main config file, and for a named worker instance `worker-NAME.toml` beside it."""
+    main = args.config or os.environ.get(ENV_CONFIG)
+    files = [main] if main else ([DEFAULT_CONFIG_FILE] if os.path.exists(DEFAULT_CONFIG_FILE) else [])
+    if instance:
+        overlay = os.path.join(os.path.dirname(os.path.abspath(main or DEFAULT_CONFIG_FILE)), f"worker-{instance}.toml")
+        if os.path.exists(overlay):
+            files.append(overlay)
+    return [os.path.abspath(path) for path in files]
+
+
+def spider_source(args: argparse.Namespace, files: list, overrides: dict) -> tuple:
+    """(SpiderSource, the settings known before the spider is imported)."""
+    settings = load_settings({}, config_files=files, overrides=overrides)
+    path = args.spider or settings.SPIDER
+    if not path:
+        raise ConfigError("no spider: name it (batchd run path/file.py:Class), or set BATCHD_SPIDER "
+                          "or SPIDER in the config file")
+    return SpiderSource(absolute_spider_path(path), tuple(files), overrides), settings
+
+
+def spider_from_args(args: argparse.Namespace):
+    source, settings = spider_source(args, config_files(args), {})
+    setup_logging(settings.LOG_LEVEL)
+    return build_spider(source)
+
+
+# -- run, master, worker
+def daemon_arguments(workers: bool, instance_help: str) -> Callable[[argparse.ArgumentParser], None]:
+    def arguments(parser: argparse.ArgumentParser) -> None:
+        spider_and_config(parser)
+        if workers:
+            parser.add_argument("--workers", type=non_negative, metavar="N",
+                                help="worker processes (default: WORKERS, else the CPU count)")
+        parser.add_argument("--instance", type=instance_name, metavar="NAME", help=instance_help)
+        parser.add_argument("--once", action="store_true",
+                            help="run / serve the current batch to completion, then exit 0 (for cron)")
+        parser.add_argument("--daemon", action="store_true",
+                            help="detach into the background (hosts without systemd; refused under systemd)")
+        parser.add_argument("--pidfile", metavar="FILE", help="with --daemon: the pid file, locked while running")
+        parser.add_argument("--log-file", metavar="FILE",
+                            help=f"with --daemon: where the log goes (default: ./{DEFAULT_LOG_FILE})")
+    return arguments
+
+
+def non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text}: must be 0 or more")
+    return value
+
+
+def instance_name(text: str) -> str:
+    if not INSTANCE_NAME.match(text):
+        raise argparse.ArgumentTypeError(f"{text!r}: letters, digits, _ . - only (at most 64)")
+    return text
+
+
+def supervise(verb_name: str, args: argparse.Namespace) -> int:
+    files = config_files(args, instance=args.instance if verb_name == "worker" else None)
+    workers = getattr(args, "workers", None)
+    source, settings = spider_source(args, files, {} if workers is None else {"WORKERS": workers})
+    plan = Plan(verb=verb_name, once=args.once, instance=args.instance)
+    if args.daemon:
+        return run_daemonized(args, plan, source, settings)
+    if args.pidfile or args.log_file:
+        raise ConfigError("--pidfile and --log-file go with --daemon")
+    setup_logging(settings.LOG_LEVEL)
+    return Supervisor(plan, source).run()
+
+
+@verb("run", "supervisor + master + N workers on this host",
+      daemon_arguments(True, "name this supervisor in logs, process titles and Redis"))
+def run_verb(args: argparse.Namespace) -> int:
+    return supervise("run", args)
+
+
+@verb("master", "supervisor + the master only (batchd-master.service)",
+      daemon_arguments(False, "name this supervisor in logs, process titles and Redis"))
+def master_verb(args: argparse.Namespace) -> int:
+    return supervise("master", args)
+
+
+@verb("worker", "supervisor + N workers only (batchd-worker@.service)",
+      daemon_arguments(True, "name the instance in logs, process titles and Redis; also reads "
+                             "worker-NAME.toml beside the config file"))
+def worker_verb(args: argparse.Namespace) -> int:
+    return supervise("worker", args)
+
+
+# -- --daemon, for hosts without systemd
+class PidFile:
+    """The pid file python-daemon enters once detached: written with our pid and flock-ed while we
+    run, so a second `--daemon` is refused; removed at exit."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._fd: Optional[int] = None
+
+    def __enter__(self) -> "PidFile":
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise ConfigError(f"pid file {self.path} is held by a running batchd (pid {holder})") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self._fd is None:
+            return
+        try:
+            os.unlink(self.path)
+        finally:
+            os.close(self._fd)
+            self._fd = None
+
+    def refuse_if_held(self) -> None:
+        """Before detaching: a clear error on the terminal instead of one in the log file."""
+        with self:
+            pass
+
+
+def run_daemonized(args: argparse.Namespace, plan: Plan, source: SpiderSource, settings: Settings) -> int:
+    if under_systemd():
+        raise ConfigError("--daemon is for hosts without systemd: under systemd batchd runs in the "
+                          "foreground (Type=notify); drop --daemon")
+    if not args.pidfile:
+        raise ConfigError("--daemon needs --pidfile FILE")
+    try:
+        import daemon
+    except ImportError:
+        raise ConfigError('--daemon needs python-daemon: pip install "batchd[daemon]" '
+                          "(or apt install python3-daemon)") from None
+    pidfile = PidFile(os.path.abspath(args.pidfile))
+    pidfile.refuse_if_held()
+    log_file = open(os.path.abspath(args.log_file or DEFAULT_LOG_FILE), "a", buffering=1, encoding="utf-8")
+    # The working directory stays: relative paths in the config (FAILED_ITEMS_PATH...) keep their meaning.
+    with daemon.DaemonContext(working_directory=os.getcwd(), umask=0o027, pidfile=pidfile, stdout=log_file,
+                              stderr=log_file, signal_map={}):
+        setup_logging(settings.LOG_LEVEL, force=True)
+        return Supervisor(plan, source).run()
+
+
+# -- status, check, retry
+@verb("status", "where the batch stands: progress, queue, rate, ETA, workers per host, unflushed items",
+      lambda parser: (spider_and_config(parser),
+                      parser.add_argument("--json", action="store_true", help="machine-readable output")))
+def status_verb(args: argparse.Namespace) -> int:
+    status = gather_status(spider_from_args(args))
+    print(render_json(status) if args.json else render_status(status))
+    return ExitCode.OK
+
+
+class Checklist:
+    """`batchd check`: one line per item, OK or the one-line reason; the first failure's exit code."""
+
+    def __init__(self):
+        self.exit_code = ExitCode.OK
+
+    def item(self, name: str, action: Callable[[], tuple], needs: object = True):
+        """Run `action` -> (value, text); returns the value, or None when it failed or was skipped."""
+        if not needs:
+            print(f"SKIP  {name:<11} needs the checks above")
+            return None
+        try:
+            value, text = action()
+        except BatchdError as e:
+            print(f"FAIL  {name:<11} {e}")
+            self.exit_code = self.exit_code or e.exit_code
+            return None
+        print(f"OK    {name:<11} {text}")
+        return value
+
+
+@verb("check", "check the config, the connections, the task table and its columns, the index",
+      spider_and_config)
+def check_verb(args: argparse.Namespace) -> int:
+    logging.getLogger("batchd.store").setLevel(logging.ERROR)    # the index line says it, once
+    checks = Checklist()
+    spider = checks.item("config", lambda: _checked_spider(args))
+    reached = checks.item("mysql", lambda: (True, _reach_store(spider)), needs=spider)
+    checks.item("redis", lambda: (True, _reach_queue(spider)), needs=spider)
+    opened = checks.item("task table", lambda: (True, _open_task_table(spider)), needs=reached)
+    checks.item("index", lambda: (True, _state_index(spider)), needs=opened)
+    return checks.exit_code
+
+
+def _checked_spider(args: argparse.Namespace) -> tuple:
+    spider = spider_from_args(args)
+    return spider, (f"{type(spider).__name__}: task table {spider.layout.table}, "
+                    f"namespace {spider.namespace}")
+
+
+def _reach_store(spider) -> str:
+    spider.store.now()
+    return spider.store.describe()
+
+
+def _reach_queue(spider) -> str:
+    spider.queue.ping()
+    return spider.queue.describe()
+
+
+def _open_task_table(spider) -> str:
+    layout = spider.layout
+    spider.store.open(layout)
+    return f"`{layout.table}` with `{layout.id_field}`, `{layout.state_field}`, `{layout.time_field}`"
+
+
+def _state_index(spider) -> str:
+    layout = spider.layout
+    fix = spider.store.missing_state_index(layout)
+    if fix:
+        raise BatchdError(f"`{layout.state_field}` has no index, so every patrol scans the whole table; run: {fix}")
+    return f"`{layout.state_field}` is indexed"
+
+
+@verb("retry", "replay what could not be stored: `--items` stores the items dumped to FAILED_ITEMS_PATH",
+      lambda parser: (spider_and_config(parser),
+                      parser.add_argument("--items", nargs="?", const=FROM_SETTINGS, required=True, metavar="FILE",
+                                          help="the failed items file (default: FAILED_ITEMS_PATH)")))
+def retry_verb(args: argparse.Namespace) -> int:
+    files = config_files(args)
+    settings = load_settings({}, config_files=files)
+    if args.spider or settings.SPIDER:      # the spider's __custom_setting__ may name the file or the database
+        source, _ = spider_source(args, files, {})
+        settings = source.settings(load_spider_class(source.path))
+    setup_logging(settings.LOG_LEVEL)
+    path = settings.failed_items_path() if args.items is FROM_SETTINGS else args.items
+    store = choose_store(settings)
+    store.now()       # unreachable: exit 69 now, before the file is claimed
+    stored, kept = FailedItemsFile(path).replay(store)
+    if stored or kept:
+        log.info("replayed %s: %d items stored, %d kept for the next retry", path, stored, kept)
+    else:
+        log.info("nothing to replay in %s", path)
+    return ExitCode.OK if kept == 0 else ExitCode.FAILURE
+
+
+# -- the command
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="batchd", description="Periodic batch web crawling: a supervisor, "
+                                     "a master and workers over a MySQL task table and Redis leases.")
+    parser.add_argument("--version", action="version", version=f"batchd {__version__}")
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+    for entry in VERBS.values():
+        sub = verbs.add_parser(entry.name, help=entry.help, description=entry.help)
+        entry.arguments(sub)
+        sub.set_defaults(handler=entry.handler)
+    return parser
+
+
+def main(argv: Optional[list] = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except BatchdError as e:
+        setup_logging()
+        log.error("%s", e)
+        return int(e.exit_code)
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,139 @@
+"""Servers of a test's own, for tests that stop a server: never the shared MariaDB (127.0.0.1:3306)
+or Redis (127.0.0.1:6379), which every other test is using.
+
+    with PrivateMariaDB() as db:          # mariadbd on a temporary datadir and a spare port
+        url = db.create_database()        # mysql://root@127.0.0.1:PORT/NAME
+        db.stop(); ...; db.start()        # the same data comes back
+    with PrivateRedis() as r:             # redis-server on a spare port, no persistence
+        r.url(3); r.stop(); r.start()
+
+Both need their server binaries (mariadbd + mariadb-install-db, redis-server): the machine's
+packages, which .ci/run installs.
+"""
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+
+START_TIMEOUT = 60.0
+
+
+def spare_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_until(ready, what: str, log_path: str, timeout: float = START_TIMEOUT) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if ready():
+            return
+        time.sleep(0.1)
+    with open(log_path, errors="replace") as f:
+        raise RuntimeError(f"{what} did not come up within {timeout} s:\n{f.read()[-2000:]}")
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+class _Server:
+    """A server process on a spare port and a scratch directory, stopped and removed at exit."""
+
+    name = "server"
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix=f"batchd-{self.name}-")
+        self.port = spare_port()
+        self.log_path = os.path.join(self.dir, f"{self.name}.log")
+        self.process = None
+
+    def command(self) -> list:
+        raise NotImplementedError
+
+    def ready(self) -> bool:
+        return _port_open(self.port)
+
+    def start(self) -> None:
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT)
+        _wait_until(self.ready, self.name, self.log_path)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(60)
+        self.process = None
+
+    def __enter__(self):
+        self.prepare()
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info):
+        try:
+            self.stop()
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def prepare(self) -> None:
+        """Before the first start."""
+
+
+class PrivateRedis(_Server):
+    name = "redis"
+
+    def command(self) -> list:
+        return ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                "--appendonly", "no", "--dir", self.dir]
+
+    def url(self, db: int = 0) -> str:
+        return f"redis://127.0.0.1:{self.port}/{db}"
+
+
+class PrivateMariaDB(_Server):
+    name = "mariadb"
+
+    def prepare(self) -> None:
+        self.datadir = os.path.join(self.dir, "data")
+        with open(self.log_path, "ab") as log:
+            subprocess.run(["mariadb-install-db", "--no-defaults", f"--datadir={self.datadir}", "--user=root",
+                            "--auth-root-authentication-method=normal", "--skip-test-db"],
+                           stdout=log, stderr=subprocess.STDOUT, check=True, timeout=120)
+
+    def command(self) -> list:
+        return ["mariadbd", "--no-defaults", f"--datadir={self.datadir}", "--user=root",
+                f"--port={self.port}", "--bind-address=127.0.0.1",
+                f"--socket={os.path.join(self.dir, 'mysqld.sock')}",
+                f"--pid-file={os.path.join(self.dir, 'mysqld.pid')}",
+                "--skip-log-bin", "--innodb-buffer-pool-size=16M", "--skip-name-resolve"]
+
+    def ready(self) -> bool:
+        if not _port_open(self.port):
+            return False
+        try:
+            self.connect().close()
+            return True
+        except Exception:   # still starting: any client error means "not yet"
+            return False
+
+    def connect(self, database: str = ""):
+        import MySQLdb
+        return MySQLdb.connect(host="127.0.0.1", port=self.port, user="root", passwd="", db=database,
+                               autocommit=True, connect_timeout=2)
+
+    def create_database(self) -> str:
+        name = "batchd_p_" + uuid.uuid4().hex[:8]
+        conn = self.connect()
+        conn.cursor().execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+        conn.close()
+        return self.url(name)
+
+    def url(self, database: str) -> str:
+        return f"mysql://root@127.0.0.1:{self.port}/{database}"

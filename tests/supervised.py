@@ -1,0 +1,139 @@
+"""Driving a real `batchd` supervisor from a test: start it on a backend, find its children in
+/proc, listen on a NOTIFY_SOCKET the way systemd does.
+
+    proc = start_batchd(procs, mysql_backend, "run", "--workers", "3", CHILD_TIMEOUT=3)
+    wait_for(lambda: len(workers_of(proc.pid)) == 3)
+    with NotifySocket() as notify:          # env: notify.env(WATCHDOG_USEC=...)
+        notify.wait_for("READY=1"); notify.senders() == {proc.pid}
+"""
+import os
+import socket
+import struct
+import sys
+import tempfile
+import threading
+import time
+
+from harness import wait_for
+from procs import Proc
+
+SEED = "spiders/seed.py:CrawlTask"        # relative to tests/, where Proc runs
+# Short clocks so that leases, heartbeats and status lines happen within a test's seconds.
+DAEMON_SETTINGS = {"CHILD_TIMEOUT": 3.0, "BATCH_LOST_TASK_STALE": 2.5, "STATUS_INTERVAL": 0.5,
+                   "STOP_TIMEOUT": 20.0}
+
+
+def batchd_command(*args) -> list:
+    return [sys.executable, "-m", "batchd", *args]
+
+
+def start_batchd(procs, backend, verb, *args, spider=SEED, env=None, **settings):
+    """`batchd VERB SPIDER ARGS` on the backend's database, Redis and namespace."""
+    full_env = backend.env(**{**DAEMON_SETTINGS, **settings})
+    full_env.update({"BATCHD_CONFIG": os.devnull, **(env or {})})
+    command = batchd_command(verb, *([spider] if spider else []), *args)
+    return procs.add(Proc(command, env=full_env))
+
+
+def slow_urls(site, count, seconds=0.4):
+    """Pages that take a while, one distinct URL per task."""
+    return [site.url(f"/slow?seconds={seconds}&task={n}") for n in range(1, count + 1)]
+
+
+# -- the process tree, from /proc
+def children_of(pid: int) -> list:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid and fields[0] != "Z":
+                found.append(int(entry))
+    return sorted(found)
+
+
+def title(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def workers_of(pid: int) -> list:
+    return [child for child in children_of(pid) if title(child).startswith("batchd: worker")]
+
+
+def masters_of(pid: int) -> list:
+    return [child for child in children_of(pid) if title(child).startswith("batchd: master")]
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def lines_with(proc, text: str) -> list:
+    return [line for line in proc.output().splitlines() if text in line]
+
+
+# -- systemd's side of sd_notify
+class NotifySocket:
+    """An AF_UNIX datagram socket with SO_PASSCRED: every message is kept with its sender's pid
+    and the time it came, as systemd sees them."""
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="batchd-notify-")
+        self.path = os.path.join(self.dir, "notify.sock")
+        self.messages = []          # (monotonic time, sender pid, [fields])
+        self._lock = threading.Lock()
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._sock.bind(self.path)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        self._sock.settimeout(0.2)
+        self._running = True
+        self._thread = threading.Thread(target=self._receive, name="notify-socket", daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info):
+        self._running = False
+        self._thread.join(2)
+        self._sock.close()
+        os.unlink(self.path)
+        os.rmdir(self.dir)
+
+    def env(self, **extra) -> dict:
+        return {"NOTIFY_SOCKET": self.path, **{k: str(v) for k, v in extra.items()}}
+
+    def _receive(self) -> None:
+        while self._running:
+            try:
+                data, ancillary, _, _ = self._sock.recvmsg(4096, socket.CMSG_SPACE(12))
+            except socket.timeout:
+                continue
+            pid = next((struct.unpack("iII", payload)[0] for level, kind, payload in ancillary
+                        if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS), None)
+            with self._lock:
+                self.messages.append((time.monotonic(), pid, data.decode().split("\n")))
+
+    def fields(self, prefix: str) -> list:
+        """(time, field) of every field starting with `prefix`, in order."""
+        with self._lock:
+            return [(t, field) for t, _, fields in self.messages for field in fields if field.startswith(prefix)]
+
+    def senders(self) -> set:
+        with self._lock:
+            return {pid for _, pid, _ in self.messages}
+
+    def wait_for(self, prefix: str, count: int = 1, timeout: float = 30.0) -> list:
+        return wait_for(lambda: len(self.fields(prefix)) >= count and self.fields(prefix), timeout,
+                        message=f"{count} x {prefix!r} on the notify socket")

@@ -1,0 +1,216 @@
+"""The supervisor on real MariaDB, Redis, processes and signals: a whole batch with three workers,
+a worker killed or frozen mid-batch, warm stop, a killed supervisor, TTIN / TTOU, reload,
+configuration failures (78 after a few attempts) and a database that is down at start."""
+import os
+import signal
+import time
+
+import pytest
+
+from batchd.task import TaskState
+from harness import wait_for
+from procs import Procs
+from servers import PrivateMariaDB
+from supervised import (alive, children_of, lines_with, masters_of, slow_urls, start_batchd, title,
+                        workers_of)
+from taskdb import MysqlBackend
+
+
+@pytest.fixture
+def procs():
+    started = Procs()
+    yield started
+    started.close()
+
+
+def all_done(backend):
+    states = backend.states()
+    return states and set(states.values()) == {TaskState.DONE}
+
+
+def assert_every_task_has_its_item(backend, urls):
+    assert all_done(backend)
+    assert sorted(item["url"] for item in backend.items()) == sorted(urls)   # once each: upserts
+
+
+def redis_client(backend):
+    import redis
+    return redis.Redis.from_url(backend.redis_url)
+
+
+def test_run_with_three_workers_completes_a_batch_and_once_exits_0(mysql_backend, site, procs):
+    urls = [site.url(f"/page/{n}") for n in range(1, 41)]
+    mysql_backend.create_tasks(urls)
+    proc = start_batchd(procs, mysql_backend, "run", "--workers", "3", "--once")
+    titles = wait_for(lambda: [title(pid) for pid in children_of(proc.pid)] if len(workers_of(proc.pid)) == 3
+                      else None, message="three workers")
+    assert proc.wait(60) == 0, proc.output()
+    ns = mysql_backend.namespace
+    assert f"batchd: master {ns}" in titles and {f"batchd: worker {n} {ns}" for n in (1, 2, 3)} <= set(titles)
+    assert_every_task_has_its_item(mysql_backend, urls)
+    assert lines_with(proc, "批次进度 40/40")
+    assert lines_with(proc, "the ledger is at 0")
+    assert mysql_backend.records()[-1]["is_done"]
+
+
+def test_a_worker_killed_mid_batch_is_respawned_and_its_tasks_come_back(mysql_backend, site, procs):
+    urls = slow_urls(site, 24, seconds=0.3)
+    mysql_backend.create_tasks(urls)
+    # Items wait 4 s for their flush: a worker killed before that loses them from memory.
+    proc = start_batchd(procs, mysql_backend, "run", "--workers", "2", ITEM_FLUSH_INTERVAL=4.0)
+    wait_for(lambda: lines_with(proc, "批次进度 0/24"), message="the batch open")
+    victim = workers_of(proc.pid)[0]
+    time.sleep(2)
+    os.kill(victim, signal.SIGKILL)
+    death = wait_for(lambda: lines_with(proc, f"(pid {victim}) was killed by SIGKILL"), message="the death line")[0]
+    assert "lost from memory" in death and "come back through their leases" in death
+    lost_items = int(death.split("; ")[1].split(" items")[0])
+    assert lost_items > 0, death
+    wait_for(lambda: len(workers_of(proc.pid)) == 2 and victim not in workers_of(proc.pid), message="a new worker")
+    wait_for(lambda: all_done(mysql_backend), timeout=60, message="every task done")
+    assert lines_with(proc, "lease expired")       # the master reclaimed what the victim held
+    proc.send(signal.SIGTERM)
+    assert proc.wait(30) == 0
+    assert_every_task_has_its_item(mysql_backend, urls)
+
+
+def test_a_frozen_worker_is_replaced_after_child_timeout(mysql_backend, site, procs):
+    urls = slow_urls(site, 16, seconds=0.2)
+    mysql_backend.create_tasks(urls)
+    proc = start_batchd(procs, mysql_backend, "run", "--workers", "2")
+    wait_for(lambda: len(workers_of(proc.pid)) == 2, message="two workers")
+    frozen = workers_of(proc.pid)[0]
+    stopped_at = time.monotonic()
+    os.kill(frozen, signal.SIGSTOP)
+    wait_for(lambda: not alive(frozen), timeout=20, message="the frozen worker gone")
+    silent = lines_with(proc, f"(pid {frozen}) silent for")
+    assert silent and "SIGABRT" in silent[0], proc.output()
+    # Not before CHILD_TIMEOUT (3 s) of silence; its last beat came at most a second before the stop.
+    assert float(silent[0].split("silent for ")[1].split(" s")[0]) >= 3.0
+    assert time.monotonic() - stopped_at >= 2.0
+    wait_for(lambda: len(workers_of(proc.pid)) == 2, message="its replacement")
+    wait_for(lambda: all_done(mysql_backend), timeout=60, message="every task done")
+    proc.send(signal.SIGTERM)
+    assert proc.wait(30) == 0
+    assert_every_task_has_its_item(mysql_backend, urls)
+
+
+def test_sigterm_mid_batch_is_a_warm_stop_that_leaves_nothing_held(mysql_backend, site, procs):
+    urls = slow_urls(site, 60, seconds=0.3)
+    mysql_backend.create_tasks(urls)
+    proc = start_batchd(procs, mysql_backend, "run", "--workers", "2", BATCH_PUSH_LIMIT=20)
+    wait_for(lambda: 0 < sum(s == TaskState.DONE for s in mysql_backend.states().values()) < 40,
+             message="a batch under way")
+    proc.send(signal.SIGTERM)
+    assert proc.wait(30) == 0, proc.output()
+    assert lines_with(proc, "SIGTERM: warm stop")
+    assert lines_with(proc, "the ledger is at 0")
+    keys = redis_client(mysql_backend)
+    ns = mysql_backend.namespace
+    assert keys.zcard(f"{ns}:leases") == 0 and keys.hlen(f"{ns}:lease_owner") == 0   # no lease held by this host
+    queued = {member.decode() for member in keys.smembers(f"{ns}:queued")}
+    states = mysql_backend.states()
+    # Processing now means "claimed and waiting in the queue", never "held by a worker that left".
+    assert {str(i) for i, s in states.items() if s == TaskState.PROCESSING} == queued
+    done = {i for i, s in states.items() if s == TaskState.DONE}
+    assert 0 < len(done) < len(urls)
+    assert len(mysql_backend.items()) == len(done)
+
+
+def test_children_die_with_a_killed_supervisor(mysql_backend, site, procs):
+    mysql_backend.create_tasks(slow_urls(site, 10))
+    proc = start_batchd(procs, mysql_backend, "run", "--workers", "2")
+    wait_for(lambda: len(children_of(proc.pid)) == 3, message="master and two workers")
+    children = children_of(proc.pid)
+    proc.send(signal.SIGKILL)
+    proc.wait(10)
+    wait_for(lambda: not any(alive(pid) for pid in children), timeout=30, message="no orphan left")
+
+
+def test_ttin_and_ttou_change_the_worker_count(mysql_backend, site, procs):
+    mysql_backend.create_tasks([site.url("/page/1")])
+    proc = start_batchd(procs, mysql_backend, "run", "--workers", "2")
+    wait_for(lambda: len(workers_of(proc.pid)) == 2, message="two workers")
+    proc.send(signal.SIGTTIN)
+    wait_for(lambda: len(workers_of(proc.pid)) == 3, message="three workers after TTIN")
+    assert lines_with(proc, "SIGTTIN: workers 2 -> 3")
+    for count in (2, 1):    # one signal at a time: two of a kind sent at once may arrive as one
+        proc.send(signal.SIGTTOU)
+        wait_for(lambda: len(workers_of(proc.pid)) == count, message=f"{count} workers after TTOU")
+    proc.send(signal.SIGTTOU)
+    wait_for(lambda: lines_with(proc, "staying at 1 workers"), message="TTOU keeps the last worker")
+    assert len(workers_of(proc.pid)) == 1
+    proc.send(signal.SIGTERM)
+    assert proc.wait(30) == 0
+
+
+def test_hup_reloads_the_config_and_replaces_the_children(mysql_backend, site, procs, tmp_path):
+    mysql_backend.create_tasks([site.url("/page/1")])
+    config = tmp_path / "batchd.toml"
+    config.write_text("WORKERS = 1\n")
+    proc = start_batchd(procs, mysql_backend, "run", env={"BATCHD_CONFIG": str(config)})
+    wait_for(lambda: len(workers_of(proc.pid)) == 1 and masters_of(proc.pid), message="master and one worker")
+    before = set(children_of(proc.pid))
+    config.write_text("WORKERS = 2\n")
+    proc.send(signal.SIGHUP)
+    wait_for(lambda: len(workers_of(proc.pid)) == 2 and masters_of(proc.pid)
+             and not before & set(children_of(proc.pid)), timeout=30, message="two new workers and a new master")
+    assert lines_with(proc, "reloaded: 2 children replaced")
+    config.write_text("WORKERS = 'many'\n")
+    proc.send(signal.SIGHUP)
+    wait_for(lambda: lines_with(proc, "reload failed, the running children carry on"), message="a bad reload")
+    assert len(workers_of(proc.pid)) == 2
+    proc.send(signal.SIGTERM)
+    assert proc.wait(30) == 0
+
+
+def test_a_bad_spider_path_exits_78_after_a_few_attempts(mysql_backend, procs):
+    proc = start_batchd(procs, mysql_backend, "run", spider="spiders/no_such_file.py:CrawlTask")
+    assert proc.wait(30) == 78
+    attempts = lines_with(proc, "no_such_file.py not found")
+    assert len(attempts) == 3 and "attempt 1 of 3" in attempts[0] and "gave up after 3 attempts" in attempts[2]
+    assert "Traceback" not in proc.output()
+
+
+def test_children_failing_on_their_configuration_stop_the_supervisor_with_78(mysql_backend, procs):
+    # The spider imports, but its task table does not exist: each child exits 78 at start.
+    proc = start_batchd(procs, mysql_backend, "run", "--workers", "2")
+    assert proc.wait(60) == 78, proc.output()
+    assert len(lines_with(proc, "configuration error 1 of 3")) >= 1
+    assert lines_with(proc, "failed on its configuration 3 times in a row")
+    assert "Traceback" not in proc.output()
+
+
+def test_the_master_keeps_beating_while_it_waits_for_the_lock(mysql_backend, site, procs):
+    mysql_backend.create_tasks([site.url("/page/1")])
+    lock = f"{mysql_backend.namespace}:master_lock"
+    redis_client(mysql_backend).set(lock, "someone-else:1", ex=30)
+    proc = start_batchd(procs, mysql_backend, "master")
+    wait_for(lambda: lines_with(proc, "waiting: someone-else:1 is master"), message="the master waiting")
+    time.sleep(5)                                      # longer than CHILD_TIMEOUT (3 s)
+    assert not lines_with(proc, "silent for"), proc.output()
+    redis_client(mysql_backend).delete(lock)
+    wait_for(lambda: lines_with(proc, "批次进度 0/1"), timeout=30, message="the master at work")
+    proc.send(signal.SIGTERM)
+    assert proc.wait(30) == 0
+
+
+def test_mariadb_down_at_start_is_waited_for(site, procs, failed_items_path, redis_url):
+    with PrivateMariaDB() as db:
+        backend = MysqlBackend(db.create_database(), redis_url, failed_items_path)
+        try:
+            urls = [site.url(f"/page/{n}") for n in range(1, 11)]
+            backend.create_tasks(urls)
+            db.stop()
+            proc = start_batchd(procs, backend, "run", "--workers", "2")
+            wait_for(lambda: lines_with(proc, "; retrying with backoff"), message="the retries")
+            time.sleep(2)
+            assert proc.alive() and len(children_of(proc.pid)) == 3
+            db.start()
+            backend.conn = db.connect(backend.mysql_url.rsplit("/", 1)[1])
+            wait_for(lambda: all_done(backend), timeout=60, message="the batch done once MariaDB is back")
+            proc.send(signal.SIGTERM)
+            assert proc.wait(30) == 0
+            assert_every_task_has_its_item(backend, urls)
+        finally:
+            backend.close()
