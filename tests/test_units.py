@@ -8,6 +8,7 @@ import importlib.util
 import os
 import re
 import subprocess
+import sys
 import tomllib
 
 import pytest
@@ -15,6 +16,7 @@ import pytest
 import batchd
 from batchd.config import Settings, load_settings
 from batchd.errors import ExitCode
+from batchd.supervisor import KILL_GRACE
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 UNITS = os.path.join(ROOT, "systemd")
@@ -116,7 +118,7 @@ def test_unit_runs_a_supervised_notify_service(path):
     assert one("ConfigurationDirectory") == "batchd"
     # The documented rules (batchd.toml): a child is replaced well before systemd gives up
     # on the supervisor, and a warm stop ends before systemd kills what is left.
-    assert seconds(one("WatchdogSec")) >= 2 * Settings.CHILD_TIMEOUT
+    assert seconds(one("WatchdogSec")) >= 2 * (Settings.CHILD_TIMEOUT + KILL_GRACE)
     assert seconds(one("TimeoutStopSec")) > Settings.STOP_TIMEOUT
     assert one("RestrictAddressFamilies").split() == ["AF_UNIX", "AF_INET", "AF_INET6"]
     assert unit[("Service", "SystemCallFilter")][0] == "@system-service"
@@ -178,3 +180,17 @@ def test_example_spider_crawls_a_batch(site, tmp_path):
     assert [row["batch_status"] for row in store.rows] == [batchd.TaskState.DONE] * 5
     assert sorted((item["title"], item["headings"]) for item in store.items) == \
         sorted((f"Page {n}", [f"Title {n}"]) for n in range(1, 6))
+
+
+MAN_PAGE = os.path.join(ROOT, "debian", "batchd.1")
+
+
+@pytest.mark.parametrize("verb", ["run", "master", "worker", "status", "check", "retry"])
+def test_man_page_names_every_option(verb):
+    """batchd(1) is written by hand: it must keep up with the command's options."""
+    usage = subprocess.run([sys.executable, "-m", "batchd", verb, "--help"], capture_output=True, text=True,
+                           env={**os.environ, "COLUMNS": "200"}, check=True).stdout
+    with open(MAN_PAGE, encoding="utf-8") as f:
+        page = f.read().replace("\\-", "-")
+    options = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", usage)) - {"--help"}
+    assert options and {o for o in options if o not in page} == set()
