@@ -8,11 +8,12 @@ from .spider import BatchSpider
 from .store.base import BatchRecord, BatchStore, ItemRow, Progress, TaskLayout
 from .store.memory import MemoryBatchStore
 from .store.mysql import MysqlBatchStore
+from .store.sqlite import SqliteBatchStore
 from .task import TaskState
 
 __all__ = [
     "BatchSpider", "Request", "Response", "RequestFailed",
-    "BatchStore", "MemoryBatchStore", "MysqlBatchStore", "TaskLayout", "BatchRecord", "Progress", "ItemRow",
+    "BatchStore", "MemoryBatchStore", "MysqlBatchStore", "SqliteBatchStore", "TaskLayout", "BatchRecord", "Progress", "ItemRow",
     "TaskState", "Settings", "ExitCode", "BatchdError", "ConfigError", "BackendUnavailable", "MasterLockHeld",
     "__version__",
 ]

@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from httpserver import TestSite  # noqa: E402
-from taskdb import MemoryBackend, MysqlBackend  # noqa: E402
+from taskdb import MemoryBackend, MysqlBackend, SqliteBackend  # noqa: E402
 
 MYSQL_URL = os.environ.get("TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/")
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
@@ -72,11 +72,13 @@ def failed_items_path(tmp_path):
     return str(tmp_path / "failed_items.jsonl")
 
 
-@pytest.fixture(params=["memory", "mysql"])
+@pytest.fixture(params=["memory", "mysql", "sqlite"])
 def backend(request, tmp_path, failed_items_path):
     """One suite, every store: the same test body runs on each backend."""
     if request.param == "memory":
         yield MemoryBackend(failed_items_path)
+    elif request.param == "sqlite":
+        yield SqliteBackend(tmp_path / "batchd.db", failed_items_path)
     else:
         url = request.getfixturevalue("mysql_url")
         yield MysqlBackend(url, request.getfixturevalue("redis_url"), failed_items_path)

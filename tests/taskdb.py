@@ -138,3 +138,84 @@ class MysqlBackend:
 
     def queue(self, spider):
         return RedisQueue(self.redis_url, spider.namespace)
+
+
+SQLITE_TASK_TABLE_DDL = """CREATE TABLE "{table}" (
+  "id" INTEGER PRIMARY KEY AUTOINCREMENT,
+  "url" TEXT NOT NULL,
+  "batch_status" INTEGER NOT NULL DEFAULT 0,
+  "update_time" DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP
+)"""
+
+
+class SqliteBackend:
+    """One SQLite file holds everything; read back with the stdlib sqlite3, times in UTC like the store."""
+
+    kind = "sqlite"
+    multiprocess = True
+    namespace = "t_sqlite"    # not the table's name, so the queue's namespace column is put to use
+
+    def __init__(self, path, failed_items_path):
+        import sqlite3
+        self.path, self.failed_items_path = str(path), failed_items_path
+        self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+
+    def close(self):
+        self.conn.close()
+
+    def sql(self, statement, params=()):
+        return self.conn.execute(statement, params).fetchall()
+
+    def create_tasks(self, urls, table="crawl_task", index=True):
+        self.table = table
+        self.sql(SQLITE_TASK_TABLE_DDL.format(table=table))
+        if index:
+            self.sql(f'CREATE INDEX "idx_{table}_state" ON "{table}" ("batch_status")')
+        self.conn.executemany(f'INSERT INTO "{table}" ("url") VALUES (?)', [(u,) for u in urls])
+        return self.store()
+
+    def add_task(self, url):
+        self.sql(f'INSERT INTO "{self.table}" ("url") VALUES (?)', (url,))
+
+    def store(self):
+        return batchd.SqliteBatchStore(self.path)
+
+    def settings(self, **extra):
+        return {**FAST, "FAILED_ITEMS_PATH": self.failed_items_path, "NAMESPACE": self.namespace, **extra}
+
+    def env(self, **extra):
+        """Environment for a batchd subprocess using this backend (the file is named by TEST_SQLITE_PATH)."""
+        env = {f"BATCHD_{k}": str(v) for k, v in self.settings(**extra).items()}
+        env["TEST_SQLITE_PATH"] = self.path
+        return env
+
+    def states(self):
+        return {i: s for i, s in self.sql(f'SELECT "id", "batch_status" FROM "{self.table}"')}
+
+    def set_state(self, task_id, state, age_seconds=0):
+        self.sql(f'UPDATE "{self.table}" SET "batch_status" = ?, "update_time" = datetime(\'now\', ?) '
+                 'WHERE "id" = ?', (state, f"-{age_seconds} seconds", task_id))
+
+    def items(self):
+        rows = self.sql(f'SELECT "item" FROM "{self.table}_item" ORDER BY "task_id", "request_seq", "item_seq"')
+        return [json.loads(r[0]) for r in rows]
+
+    def records(self):
+        from datetime import datetime
+        if not self.sql("SELECT 1 FROM sqlite_master WHERE name = ?", (f"{self.table}_batch_record",)):
+            return []                      # the master has not started yet
+        cur = self.conn.execute(f'SELECT * FROM "{self.table}_batch_record" ORDER BY "id"')
+        names = [d[0] for d in cur.description]
+        rows = [dict(zip(names, row)) for row in cur.fetchall()]
+        for row in rows:
+            row["is_done"] = bool(row["is_done"])
+            for name in ("batch_date", "create_time", "update_time"):
+                row[name] = datetime.fromisoformat(row[name])
+        return rows
+
+    def age_last_batch(self, days=0, hours=0):
+        self.sql(f'UPDATE "{self.table}_batch_record" SET "batch_date" = datetime("batch_date", ?) '
+                 f'WHERE "id" = (SELECT MAX("id") FROM "{self.table}_batch_record")', (f"-{days * 24 + hours} hours",))
+
+    def queue(self, spider):
+        return batchd.SqliteBatchStore(self.path).embedded_queue(spider.namespace, spider.settings)

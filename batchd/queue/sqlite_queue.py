@@ -1,0 +1,212 @@
+"""SqliteQueue: the queue of a SqliteBatchStore, in the same SQLite file, for one host with no Redis.
+
+The same guarantees as the Redis queue, with tables in place of keys; every table has
+the namespace as a column, so spiders sharing a file keep apart:
+
+    batchd_queue     seq (push order), namespace, task_key, payload   the pending list (JSON payloads)
+    batchd_lease     namespace, task_key, token, deadline             a lease: the token that holds it,
+                                                                      and its deadline (Unix time)
+    batchd_attempts  namespace, task_key, attempts                    leases this batch (BATCH_TASK_MAX_ATTEMPTS)
+    batchd_seen      namespace, batch_id, fingerprint                 request fingerprints (REQUEST_FILTER_ENABLE)
+    batchd_lock      namespace, owner, expires                        the master lock: owner string and expiry
+    batchd_flag      namespace, name, value                           'done' (the batch id) and 'wake'
+
+A step that must not be split (pop + lease, check the token + renew / release, take the
+lock unless another owner holds it) is one statement or one `BEGIN IMMEDIATE`
+transaction, so no other process sees it half done. Deadlines and expiries are read
+from the host's clock (time.time()), the clock of every process that opens the file.
+"""
+import time
+from typing import Iterable, Optional, Sequence
+
+from ..codec import decode_task, encode_task
+from ..store.mysql import chunks
+from ..store.sqlite import IN_CHUNK, SqliteFile, marks
+from .base import Lease, MasterLock, TaskQueue, task_key
+
+WAKE_POLL = 0.05      # seconds between two looks at the wake flag
+DONE_FLAG, WAKE_FLAG = "done", "wake"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS batchd_queue (
+    seq INTEGER PRIMARY KEY, namespace TEXT NOT NULL, task_key TEXT NOT NULL, payload TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS batchd_queue_order ON batchd_queue (namespace, seq);
+CREATE INDEX IF NOT EXISTS batchd_queue_key ON batchd_queue (namespace, task_key);
+CREATE TABLE IF NOT EXISTS batchd_lease (
+    namespace TEXT NOT NULL, task_key TEXT NOT NULL, token TEXT NOT NULL, deadline REAL NOT NULL,
+    PRIMARY KEY (namespace, task_key)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS batchd_lease_deadline ON batchd_lease (namespace, deadline);
+CREATE TABLE IF NOT EXISTS batchd_attempts (
+    namespace TEXT NOT NULL, task_key TEXT NOT NULL, attempts INTEGER NOT NULL,
+    PRIMARY KEY (namespace, task_key)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS batchd_seen (
+    namespace TEXT NOT NULL, batch_id INTEGER NOT NULL, fingerprint TEXT NOT NULL,
+    PRIMARY KEY (namespace, batch_id, fingerprint)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS batchd_lock (
+    namespace TEXT NOT NULL PRIMARY KEY, owner TEXT NOT NULL, expires REAL NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS batchd_flag (
+    namespace TEXT NOT NULL, name TEXT NOT NULL, value TEXT NOT NULL,
+    PRIMARY KEY (namespace, name)) WITHOUT ROWID;
+"""
+BATCH_TABLES = ("batchd_queue", "batchd_lease", "batchd_attempts", "batchd_seen")
+
+
+class SqliteMasterLock(MasterLock):
+    """A row per namespace; free when missing or expired, so a dead master's lock lapses after its TTL."""
+
+    def __init__(self, db: SqliteFile, namespace: str, owner: str, ttl: float):
+        self.db, self.namespace, self.owner, self.ttl = db, namespace, owner, ttl
+
+    def acquire(self) -> bool:
+        now = time.time()
+        return bool(self.db.change(
+            "INSERT INTO batchd_lock (namespace, owner, expires) VALUES (?, ?, ?) "
+            "ON CONFLICT (namespace) DO UPDATE SET owner = excluded.owner, expires = excluded.expires "
+            "WHERE batchd_lock.expires <= ?", (self.namespace, self.owner, now + self.ttl, now)))
+
+    def renew(self) -> bool:
+        now = time.time()
+        return bool(self.db.change("UPDATE batchd_lock SET expires = ? WHERE namespace = ? AND owner = ? "
+                                   "AND expires > ?", (now + self.ttl, self.namespace, self.owner, now)))
+
+    def release(self) -> None:
+        self.db.change("DELETE FROM batchd_lock WHERE namespace = ? AND owner = ?", (self.namespace, self.owner))
+
+
+class SqliteQueue(TaskQueue):
+    def __init__(self, db: SqliteFile, namespace: str):
+        self.db, self.namespace = db, namespace
+        with db.translated():
+            db.connection().executescript(SCHEMA)
+
+    def describe(self) -> str:
+        return f"SQLite queue {self.db.path}"
+
+    # -- the master's side
+    def master_lock(self, owner: str, ttl: float) -> MasterLock:
+        return SqliteMasterLock(self.db, self.namespace, owner, ttl)
+
+    def lock_holder(self) -> Optional[str]:
+        rows = self.db.rows("SELECT owner FROM batchd_lock WHERE namespace = ? AND expires > ?",
+                            (self.namespace, time.time()))
+        return rows[0][0] if rows else None
+
+    def clear_batch(self) -> None:
+        with self.db.transaction() as conn:
+            for table in BATCH_TABLES:
+                conn.execute(f"DELETE FROM {table} WHERE namespace = ?", (self.namespace,))
+            conn.execute("DELETE FROM batchd_flag WHERE namespace = ? AND name IN (?, ?)",
+                         (self.namespace, DONE_FLAG, WAKE_FLAG))
+
+    def push(self, batch_id: int, tasks: Sequence[dict], id_field: str) -> None:
+        if not tasks:
+            return
+        entries = []
+        for row in tasks:
+            key = task_key(row[id_field])
+            entries.append((self.namespace, key, encode_task(key, batch_id, row[id_field], row)))
+        with self.db.transaction() as conn:
+            conn.executemany("INSERT INTO batchd_queue (namespace, task_key, payload) VALUES (?, ?, ?)", entries)
+
+    def count_attempts(self, task_ids: Sequence) -> list:
+        with self.db.transaction() as conn:
+            return [conn.execute("INSERT INTO batchd_attempts (namespace, task_key, attempts) VALUES (?, ?, 1) "
+                                 "ON CONFLICT (namespace, task_key) DO UPDATE SET attempts = attempts + 1 "
+                                 "RETURNING attempts", (self.namespace, task_key(task_id))).fetchall()[0][0]
+                    for task_id in task_ids]
+
+    def reclaim_expired(self, limit: int) -> list:
+        rows = self.db.rows("DELETE FROM batchd_lease WHERE namespace = ? AND task_key IN (SELECT task_key "
+                            "FROM batchd_lease WHERE namespace = ? AND deadline <= ? LIMIT ?) RETURNING task_key",
+                            (self.namespace, self.namespace, time.time(), limit))
+        return [row[0] for row in rows]
+
+    def known(self, task_keys: Sequence[str]) -> set:
+        found = set()
+        for part in chunks(list(task_keys), IN_CHUNK):
+            # One statement reads one snapshot: a key moving from the list to a lease is seen in one of them.
+            found.update(row[0] for row in self.db.rows(
+                f"SELECT task_key FROM batchd_queue WHERE namespace = ? AND task_key IN ({marks(len(part))}) "
+                f"UNION SELECT task_key FROM batchd_lease WHERE namespace = ? AND task_key IN ({marks(len(part))})",
+                [self.namespace] + part + [self.namespace] + part))
+        return found
+
+    def set_done(self, batch_id: int) -> None:
+        self._set_flag(DONE_FLAG, str(batch_id))
+
+    def wait_for_wake(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not self._take_wake():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(WAKE_POLL, left))
+        return True
+
+    def _take_wake(self) -> bool:
+        # Looking first keeps the master's polling to reads, which never wait for a writer.
+        return self._has_flag(WAKE_FLAG) and bool(
+            self.db.change("DELETE FROM batchd_flag WHERE namespace = ? AND name = ?", (self.namespace, WAKE_FLAG)))
+
+    # -- both sides
+    def pending_count(self) -> int:
+        return self.db.rows("SELECT COUNT(*) FROM batchd_queue WHERE namespace = ?", (self.namespace,))[0][0]
+
+    def leased_count(self) -> int:
+        return self.db.rows("SELECT COUNT(*) FROM batchd_lease WHERE namespace = ?", (self.namespace,))[0][0]
+
+    def is_done(self) -> bool:
+        return self._has_flag(DONE_FLAG)
+
+    def _has_flag(self, name: str) -> bool:
+        return bool(self.db.rows("SELECT 1 FROM batchd_flag WHERE namespace = ? AND name = ?", (self.namespace, name)))
+
+    def _set_flag(self, name: str, value: str) -> None:
+        self.db.change("INSERT INTO batchd_flag (namespace, name, value) VALUES (?, ?, ?) "
+                       "ON CONFLICT (namespace, name) DO UPDATE SET value = excluded.value",
+                       (self.namespace, name, value))
+
+    # -- the workers' side
+    def lease(self, token: str, lease_seconds: float) -> Optional[Lease]:
+        # An idle worker polls: looking first spares the write lock while the list is empty.
+        if not self.db.rows("SELECT 1 FROM batchd_queue WHERE namespace = ? LIMIT 1", (self.namespace,)):
+            return None
+        with self.db.transaction() as conn:
+            taken = conn.execute("DELETE FROM batchd_queue WHERE seq = (SELECT seq FROM batchd_queue "
+                                 "WHERE namespace = ? ORDER BY seq LIMIT 1) RETURNING task_key, payload",
+                                 (self.namespace,)).fetchall()
+            if not taken:
+                return None
+            key, payload = taken[0]
+            conn.execute("INSERT INTO batchd_lease (namespace, task_key, token, deadline) VALUES (?, ?, ?, ?) "
+                         "ON CONFLICT (namespace, task_key) DO UPDATE SET token = excluded.token, "
+                         "deadline = excluded.deadline", (self.namespace, key, token, time.time() + lease_seconds))
+            left = conn.execute("SELECT COUNT(*) FROM batchd_queue WHERE namespace = ?",
+                                (self.namespace,)).fetchall()[0][0]
+        task = decode_task(payload)
+        return Lease(task_id=task["id"], batch_id=task["batch"], task=task["task"], token=token, queue_left=left)
+
+    def renew(self, leases: Iterable[Lease], lease_seconds: float) -> int:
+        leases = list(leases)
+        if not leases:
+            return 0
+        deadline = time.time() + lease_seconds
+        with self.db.transaction() as conn:
+            return sum(conn.execute("UPDATE batchd_lease SET deadline = ? WHERE namespace = ? AND task_key = ? "
+                                    "AND token = ?", (deadline, self.namespace, lease.key, lease.token)).rowcount
+                       for lease in leases)
+
+    def release(self, leases: Sequence[Lease]) -> list:
+        if not leases:
+            return []
+        with self.db.transaction() as conn:
+            return [lease for lease in leases
+                    if conn.execute("DELETE FROM batchd_lease WHERE namespace = ? AND task_key = ? AND token = ?",
+                                    (self.namespace, lease.key, lease.token)).rowcount]
+
+    def wake_master(self) -> None:
+        self._set_flag(WAKE_FLAG, "1")
+
+    def first_seen(self, batch_id: int, fingerprint: str) -> bool:
+        return bool(self.db.change("INSERT INTO batchd_seen (namespace, batch_id, fingerprint) VALUES (?, ?, ?) "
+                                   "ON CONFLICT DO NOTHING", (self.namespace, batch_id, fingerprint)))
