@@ -59,12 +59,8 @@ def _admin_args() -> dict:
 
 @pytest.fixture
 def redis_url():
-    import redis
-    client = redis.Redis.from_url(REDIS_URL)
-    client.flushdb()
-    yield REDIS_URL
-    client.flushdb()
-    client.close()
+    """The shared Redis; each test backend works in a namespace of its own and deletes it after."""
+    return REDIS_URL
 
 
 @pytest.fixture
@@ -81,14 +77,26 @@ def backend(request, tmp_path, failed_items_path):
         yield SqliteBackend(tmp_path / "batchd.db", failed_items_path)
     else:
         url = request.getfixturevalue("mysql_url")
-        yield MysqlBackend(url, request.getfixturevalue("redis_url"), failed_items_path)
+        mysql = MysqlBackend(url, request.getfixturevalue("redis_url"), failed_items_path)
+        yield mysql
+        mysql.close()
 
 
 @pytest.fixture(params=["mysql"])
 def shared_backend(request, failed_items_path):
     """The stores that master and workers reach from separate processes."""
     url = request.getfixturevalue("mysql_url")
-    yield MysqlBackend(url, request.getfixturevalue("redis_url"), failed_items_path)
+    mysql = MysqlBackend(url, request.getfixturevalue("redis_url"), failed_items_path)
+    yield mysql
+    mysql.close()
+
+
+@pytest.fixture
+def mysql_backend(mysql_url, redis_url, failed_items_path):
+    """MySQL + Redis alone, for what only a server-backed store shows."""
+    mysql = MysqlBackend(mysql_url, redis_url, failed_items_path)
+    yield mysql
+    mysql.close()
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ back task states, items and batch records straight from where the store keeps th
 (SQL for MySQL, the object for memory) — never through the code under test.
 """
 import json
+import uuid
 
 import batchd
 from batchd.queue.redis_queue import RedisQueue
@@ -73,11 +74,25 @@ class MysqlBackend:
     multiprocess = True
 
     def __init__(self, mysql_url, redis_url, failed_items_path):
-        import MySQLdb
-        from batchd.store.mysql import parse_mysql_url
         self.mysql_url, self.redis_url = mysql_url, redis_url
         self.failed_items_path = failed_items_path
-        self.conn = MySQLdb.connect(autocommit=True, **parse_mysql_url(mysql_url))
+        self.reconnect()
+        # A namespace of its own: test runs side by side share one Redis without meeting.
+        self.namespace = "t" + uuid.uuid4().hex[:12]
+
+    def reconnect(self):
+        import MySQLdb
+        from batchd.store.mysql import parse_mysql_url
+        self.conn = MySQLdb.connect(autocommit=True, **parse_mysql_url(self.mysql_url))
+
+    def close(self):
+        import redis
+        client = redis.Redis.from_url(self.redis_url)
+        keys = list(client.scan_iter(match=f"{self.namespace}:*"))
+        if keys:
+            client.delete(*keys)
+        client.close()
+        self.conn.close()
 
     def sql(self, statement, params=()):
         cur = self.conn.cursor()
@@ -102,7 +117,7 @@ class MysqlBackend:
 
     def settings(self, **extra):
         return {**FAST, "FAILED_ITEMS_PATH": self.failed_items_path, "MYSQL_URL": self.mysql_url,
-                "REDIS_URL": self.redis_url, **extra}
+                "REDIS_URL": self.redis_url, "NAMESPACE": self.namespace, **extra}
 
     def env(self, **extra):
         """Environment for a batchd subprocess using this backend."""

@@ -23,12 +23,6 @@ def assert_one_clean_error(proc, *fragments):
         assert fragment in errors[0], errors[0]
 
 
-@pytest.fixture
-def mysql_backend(mysql_url, redis_url, failed_items_path):
-    from taskdb import MysqlBackend
-    return MysqlBackend(mysql_url, redis_url, failed_items_path)
-
-
 def test_a_missing_task_table_exits_78_naming_it(mysql_backend, procs):
     proc = procs.add(Proc.spider("spiders.seed:CrawlTask", "master-once", mysql_backend.env()))
     assert proc.wait(30) == 78

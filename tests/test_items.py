@@ -50,12 +50,6 @@ def retry_items(backend, path):
                           capture_output=True, text=True, timeout=60)
 
 
-@pytest.fixture
-def mysql_backend(mysql_url, redis_url, failed_items_path):
-    from taskdb import MysqlBackend
-    return MysqlBackend(mysql_url, redis_url, failed_items_path)
-
-
 def test_items_go_to_the_spiders_table_as_upserts(mysql_backend, site):
     mysql_backend.create_tasks([site.url("/page/1"), site.url("/page/2")])
     mysql_backend.sql(ITEM_TABLE.replace("NOT NULL,\n  PRIMARY", "NOT NULL DEFAULT '',\n  PRIMARY"))
@@ -116,5 +110,5 @@ def test_dumped_items_keep_their_types(failed_items_path):
     row = ItemRow(3, 7, 1, 2, {"at": datetime(2026, 1, 2, 3, 4, 5), "price": Decimal("9.99"), "raw": b"\x00\x01"})
     FailedItemsFile(failed_items_path).append([FailedItemsFile.record("t", "columns", row, "boom")])
     with open(failed_items_path, encoding="utf-8") as f:
-        table, kind, parsed = FailedItemsFile.parse(f.readline())
+        _, table, kind, parsed = FailedItemsFile.parse(f.readline())
     assert (table, kind, parsed) == ("t", "columns", row)

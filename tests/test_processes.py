@@ -39,17 +39,17 @@ def test_a_second_master_waits_or_in_once_mode_exits_75(shared_backend, procs):
     shared_backend.create_tasks(["http://x.invalid/1"])
     env = shared_backend.env()
     first = procs.add(Proc.spider("spiders.seed:CrawlTask", "master", env))
-    first.wait_output("master of namespace 'crawl_task'")
+    first.wait_output(f"master of namespace '{shared_backend.namespace}'")
     second = procs.add(Proc.spider("spiders.seed:CrawlTask", "master-once", env))
     assert second.wait(30) == 75
-    assert "another master holds namespace 'crawl_task'" in second.output()
+    assert f"another master holds namespace '{shared_backend.namespace}'" in second.output()
     waiting = procs.add(Proc.spider("spiders.seed:CrawlTask", "master", env))
-    waiting.wait_output("is master of namespace 'crawl_task'")
+    waiting.wait_output(f"is master of namespace '{shared_backend.namespace}'")
     time.sleep(1)
-    assert "master of namespace 'crawl_task' (" not in waiting.output()
+    assert f"master of namespace '{shared_backend.namespace}' (" not in waiting.output()
     first.send(signal.SIGTERM)                     # a clean exit releases the lock at once
     assert first.wait(30) == 0
-    waiting.wait_output("master of namespace 'crawl_task' (", timeout=10)
+    waiting.wait_output(f"master of namespace '{shared_backend.namespace}' (", timeout=10)
 
 
 def test_a_dead_masters_lock_is_taken_over_once_it_expires(shared_backend, site, procs):
@@ -61,7 +61,7 @@ def test_a_dead_masters_lock_is_taken_over_once_it_expires(shared_backend, site,
     successor.wait_output("is master of namespace")
     first.send(signal.SIGKILL)
     killed_at = time.monotonic()
-    successor.wait_output("master of namespace 'crawl_task' (", timeout=15)
+    successor.wait_output(f"master of namespace '{shared_backend.namespace}' (", timeout=15)
     assert time.monotonic() - killed_at < 10
     procs.add(Proc.spider("spiders.seed:CrawlTask", "worker-once", env)).wait(60)
     wait_for(lambda: batch_done(shared_backend), timeout=30, message="the successor to close the batch")
@@ -77,7 +77,7 @@ def test_keep_alive_worker_waits_for_work_and_stops_on_sigterm(shared_backend, s
     time.sleep(1.5)
     assert resident.alive() and once.alive(), "workers must wait for a master to hand out work"
     master = procs.add(Proc.spider("spiders.seed:CrawlTask", "master-once", env))
-    assert master.wait(60) == 0
+    assert master.wait(60) == 0, master.output()
     assert once.wait(30) == 0                      # keep_alive=False: the batch is done, it returns
     time.sleep(1)
     assert resident.alive()                        # keep_alive=True: waits for the next batch

@@ -131,17 +131,21 @@ class MysqlBatchStore(BatchStore):
 
     @contextmanager
     def _cursor(self, dict_rows: bool = False, transaction: bool = False):
-        """A cursor on this thread's connection; connection losses become BackendUnavailable."""
+        """A cursor on this thread's connection; connection losses become BackendUnavailable,
+        wherever they surface (a dead connection also fails when the cursor is closed)."""
         MySQLdb = _driver()
         conn = self._connection()
         cursor_class = MySQLdb.cursors.DictCursor if dict_rows else MySQLdb.cursors.Cursor
-        cur = conn.cursor(cursor_class)
         try:
-            if transaction:
-                conn.begin()
-            yield cur
-            if transaction:
-                conn.commit()
+            cur = conn.cursor(cursor_class)
+            try:
+                if transaction:
+                    conn.begin()
+                yield cur
+                if transaction:
+                    conn.commit()
+            finally:
+                cur.close()
         except MySQLdb.OperationalError as e:
             if e.args and e.args[0] in CONNECTION_ERRORS:
                 self._drop()
@@ -151,8 +155,6 @@ class MysqlBatchStore(BatchStore):
         except BaseException:
             self._rollback(conn, transaction)
             raise
-        finally:
-            cur.close()
 
     def _rollback(self, conn, transaction: bool) -> None:
         if transaction:

@@ -1,0 +1,79 @@
+"""Outages of the database and of Redis in the middle of a batch, on servers of the test's own:
+write-backs wait for the database and are never dropped; a Redis that comes back empty loses no
+task (the master resets what no queue knows once it is stale)."""
+import logging
+import os
+import threading
+
+import pytest
+
+from batchd.task import TaskState
+from harness import InProcessBatch, wait_for
+from servers import PrivateMariaDB, PrivateRedis
+from spiders.seed import CrawlTask
+from taskdb import MysqlBackend
+
+D = TaskState.DONE
+GATE = threading.Event()
+
+
+class GatedSpider(CrawlTask):
+    """Holds every task in parse() until the test opens the gate."""
+
+    def parse(self, request, response, task):
+        GATE.wait(60)
+        yield from super().parse(request, response, task)
+
+
+@pytest.fixture
+def private_mysql(redis_url, failed_items_path):
+    with PrivateMariaDB() as db:
+        backend = MysqlBackend(db.create_database(), redis_url, failed_items_path)
+        yield db, backend
+        backend.close()
+
+
+def factory(backend, cls, **settings):
+    return lambda: cls(batch_store=backend.store(), settings=backend.settings(**settings))
+
+
+def test_write_backs_wait_out_a_database_outage(private_mysql, site, caplog):
+    db, backend = private_mysql
+    backend.create_tasks([site.url(f"/page/{i}") for i in range(1, 6)])
+    GATE.clear()
+    with caplog.at_level(logging.WARNING, logger="batchd"):
+        with InProcessBatch(factory(backend, GatedSpider, SPIDER_THREAD_COUNT=5)) as batch:
+            worker = next(loop for name, _, _, loop in batch.loops if name.startswith("worker"))
+            wait_for(lambda: worker.pipeline is not None and worker.pipeline.in_flight() == 5,
+                     message="every task leased")
+            backend.conn.close()
+            db.stop()
+            GATE.set()                         # items flushed into a dead server, then write-backs
+            wait_for(lambda: "write-back of" in caplog.text and "postponed" in caplog.text, timeout=30,
+                     message="a postponed write-back")
+            db.start()
+            backend.reconnect()
+            wait_for(lambda: set(backend.states().values()) == {D}, timeout=60, message="tasks done")
+    dumped = open(backend.failed_items_path).read().count("\n") if os.path.exists(backend.failed_items_path) else 0
+    assert len(backend.items()) + dumped == 5, "every item landed: stored, or dumped for `batchd retry --items`"
+
+
+def test_a_redis_that_comes_back_empty_loses_no_task(mysql_url, site, failed_items_path, caplog):
+    with PrivateRedis() as redis_server:
+        backend = MysqlBackend(mysql_url, redis_server.url(0), failed_items_path)
+        try:
+            backend.create_tasks([site.url(f"/page/{i}") for i in range(1, 9)])
+            GATE.clear()
+            settings = dict(SPIDER_THREAD_COUNT=2, BATCH_LOST_TASK_STALE=2)
+            with caplog.at_level(logging.WARNING, logger="batchd"):
+                with InProcessBatch(factory(backend, GatedSpider, **settings)):
+                    wait_for(lambda: list(backend.states().values()).count(TaskState.PROCESSING) == 8,
+                             message="every task claimed")
+                    redis_server.stop()            # the queue and the leases are gone...
+                    redis_server.start()           # ...and Redis is back, empty
+                    GATE.set()
+                    wait_for(lambda: set(backend.states().values()) == {D}, timeout=90, message="tasks done")
+            assert "that no queue holds" in caplog.text
+            assert sorted(i["title"] for i in backend.items()) == [f"Title {i}" for i in range(1, 9)]
+        finally:
+            backend.close()
