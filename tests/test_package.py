@@ -16,6 +16,7 @@ import uuid
 import pytest
 
 import batchd
+from batchd.task import TaskState
 from harness import wait_for
 from taskdb import MysqlBackend
 
@@ -183,8 +184,7 @@ class Box:
         self.sh(f'cat > "{path}" && chown {owner} "{path}" && chmod {mode} "{path}"', input=text)
 
     def show(self, unit) -> dict:
-        out = self.run("systemctl", "show", unit, "-p",
-                       "MainPID,NRestarts,ActiveState").stdout
+        out = self.run("systemctl", "show", unit, "-p", "MainPID,NRestarts,ActiveState").stdout
         return dict(line.split("=", 1) for line in out.splitlines())
 
     def journal(self, unit, after=None) -> str:
@@ -238,7 +238,7 @@ def box():
 def progress(backend):
     """(settled, total) straight from the task table."""
     counts = dict(backend.sql("SELECT `batch_status`, COUNT(*) FROM `crawl_task` GROUP BY `batch_status`"))
-    return counts.get(1, 0) + counts.get(-1, 0), sum(counts.values())
+    return counts.get(TaskState.DONE, 0) + counts.get(TaskState.FAILED, 0), sum(counts.values())
 
 
 def restarted(box, unit, old_pid, restarts):
@@ -336,7 +336,7 @@ def check_service_lifecycle(built, box, site, backend):
     wait_for(lambda: progress(backend) == (TASKS, TASKS) and backend.records()[-1]["is_done"],
              timeout=150, interval=0.5, message=f"the batch of {TASKS} tasks to finish")
     batch_seconds = time.monotonic() - started
-    assert set(backend.states().values()) == {1}
+    assert set(backend.states().values()) == {TaskState.DONE}
     items = backend.items()
     assert sorted((item["url"], item["title"]) for item in items) == \
         sorted((site.url(f"/page/{n}"), f"Title {n}") for n in range(1, TASKS + 1))
