@@ -184,7 +184,7 @@ class Box:
         self.sh(f'cat > "{path}" && chown {owner} "{path}" && chmod {mode} "{path}"', input=text)
 
     def show(self, unit) -> dict:
-        out = self.run("systemctl", "show", unit, "-p", "MainPID,NRestarts,ActiveState").stdout
+        out = self.run("systemctl", "show", unit, "-p", "MainPID,NRestarts,ActiveState,ExecMainStatus").stdout
         return dict(line.split("=", 1) for line in out.splitlines())
 
     def journal(self, unit, after=None) -> str:
@@ -286,6 +286,13 @@ def check_service_lifecycle(built, box, site, backend):
         box.sh(f"mkdir -p /etc/systemd/system/{unit}.d")
         box.write(f"/etc/systemd/system/{unit}.d/test-timings.conf", DROP_IN)
     box.run("systemctl", "daemon-reload")
+
+    # -- a configuration error (exit 78) stops an instance instead of restarting it
+    box.write("/etc/batchd/worker-broken.toml", 'SPIDER = "/etc/batchd/spiders/missing.py:Nothing"\n',
+              mode="0640", owner="root:batchd")
+    assert box.run("systemctl", "start", "batchd-worker@broken", check=False, timeout=60).returncode != 0
+    state = box.show("batchd-worker@broken")
+    assert (state["ActiveState"], state["ExecMainStatus"], state["NRestarts"]) == ("failed", "78", "0"), state
 
     started = time.monotonic()
     box.run("systemctl", "start", "batchd-master", "batchd-worker@1", "batchd-worker@2")
