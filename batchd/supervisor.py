@@ -135,6 +135,7 @@ class Supervisor:
     # -- the whole life
     def run(self) -> int:
         set_process_role(self.plan.named("supervisor"))
+        set_process_title("batchd: supervisor (loading the spider)")
         self._install_signal_handlers()
         try:
             loaded = self._load_spider()
@@ -163,13 +164,12 @@ class Supervisor:
                 if self._pause(delay):
                     log.info("stopped before the spider could be loaded")
                     return None
-        return None
 
     def _begin(self, settings, namespace: str) -> None:
         self._apply(settings, namespace)
-        workers = self.seats["worker"].wanted if "worker" in self.seats else 0
+        workers = self.seats["worker"].wanted if "worker" in self.seats else None
         self.block = LedgerBlock(MASTER_ROWS if "master" in self.seats else 0,
-                                 2 * workers + SPARE_WORKER_ROWS if workers or "worker" in self.seats else 0,
+                                 0 if workers is None else 2 * workers + SPARE_WORKER_ROWS,
                                  settings.SPIDER_THREAD_COUNT * SLOTS_PER_THREAD)
         log.info("supervising %s for namespace %r: %s; ledger of %d bytes (%d slots per worker)",
                  self.source.path, namespace, " + ".join(_count(s.wanted, r) for r, s in self.seats.items()),
@@ -196,7 +196,13 @@ class Supervisor:
 
     def _wanted_workers(self, settings) -> int:
         wanted = settings.WORKERS if settings.WORKERS is not None else (os.cpu_count() or 1)
-        room = self.block.worker_rows // 2 if self.block is not None else wanted
+        if self.block is None:
+            return wanted
+        slots = settings.SPIDER_THREAD_COUNT * SLOTS_PER_THREAD
+        if slots > self.block.slots_per_worker:
+            log.warning("SPIDER_THREAD_COUNT=%d wants %d ledger slots per worker; the ledger made at start has %d "
+                        "(restart to grow it)", settings.SPIDER_THREAD_COUNT, slots, self.block.slots_per_worker)
+        room = self.block.worker_rows // 2
         if wanted > room:
             log.warning("WORKERS=%d does not fit the ledger made at start; running %d (restart to grow it)",
                         wanted, room)
@@ -384,7 +390,7 @@ class Supervisor:
         lost, row = self.block.lost(child.spec.row), self.block.row(child.spec.row)
         self.ended.update(done=row.done, failed=row.failed, items=row.items,
                           left_items=lost.items, left_tasks=len(lost.task_keys))
-        next_step = self._after_end(child, code, now)
+        next_step, stop = self._after_end(child, code, now)
         held = (f"; {lost.items} items of {len(lost.task_keys)} tasks lost from memory (tasks "
                 f"{', '.join(lost.task_keys)}): those tasks stay in processing and come back through their leases"
                 if lost.task_keys else "")
@@ -392,20 +398,19 @@ class Supervisor:
         log.log(level, "%s %s%s%s", child.label, describe_exit(code), held, next_step)
         self.block.clear(child.spec.row)
         child.process.close()
+        if stop is not None:
+            self._begin_stop(*stop)
 
-    def _after_end(self, child: Child, code: int, now: float) -> str:
-        """Decide what follows a child's end; returns the tail of its log line."""
+    def _after_end(self, child: Child, code: int, now: float) -> tuple:
+        """What follows a child's end: (the tail of its log line, None or the stop it calls for)."""
         if child.retiring_since is not None:
-            return ""
+            return "", None
         role, seats = child.spec.role, self.seats[child.spec.role]
         if self.plan.once and role == "master" and code in (ExitCode.OK, ExitCode.UNAVAILABLE, ExitCode.TEMPFAIL):
-            self._begin_stop(ExitCode(code), "the master is done (--once)")
-            return ""
-        if self.plan.once and not seats.wanted == 0 and role == "worker" and code == 0 and self.plan.verb == "worker":
+            return "", (ExitCode(code), "the batch is over (--once)" if code == 0 else f"--once ends with {code}")
+        if self.plan.once and self.plan.verb == "worker" and code == 0:    # keep_alive=False: its batch is done
             seats.wanted -= 1
-            if seats.wanted == 0:
-                self._begin_stop(ExitCode.OK, "every worker is done (--once)")
-            return ""
+            return "", (ExitCode.OK, "every worker is done (--once)") if seats.wanted == 0 else None
         if now - child.spawned_at >= STABLE_AFTER:
             seats.backoff.reset()
             seats.config_failures = 0
@@ -414,20 +419,19 @@ class Supervisor:
         seats.config_failures = 0
         delay = seats.backoff.next_delay()
         seats.next_spawn = max(seats.next_spawn, now + delay)
-        return f"; a new {role} in {delay:.1f} s"
+        return f"; a new {role} in {delay:.1f} s", None
 
-    def _config_failure(self, child: Child, seats: Seats, now: float) -> str:
+    def _config_failure(self, child: Child, seats: Seats, now: float) -> tuple:
         if child.spawned_at > seats.last_config_failure:    # its siblings of the same attempt count once
             seats.config_failures += 1
             seats.last_config_failure = now
         if seats.config_failures >= CONFIG_ATTEMPTS:
-            self._begin_stop(ExitCode.CONFIG, f"the {child.spec.role} failed on its configuration "
-                                              f"{seats.config_failures} times in a row; giving up (exit 78)")
-            return ""
+            return "", (ExitCode.CONFIG, f"the {child.spec.role} failed on its configuration "
+                                         f"{seats.config_failures} times in a row; giving up (exit 78)")
         delay = seats.backoff.next_delay()
         seats.next_spawn = max(seats.next_spawn, now + delay)
         return (f"; configuration error {seats.config_failures} of {CONFIG_ATTEMPTS}, "
-                f"trying again in {delay:.1f} s")
+                f"trying again in {delay:.1f} s"), None
 
     def _escalate(self, now: float) -> None:
         for child in self.children:
@@ -552,6 +556,8 @@ class Supervisor:
         _step("kill the children left", self._kill_leftovers)
         _step("remove the status snapshot", self._close_publisher)
         _step("restore the signal handlers", self._restore_signals)
+        if self.block is None:
+            return          # no child ever ran: the reason was the one line already logged
         left_items, left_tasks = self.ended["left_items"], self.ended["left_tasks"]
         log.info("exit %d: %d tasks done, %d failed, %d items stored by this host's workers; %s", self.exit_code,
                  self.ended["done"], self.ended["failed"], self.ended["items"],

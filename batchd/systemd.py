@@ -102,10 +102,11 @@ def watchdog_usec(environ=os.environ) -> int:
 class Notifier:
     """sd_notify(3) for the supervisor. Every method is a no-op without NOTIFY_SOCKET."""
 
-    def __init__(self, environ=os.environ):
+    def __init__(self):
+        # sdnotify reads NOTIFY_SOCKET from os.environ itself: so does this class, never another mapping.
         self._notifier = None
-        self.watchdog_interval = watchdog_usec(environ) / 2e6 or None   # half of WatchdogSec, in s
-        if not environ.get("NOTIFY_SOCKET"):
+        self.watchdog_interval = watchdog_usec() / 2e6 or None   # half of WatchdogSec, in s
+        if not os.environ.get("NOTIFY_SOCKET"):
             return
         try:
             import sdnotify

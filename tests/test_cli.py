@@ -1,0 +1,217 @@
+"""The `batchd` command: --version and --help, where SPIDER comes from, the spider loader's errors,
+status (text and --json), check, retry --items, --daemon with a pid file, and a worker instance's
+own config file. Real MariaDB, Redis and processes throughout."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from batchd.cli import VERBS, main
+from batchd.errors import ConfigError
+from batchd.loader import load_spider_class
+from batchd.pipeline import FailedItemsFile
+from batchd.store.base import ItemRow
+from harness import wait_for
+from procs import HERE, Procs
+from spiders.seed import CrawlTask
+from supervised import (DAEMON_SETTINGS, SEED, alive, batchd_command, lines_with, slow_urls, start_batchd,
+                        title, workers_of)
+
+
+@pytest.fixture
+def procs():
+    started = Procs()
+    yield started
+    started.close()
+
+
+def batchd(*args, backend=None, env=None, timeout=60) -> subprocess.CompletedProcess:
+    """One `batchd` command to its end, in tests/, with the backend's settings in the environment."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("BATCHD_")}
+    full_env.update(backend.env() if backend else {}, BATCHD_CONFIG=os.devnull, **(env or {}))
+    return subprocess.run(batchd_command(*args), cwd=HERE, env=full_env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def one_error_line(result) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    return lines[0]
+
+
+def test_version_and_help_on_every_verb(capsys):
+    for command in ([sys.executable, "-m", "batchd"], [os.path.join(os.path.dirname(sys.executable), "batchd")]):
+        result = subprocess.run(command + ["--version"], capture_output=True, text=True)
+        assert (result.returncode, result.stdout.strip()) == (0, "batchd 0.1.0")
+    assert {"run", "master", "worker", "status", "check", "retry"} <= set(VERBS)
+    for name in VERBS:
+        with pytest.raises(SystemExit) as exit_info:
+            main([name, "--help"])
+        assert exit_info.value.code == 0
+        assert capsys.readouterr().out.startswith(f"usage: batchd {name}")
+
+
+def test_the_spider_comes_from_the_argument_the_environment_or_the_config_file(mysql_backend, tmp_path):
+    mysql_backend.create_tasks(["http://x.invalid/1"])
+    assert batchd("check", SEED, backend=mysql_backend).returncode == 0
+    assert batchd("check", backend=mysql_backend, env={"BATCHD_SPIDER": SEED}).returncode == 0
+    config = tmp_path / "batchd.toml"
+    config.write_text(f'SPIDER = "{os.path.join(HERE, SEED)}"\n')
+    assert batchd("check", "--config", str(config), backend=mysql_backend).returncode == 0
+    nowhere = batchd("check", backend=mysql_backend)
+    assert nowhere.returncode == 78
+    assert "FAIL  config      no spider: name it" in nowhere.stdout
+
+
+@pytest.mark.parametrize("source, spec, reason", [
+    (None, "spiders/absent.py:CrawlTask", "file spiders/absent.py not found"),
+    ("class Broken(:\n", "broken.py:Broken", "cannot import broken.py: SyntaxError"),
+    ("import batchd\nx = undefined_name\n", "broken.py:X", "NameError: name 'undefined_name' is not defined "
+                                                            "(broken.py line 2)"),
+    ("import batchd\n", "broken.py:Missing", "broken.py has no class 'Missing'"),
+    ("class Plain:\n    pass\n", "broken.py:Plain", "Plain is not a subclass of batchd.BatchSpider"),
+    (None, "no_such_module:Spider", "no module named 'no_such_module'"),
+    (None, "just-a-name", "expected path/file.py:Class or module:Class"),
+])
+def test_the_loader_names_the_path_in_every_failure(tmp_path, monkeypatch, source, spec, reason):
+    monkeypatch.chdir(tmp_path)
+    if source is not None:
+        (tmp_path / "broken.py").write_text(source)
+    with pytest.raises(ConfigError) as error:
+        load_spider_class(spec)
+    assert spec in str(error.value) and reason in str(error.value)
+
+
+def test_the_loader_takes_a_file_or_a_module():
+    assert load_spider_class(os.path.join(HERE, SEED)).__name__ == "CrawlTask"
+    assert load_spider_class("spiders.seed:CrawlTask") is CrawlTask
+
+
+def test_a_spider_that_does_not_import_ends_with_one_line_and_78(mysql_backend, tmp_path):
+    (tmp_path / "spider.py").write_text("import batchd\nraise RuntimeError('boom')\n")
+    result = batchd("status", str(tmp_path / "spider.py:Spider"), backend=mysql_backend)
+    assert result.returncode == 78
+    assert "RuntimeError: boom (spider.py line 2)" in one_error_line(result)
+
+
+def test_status_shows_the_batch_the_queue_and_the_workers(mysql_backend, site, procs):
+    mysql_backend.create_tasks(slow_urls(site, 60, seconds=0.3))
+    proc = start_batchd(procs, mysql_backend, "run", "--workers", "2", BATCH_PUSH_LIMIT=10)
+    wait_for(lambda: lines_with(proc, "ready: "), message="the supervisor ready")
+    time.sleep(1.5)                      # a few snapshots, a few patrols
+    status = json.loads(batchd("status", SEED, "--json", backend=mysql_backend).stdout)
+    assert status["batch"]["id"] == 1 and not status["batch"]["is_done"]
+    assert status["tasks"]["total"] == 60 and status["queue"]["waiting"] <= 10
+    host, = status["hosts"]
+    assert (host["host"], host["instance"], host["role"]) == (socket.gethostname(), "run", "run")
+    assert (host["workers_alive"], host["master_alive"], host["pid"]) == (2, 1, proc.pid)
+    assert status["workers_alive"] == 2 and status["rate"] is not None and status["unflushed"] >= 0
+    text = batchd("status", SEED, backend=mysql_backend).stdout
+    assert "batch    1 opened" in text and "/60:" in text and f"{socket.gethostname()} 2 (run@run, master)" in text
+    proc.send(signal.SIGTERM)
+    assert proc.wait(30) == 0
+    gone = json.loads(batchd("status", SEED, "--json", backend=mysql_backend).stdout)
+    assert gone["hosts"] == []             # a supervisor that stopped takes its snapshot with it
+
+
+def test_status_with_the_database_unreachable_exits_69(mysql_backend):
+    result = batchd("status", SEED, backend=mysql_backend, env={"BATCHD_MYSQL_URL": "mysql://root@127.0.0.1:1/x"})
+    assert result.returncode == 69
+    assert "unreachable" in one_error_line(result)
+
+
+def test_check_reports_each_item_and_fails_on_any(mysql_backend):
+    no_table = batchd("check", SEED, backend=mysql_backend)
+    assert no_table.returncode == 78
+    assert "FAIL  task table  task table `crawl_task` not found" in no_table.stdout
+    assert "SKIP  index" in no_table.stdout and "OK    redis" in no_table.stdout
+
+    mysql_backend.create_tasks(["http://x.invalid/1"], index=False)
+    no_index = batchd("check", SEED, backend=mysql_backend)
+    assert no_index.returncode == 1
+    assert "ALTER TABLE `crawl_task` ADD INDEX `idx_batch_status` (`batch_status`)" in no_index.stdout
+
+    mysql_backend.sql("ALTER TABLE `crawl_task` ADD INDEX `idx_batch_status` (`batch_status`)")
+    good = batchd("check", SEED, backend=mysql_backend)
+    assert good.returncode == 0 and good.stdout.count("OK    ") == 5, good.stdout
+
+    no_redis = batchd("check", SEED, backend=mysql_backend, env={"BATCHD_REDIS_URL": "redis://127.0.0.1:1/0"})
+    assert no_redis.returncode == 69 and "FAIL  redis" in no_redis.stdout
+
+
+def failed_item(task_id: int, table: str = "crawl_task_item") -> dict:
+    row = ItemRow(batch_id=1, task_id=task_id, request_seq=0, item_seq=0, data={"title": f"Title {task_id}"})
+    return FailedItemsFile.record(table, "default", row, "OperationalError: gone away")
+
+
+def test_retry_items_stores_what_it_can_and_says_so(mysql_backend):
+    mysql_backend.create_tasks(["http://x.invalid/1", "http://x.invalid/2", "http://x.invalid/3"])
+    spider = CrawlTask(batch_store=mysql_backend.store(), settings=mysql_backend.settings())
+    spider.store.open(spider.layout)                       # creates the item table
+    dumped = FailedItemsFile(mysql_backend.failed_items_path)
+    dumped.append([failed_item(1), failed_item(2)])
+
+    down = batchd("retry", "--items", backend=mysql_backend, env={"BATCHD_MYSQL_URL": "mysql://root@127.0.0.1:1/x"})
+    assert down.returncode == 69 and "unreachable" in one_error_line(down)
+    assert len(open(dumped.path).readlines()) == 2         # untouched
+
+    assert batchd("retry", "--items", backend=mysql_backend).returncode == 0     # FAILED_ITEMS_PATH
+    assert sorted(item["title"] for item in mysql_backend.items()) == ["Title 1", "Title 2"]
+    assert not os.path.exists(dumped.path)
+
+    dumped.append([failed_item(3), failed_item(4, table="no_such_table")])
+    partly = batchd("retry", "--items", dumped.path, backend=mysql_backend)
+    assert partly.returncode == 1 and "1 items stored, 1 kept" in partly.stderr
+    assert len(open(dumped.path).readlines()) == 1
+
+
+def test_daemon_is_refused_under_systemd(mysql_backend, tmp_path):
+    result = batchd("run", SEED, "--daemon", "--pidfile", str(tmp_path / "pid"), backend=mysql_backend,
+                    env={"INVOCATION_ID": "0123456789abcdef"})
+    assert result.returncode == 78
+    assert "--daemon is for hosts without systemd" in one_error_line(result)
+
+
+def test_daemon_detaches_and_holds_its_pid_file(mysql_backend, site, tmp_path):
+    mysql_backend.create_tasks([site.url("/page/1")])
+    pidfile, log_file = tmp_path / "batchd.pid", tmp_path / "batchd.log"
+    args = ("run", SEED, "--workers", "1", "--daemon", "--pidfile", str(pidfile), "--log-file", str(log_file))
+    env = {f"BATCHD_{k}": str(v) for k, v in DAEMON_SETTINGS.items()}
+    assert batchd(*args, backend=mysql_backend, env=env).returncode == 0      # the foreground part returns
+    pid = int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), message="the pid file"))
+    try:
+        wait_for(lambda: "ready: " in log_file.read_text(), message="the daemon ready")
+        assert title(pid) == f"batchd: supervisor {mysql_backend.namespace}"
+        second = batchd(*args, backend=mysql_backend, env=env)
+        assert second.returncode == 78
+        assert f"is held by a running batchd (pid {pid})" in one_error_line(second)
+        os.kill(pid, signal.SIGTERM)
+        wait_for(lambda: not alive(pid), message="the daemon gone")
+        assert not pidfile.exists()
+        assert "exit 0: " in log_file.read_text()
+    finally:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_worker_instance_reads_its_own_config_file(mysql_backend, site, procs, tmp_path):
+    mysql_backend.create_tasks([site.url("/page/1")])
+    (tmp_path / "batchd.toml").write_text(f'SPIDER = "{os.path.join(HERE, SEED)}"\nWORKERS = 1\n')
+    (tmp_path / "worker-7.toml").write_text("WORKERS = 2\n")
+    proc = start_batchd(procs, mysql_backend, "worker", "--instance", "7", "--config", str(tmp_path / "batchd.toml"),
+                        spider=None)
+    wait_for(lambda: len(workers_of(proc.pid)) == 2, message="the two workers worker-7.toml asks for")
+    ns = mysql_backend.namespace
+    assert sorted(title(pid) for pid in workers_of(proc.pid)) == [f"batchd: worker 1 {ns}@7", f"batchd: worker 2 {ns}@7"]
+    wait_for(lambda: lines_with(proc, "ready: worker "), message="ready")
+    import redis
+    snapshot = redis.Redis.from_url(mysql_backend.redis_url).hgetall(f"{ns}:status:{socket.gethostname()}:7")
+    assert snapshot[b"instance"] == b"7" and snapshot[b"workers_alive"] == b"2"
+    assert lines_with(proc, "worker 1@7 started")
+    proc.send(signal.SIGTERM)
+    assert proc.wait(30) == 0
