@@ -48,6 +48,7 @@ class Settings:
     ITEM_FLUSH_INTERVAL: float = 1.0
     FAILED_ITEMS_PATH: Optional[str] = None
     # -- connections and processes
+    STORE: Optional[str] = None      # mysql://... or sqlite:///PATH; default: MYSQL_URL
     MYSQL_URL: Optional[str] = None
     REDIS_URL: Optional[str] = None
     SPIDER: Optional[str] = None

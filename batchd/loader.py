@@ -20,6 +20,7 @@ from typing import Optional
 from .config import Settings, load_settings
 from .errors import ConfigError
 from .spider import BatchSpider
+from .store import store_from_settings
 
 SPIDER_FORMS = "path/file.py:Class or module:Class"
 
@@ -106,9 +107,8 @@ def _where(error: Exception, path: Optional[str]) -> str:
 
 def choose_store(settings: Settings):
     """The one place that picks the task store for the `batchd` command (the queue follows from the
-    store: its embedded queue, else Redis). Today: MySQL from MYSQL_URL."""
-    from .store.mysql import MysqlBatchStore
-    return MysqlBatchStore(settings.MYSQL_URL)
+    store: its embedded queue, else Redis)."""
+    return store_from_settings(settings)
 
 
 def build_spider(source: SpiderSource, keep_alive: bool = True) -> BatchSpider:

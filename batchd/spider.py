@@ -16,6 +16,7 @@ from .errors import BatchdError, ConfigError
 from .http import Response
 from .lifecycle import StopFlag
 from .master import Master
+from .store import store_from_settings
 from .store.base import BatchStore, TaskLayout
 from .systemd import set_thread_role, setup_logging
 from .task import mark_move
@@ -100,8 +101,7 @@ class BatchSpider:
     @property
     def store(self) -> BatchStore:
         if self._batch_store is None:
-            from .store.mysql import MysqlBatchStore
-            self._batch_store = MysqlBatchStore(self.settings.MYSQL_URL)
+            self._batch_store = store_from_settings(self.settings)
         return self._batch_store
 
     @property

@@ -74,7 +74,9 @@ def backend(request, tmp_path, failed_items_path):
     if request.param == "memory":
         yield MemoryBackend(failed_items_path)
     elif request.param == "sqlite":
-        yield SqliteBackend(tmp_path / "batchd.db", failed_items_path)
+        sqlite = SqliteBackend(tmp_path / "batchd.db", failed_items_path)
+        yield sqlite
+        sqlite.close()
     else:
         url = request.getfixturevalue("mysql_url")
         mysql = MysqlBackend(url, request.getfixturevalue("redis_url"), failed_items_path)
@@ -82,13 +84,16 @@ def backend(request, tmp_path, failed_items_path):
         mysql.close()
 
 
-@pytest.fixture(params=["mysql"])
-def shared_backend(request, failed_items_path):
+@pytest.fixture(params=["mysql", "sqlite"])
+def shared_backend(request, tmp_path, failed_items_path):
     """The stores that master and workers reach from separate processes."""
-    url = request.getfixturevalue("mysql_url")
-    mysql = MysqlBackend(url, request.getfixturevalue("redis_url"), failed_items_path)
-    yield mysql
-    mysql.close()
+    if request.param == "sqlite":
+        shared = SqliteBackend(tmp_path / "batchd.db", failed_items_path)
+    else:
+        shared = MysqlBackend(request.getfixturevalue("mysql_url"), request.getfixturevalue("redis_url"),
+                              failed_items_path)
+    yield shared
+    shared.close()
 
 
 @pytest.fixture

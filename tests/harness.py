@@ -10,6 +10,12 @@ import time
 from batchd.lifecycle import StopFlag
 
 
+def batch_done(backend) -> bool:
+    """The last batch record says is_done (read from the backend, not through batchd)."""
+    records = backend.records()
+    return bool(records) and records[-1]["is_done"]
+
+
 def wait_for(predicate, timeout=30.0, interval=0.05, message="condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

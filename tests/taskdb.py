@@ -199,10 +199,8 @@ class SqliteBackend:
         return {**FAST, "FAILED_ITEMS_PATH": self.failed_items_path, "NAMESPACE": self.namespace, **extra}
 
     def env(self, **extra):
-        """Environment for a batchd subprocess using this backend (the file is named by TEST_SQLITE_PATH)."""
-        env = {f"BATCHD_{k}": str(v) for k, v in self.settings(**extra).items()}
-        env["TEST_SQLITE_PATH"] = self.path
-        return env
+        """Environment for a batchd subprocess using this backend."""
+        return {f"BATCHD_{k}": str(v) for k, v in self.settings(STORE=f"sqlite:///{self.path}", **extra).items()}
 
     def states(self):
         return {i: s for i, s in self.sql(f'SELECT "id", "batch_status" FROM "{self.table}"')}

@@ -88,3 +88,15 @@ def test_passwords_never_reach_a_log_line():
     assert redact_url("mysql://crawler:hunter2@db:3306/crawl") == "mysql://crawler:***@db:3306/crawl"
     assert redact_url("redis://:hunter2@cache:6379/0") == "redis://:***@cache:6379/0"
     assert redact_url("redis://cache:6379/0") == "redis://cache:6379/0"
+
+
+def test_the_store_is_chosen_by_store_else_mysql_url(tmp_path):
+    from batchd import MysqlBatchStore, SqliteBatchStore
+    from batchd.store import store_from_settings
+    sqlite = store_from_settings(Settings(STORE=f"sqlite:///{tmp_path}/t.db", MYSQL_URL="mysql://u@h/db"))
+    assert isinstance(sqlite, SqliteBatchStore) and sqlite.describe() == f"SQLite {tmp_path}/t.db"
+    assert isinstance(store_from_settings(Settings(MYSQL_URL="mysql://u@h/db")), MysqlBatchStore)
+    with pytest.raises(ConfigError, match="no store configured"):
+        store_from_settings(Settings())
+    with pytest.raises(ConfigError, match=r"setting STORE: 'postgres://u:\*\*\*@h/db' is neither"):
+        store_from_settings(Settings(STORE="postgres://u:pw@h/db"))

@@ -8,16 +8,11 @@ import time
 import pytest
 
 from batchd.task import TaskState
-from harness import wait_for
+from harness import batch_done, wait_for
 from procs import HERE, Proc
 
 D, R = TaskState.DONE, TaskState.PROCESSING
 SEED = os.path.join(HERE, "spiders", "seed.py")
-
-
-def batch_done(backend):
-    records = backend.records()
-    return bool(records) and records[-1]["is_done"]
 
 
 def test_the_seed_example_runs_unchanged(shared_backend, site, procs):

@@ -232,26 +232,7 @@ def test_the_master_lock_is_taken_over_only_after_it_expires(sqlite):
 
 
 # -- the seed's spider: a master and workers in processes of their own
-SPIDER = "spiders.sqlite_seed:CrawlTask"
-
-
-def test_a_master_and_two_worker_processes_finish_a_batch(sqlite, site, procs):
-    urls = [site.url(f"/page/{i}") for i in range(1, 61)]
-    sqlite.create_tasks(urls)
-    master = procs.add(Proc.spider(SPIDER, "master", sqlite.env()))
-    workers = [procs.add(Proc.spider(SPIDER, "worker", sqlite.env(SPIDER_THREAD_COUNT=2))) for _ in range(2)]
-    wait_for(lambda: batch_done(sqlite), timeout=60, message="the batch to finish")
-    for proc in workers + [master]:
-        proc.send(signal.SIGTERM)
-    assert [proc.wait(30) for proc in workers + [master]] == [0, 0, 0]
-    assert set(sqlite.states().values()) == {TaskState.DONE}
-    items = sqlite.items()
-    assert sorted(item["title"] for item in items) == sorted(f"Title {i}" for i in range(1, 61))
-    assert {item["url"] for item in items} == set(urls)
-    record = sqlite.records()[-1]
-    assert (record["total_count"], record["done_count"], record["fail_count"]) == (60, 60, 0)
-    assert sqlite.sql("SELECT COUNT(*) FROM batchd_lease")[0][0] == 0
-    assert all("tasks done" in worker.output() for worker in workers), "both workers took part"
+SPIDER = "spiders.stalling:StallingCrawlTask"
 
 
 def test_a_sigkilled_workers_task_comes_back_through_its_lease(sqlite, site, procs):
