@@ -355,7 +355,9 @@ def check_service_lifecycle(built, box, site, backend):
     assert "批次进度" in box.journal("batchd-master")
     for unit in units:
         status = box.run("systemctl", "status", "--no-pager", unit, check=False).stdout
-        assert re.search(r'^\s+Status: ".+"$', status, re.MULTILINE), status
+        line = re.search(r'^\s+Status: ".+"$', status, re.MULTILINE)
+        assert line, status
+        print(f"{unit}: {line.group(0).strip()}")
 
     # -- systemctl stop: every unit drains and exits 0 within TimeoutStopSec
     cursor, stopping = box.cursor(), time.monotonic()
