@@ -243,9 +243,11 @@ class Master:
             known = self.queue.known([str(task_id) for task_id in stale])
             orphans = [task_id for task_id in stale if str(task_id) not in known]
             if orphans:
+                # Some may have been written back since they were read: the move skips those.
                 moved = self.store.move(Move.REQUEUE, orphans, older_than=self.settings.BATCH_LOST_TASK_STALE)
-                log.warning("reset %d tasks in processing that no queue holds (lost before their lease): %s",
-                            moved, _some(orphans))
+                if moved:
+                    log.warning("reset %d tasks in processing that no queue holds (lost before their lease), "
+                                "among: %s", moved, _some(orphans))
 
     def refill(self, batch: BatchRecord) -> int:
         room = self.settings.BATCH_PUSH_LIMIT - self.queue.pending_count()
