@@ -528,9 +528,10 @@ class Supervisor:
                     "done": done, "failed": failed, "items": totals["items"] + self.ended["items"],
                     "unflushed": totals["unflushed"], "in_flight": totals["in_flight"],
                     "rate": round(self.rate.per_second(), 3)}
-        masters = [c for c in self.children if c.spec.role == "master" and c.retiring_since is None]
-        row = self.block.row(masters[0].spec.row) if masters else None
-        if row is not None and row.batch_id > 0:
+        # The master's figures stay good while it stops (a reload's old master, or the last STATUS of a stop).
+        rows = [self.block.row(c.spec.row) for c in self.children if c.spec.role == "master"]
+        row = max((r for r in rows if r.batch_id > 0), key=lambda r: r.heartbeat, default=None)
+        if row is not None:
             snapshot.update(batch_id=row.batch_id, batch_settled=row.settled, batch_total=row.total,
                             batch_rate=round(row.rate, 3))
         return snapshot

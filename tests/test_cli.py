@@ -100,19 +100,19 @@ def test_a_spider_that_does_not_import_ends_with_one_line_and_78(mysql_backend, 
 
 
 def test_status_shows_the_batch_the_queue_and_the_workers(mysql_backend, site, procs):
-    mysql_backend.create_tasks(slow_urls(site, 60, seconds=0.3))
+    mysql_backend.create_tasks(slow_urls(site, 80, seconds=0.5))
     proc = start_batchd(procs, mysql_backend, "run", "--workers", "2", BATCH_PUSH_LIMIT=10)
     wait_for(lambda: lines_with(proc, "ready: "), message="the supervisor ready")
     time.sleep(1.5)                      # a few snapshots, a few patrols
     status = json.loads(batchd("status", SEED, "--json", backend=mysql_backend).stdout)
     assert status["batch"]["id"] == 1 and not status["batch"]["is_done"]
-    assert status["tasks"]["total"] == 60 and status["queue"]["waiting"] <= 10
+    assert status["tasks"]["total"] == 80 and status["queue"]["waiting"] <= 10
     host, = status["hosts"]
     assert (host["host"], host["instance"], host["role"]) == (socket.gethostname(), "run", "run")
     assert (host["workers_alive"], host["master_alive"], host["pid"]) == (2, 1, proc.pid)
     assert status["workers_alive"] == 2 and status["rate"] is not None and status["unflushed"] >= 0
     text = batchd("status", SEED, backend=mysql_backend).stdout
-    assert "batch    1 opened" in text and "/60:" in text and f"{socket.gethostname()} 2 (run@run, master)" in text
+    assert "batch    1 opened" in text and "/80:" in text and f"{socket.gethostname()} 2 (run@run, master)" in text
     proc.send(signal.SIGTERM)
     assert proc.wait(30) == 0
     gone = json.loads(batchd("status", SEED, "--json", backend=mysql_backend).stdout)
