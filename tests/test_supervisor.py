@@ -118,6 +118,19 @@ def test_sigterm_mid_batch_is_a_warm_stop_that_leaves_nothing_held(mysql_backend
     assert len(mysql_backend.items()) == len(done)
 
 
+def test_a_warm_stop_past_stop_timeout_logs_what_is_left(mysql_backend, site, procs):
+    mysql_backend.create_tasks(slow_urls(site, 4, seconds=20))
+    proc = start_batchd(procs, mysql_backend, "run", "--workers", "1", STOP_TIMEOUT=1.0)
+    wait_for(lambda: site.hits("/slow") == 4, message="four requests under way")
+    proc.send(signal.SIGTERM)
+    assert proc.wait(30) == 0
+    left = lines_with(proc, "lost from memory")
+    assert len(left) == 1 and "0 items of 4 tasks" in left[0]
+    assert sorted(left[0].split("(tasks ")[1].split(")")[0].split(", ")) == ["1", "2", "3", "4"]
+    assert lines_with(proc, "0 items of 4 tasks were left in memory (their leases bring them back)")
+    assert set(mysql_backend.states().values()) == {TaskState.PROCESSING}
+
+
 def test_children_die_with_a_killed_supervisor(mysql_backend, site, procs):
     mysql_backend.create_tasks(slow_urls(site, 10))
     proc = start_batchd(procs, mysql_backend, "run", "--workers", "2")
