@@ -20,8 +20,8 @@ import time
 from typing import Iterable, Optional, Sequence
 
 from ..codec import decode_task, encode_task
-from ..store.mysql import chunks
-from ..store.sqlite import IN_CHUNK, SqliteFile, marks
+from ..store.sql import chunks, marks
+from ..store.sqlite import IN_CHUNK, SqliteFile
 from .base import Lease, MasterLock, TaskQueue, task_key
 
 WAKE_POLL = 0.05      # seconds between two looks at the wake flag
@@ -124,10 +124,11 @@ class SqliteQueue(TaskQueue):
     def known(self, task_keys: Sequence[str]) -> set:
         found = set()
         for part in chunks(list(task_keys), IN_CHUNK):
+            keys = marks(len(part), "?")
             # One statement reads one snapshot: a key moving from the list to a lease is seen in one of them.
             found.update(row[0] for row in self.db.rows(
-                f"SELECT task_key FROM batchd_queue WHERE namespace = ? AND task_key IN ({marks(len(part))}) "
-                f"UNION SELECT task_key FROM batchd_lease WHERE namespace = ? AND task_key IN ({marks(len(part))})",
+                f"SELECT task_key FROM batchd_queue WHERE namespace = ? AND task_key IN ({keys}) "
+                f"UNION SELECT task_key FROM batchd_lease WHERE namespace = ? AND task_key IN ({keys})",
                 [self.namespace] + part + [self.namespace] + part))
         return found
 

@@ -1,5 +1,8 @@
 """SqliteBatchStore: the task table, the batch record, the items and the queue in one SQLite file.
 
+The store's logic is SqlBatchStore's (batchd/store/sql.py); this module is the SQLite dialect
+(quoting, the clock, upserts, the DDL) and SqliteFile, the file's connections and transactions.
+
 The embedded backend for one host with no MySQL and no Redis: the master and any number
 of worker processes open the same file. It runs in WAL mode, so readers never wait for
 the writer; writers take turns under `busy_timeout`, and every read-modify-write (a
@@ -23,25 +26,20 @@ Connections: one per thread and per process (a fork is noticed by its pid). A pa
 connections are kept, unused and unclosed, in the child: CPython frees the other threads'
 thread-locals at a fork, and a close there could checkpoint the WAL under the parent.
 """
-import logging
 import os
 import sqlite3
 import threading
-from contextlib import contextmanager
 import time
+from contextlib import contextmanager
 from datetime import date, datetime, timedelta, timezone
 from datetime import time as time_of_day
 from decimal import Decimal
 from typing import Optional, Sequence
 
-from ..codec import plain_json
 from ..config import check_identifier
 from ..errors import BackendUnavailable, ConfigError
-from ..task import Move, TaskState
-from .base import COLUMNS_ITEM_KIND, BatchRecord, BatchStore, ItemRow, Progress, TaskLayout
-from .mysql import RECORD_COLUMNS, chunks
-
-log = logging.getLogger("batchd.store")
+from .base import TaskLayout
+from .sql import SqlBatchStore
 
 BUSY_TIMEOUT = 30.0
 MIN_SQLITE = (3, 35, 0)
@@ -53,15 +51,6 @@ TRANSIENT_CODES = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_IO
                    sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PROTOCOL}
 # Declared types whose affinity would keep a number: a Unix time, which batchd cannot compare.
 NUMERIC_TIME_TYPES = ("INT", "REAL", "FLOA", "DOUB")
-
-
-def q(name: str) -> str:
-    """Quote an identifier that has already been validated."""
-    return f'"{check_identifier(name, "identifier")}"'
-
-
-def marks(n: int) -> str:
-    return ", ".join(["?"] * n)
 
 
 def stamp(moment: datetime) -> str:
@@ -180,6 +169,11 @@ class SqliteFile:
         with self.translated():
             return self.connection().execute(sql, params).rowcount
 
+    def change_many(self, sql: str, rows: Sequence[Sequence]) -> None:
+        """Run one writing statement once per row of values."""
+        with self.translated():
+            self.connection().executemany(sql, rows)
+
     @contextmanager
     def transaction(self):
         """BEGIN IMMEDIATE: the write lock is taken before the first read, so what is read stays true."""
@@ -204,13 +198,24 @@ def _code(error: sqlite3.Error) -> int:
     return getattr(error, "sqlite_errorcode", 0) & 0xFF
 
 
-class SqliteBatchStore(BatchStore):
+class SqliteBatchStore(SqlBatchStore):
+    """The SQLite dialect of SqlBatchStore (batchd/store/sql.py): double quotes and ?, the host's UTC
+    clock bound as text, datetime() comparisons, ON CONFLICT upserts, BEGIN IMMEDIATE transactions."""
+
     runs_in_process = False   # the master and the workers may be separate processes of this host
+    quote_mark = '"'
+    placeholder = "?"
+    in_chunk = IN_CHUNK
+    claim_lock = ""                          # BEGIN IMMEDIATE already holds the file's write lock
+    move_in_one_transaction = True           # one write lock and one commit for every chunk
+    # No ON UPDATE in SQLite: the store writes the record's times, all from one reading of the clock.
+    stamped_on_insert = ("batch_date", "create_time", "update_time")
+    stamped_on_update = ("update_time",)
 
     def __init__(self, path):
         """`path`: the SQLite file, made if missing; its directory must exist."""
+        super().__init__()
         self.db = SqliteFile(path)
-        self._item_columns: dict = {}
         self._id_affinity = "INTEGER"
 
     def describe(self) -> str:
@@ -223,51 +228,76 @@ class SqliteBatchStore(BatchStore):
     def close(self) -> None:
         self.db.close()
 
-    # -- binding to a task table
-    def open(self, layout: TaskLayout) -> None:
-        columns = self._columns(layout.table)
-        if not columns:
-            raise ConfigError(f'task table "{layout.table}" not found in SQLite file {self.db.path} (__task_table__)')
-        for name, setting in ((layout.id_field, "BATCH_TASK_ID_FIELD"),
-                              (layout.state_field, "BATCH_TASK_STATE_FIELD"),
-                              (layout.time_field, "BATCH_TASK_TIME_FIELD")):
-            if name not in columns:
-                raise ConfigError(f'task table "{layout.table}" has no column "{name}" ({setting})')
+    # -- statements
+    def fetch(self, sql: str, params: Sequence = (), dicts: bool = False) -> list:
+        rows = self.db.rows(sql, params)
+        return [dict(row) for row in rows] if dicts else rows
+
+    def execute(self, sql: str, params: Sequence = ()) -> int:
+        return self.db.change(sql, params)
+
+    def execute_many(self, sql: str, rows: Sequence[Sequence]) -> None:
+        self.db.change_many(sql, rows)
+
+    def transaction(self):
+        return self.db.transaction()
+
+    # -- the clock
+    def now(self) -> datetime:
+        return utc_now().replace(microsecond=0)
+
+    def now_term(self) -> tuple:
+        return "?", [stamp(utc_now())]
+
+    def older_than_term(self, column: str, seconds: float) -> tuple:
+        """Times before the cutoff are older than `seconds`. Truncated to the second: never early."""
+        return f"datetime({self.quote(column)}) < ?", [stamp(utc_now() - timedelta(seconds=seconds))]
+
+    def time_from_db(self, value) -> datetime:
+        return datetime.fromisoformat(value)
+
+    # -- values
+    def upsert_clause(self, columns: Sequence[str], key: Optional[Sequence[str]]) -> str:
+        target = f"({', '.join(self.quote(c) for c in key)}) " if key else ""
+        return f"ON CONFLICT {target}DO UPDATE SET " + ", ".join(f"{self.quote(c)} = excluded.{self.quote(c)}"
+                                                                 for c in columns)
+
+    def column_value(self, value):
+        """What sqlite3 cannot bind goes to a column as text: JSON for lists and dicts, ISO for times."""
+        if isinstance(value, datetime):
+            return value.isoformat(sep=" ")
+        if isinstance(value, (date, time_of_day, Decimal)):
+            return str(value)
+        return super().column_value(value)
+
+    # -- the schema
+    def location(self) -> str:
+        return f"SQLite file {self.db.path}"
+
+    def table_columns(self, table: str) -> dict:
+        """Column name -> declared type (upper case), empty when there is no such table."""
+        return {row["name"]: row["type"].upper() for row in
+                self.fetch("SELECT name, type FROM pragma_table_info(?)", (table,))}
+
+    def check_task_columns(self, layout: TaskLayout, columns: dict) -> None:
         time_type = columns[layout.time_field]
         if any(word in time_type for word in NUMERIC_TIME_TYPES):
             raise ConfigError(f'task table "{layout.table}": column "{layout.time_field}" is {time_type}; batchd keeps '
                               "times as UTC text 'YYYY-MM-DD HH:MM:SS': declare it DATETIME or TEXT "
                               "(BATCH_TASK_TIME_FIELD)")
         self._id_affinity = "INTEGER" if "INT" in columns[layout.id_field] else "TEXT"
-        self.layout = layout
-        self._warn_unindexed_state(layout)
-        self._create_record_table(layout)
-        if layout.item_table:
-            self.item_columns(layout.item_table, setting="__item_table__")
-        else:
-            self._create_default_item_table(layout.default_item_table)
 
-    def _columns(self, table: str) -> dict:
-        """Column name -> declared type (upper case), empty when there is no such table."""
-        return {row["name"]: row["type"].upper() for row in
-                self.db.rows("SELECT name, type FROM pragma_table_info(?)", (table,))}
+    def has_leading_index(self, table: str, column: str) -> bool:
+        return bool(self.fetch("SELECT 1 FROM pragma_index_list(?) AS il, pragma_index_info(il.name) AS ii "
+                                 "WHERE ii.seqno = 0 AND ii.name = ? LIMIT 1", (table, column)))
 
-    def _warn_unindexed_state(self, layout: TaskLayout) -> None:
-        fix = self.missing_state_index(layout)
-        if fix:
-            log.warning('task table "%s": column "%s" has no index, so every patrol scans the whole table; run: %s',
-                        layout.table, layout.state_field, fix)
-
-    def missing_state_index(self, layout: TaskLayout) -> Optional[str]:
-        if self.db.rows("SELECT 1 FROM pragma_index_list(?) AS il, pragma_index_info(il.name) AS ii "
-                        "WHERE ii.seqno = 0 AND ii.name = ? LIMIT 1", (layout.table, layout.state_field)):
-            return None
+    def index_statement(self, table: str, column: str) -> str:
         # Index names are global in an SQLite file, so this one carries the table's name.
-        index = check_identifier(f"idx_{layout.table}_{layout.state_field}"[:64], "index name")
-        return f"CREATE INDEX {q(index)} ON {q(layout.table)} ({q(layout.state_field)})"
+        index = check_identifier(f"idx_{table}_{column}"[:64], "index name")
+        return f"CREATE INDEX {self.quote(index)} ON {self.quote(table)} ({self.quote(column)})"
 
-    def _create_record_table(self, layout: TaskLayout) -> None:
-        self.db.change(f"""CREATE TABLE IF NOT EXISTS {q(layout.record_table)} (
+    def create_record_table(self, table: str) -> None:
+        self.execute(f"""CREATE TABLE IF NOT EXISTS {self.quote(table)} (
             "id" INTEGER PRIMARY KEY AUTOINCREMENT,
             "batch_date" DATETIME NOT NULL,
             "total_count" INTEGER NOT NULL DEFAULT 0,
@@ -278,13 +308,9 @@ class SqliteBatchStore(BatchStore):
             "is_done" INTEGER NOT NULL DEFAULT 0,
             "create_time" DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
             "update_time" DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP)""")
-        missing = [c for c in RECORD_COLUMNS if c not in self._columns(layout.record_table)]
-        if missing:
-            raise ConfigError(f'batch record table "{layout.record_table}" exists without column '
-                              f'"{missing[0]}"; rename the old table so batchd can create its own')
 
-    def _create_default_item_table(self, table: str) -> None:
-        self.db.change(f"""CREATE TABLE IF NOT EXISTS {q(table)} (
+    def create_default_item_table(self, table: str) -> None:
+        self.execute(f"""CREATE TABLE IF NOT EXISTS {self.quote(table)} (
             "id" INTEGER PRIMARY KEY AUTOINCREMENT,
             "batch_id" INTEGER NOT NULL,
             "task_id" {self._id_affinity} NOT NULL,
@@ -294,152 +320,4 @@ class SqliteBatchStore(BatchStore):
             "create_time" DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
             UNIQUE ("batch_id", "task_id", "request_seq", "item_seq"))""")
         index = check_identifier(f"idx_{table}_task"[:64], "index name")
-        self.db.change(f'CREATE INDEX IF NOT EXISTS {q(index)} ON {q(table)} ("task_id")')
-
-    def item_columns(self, table: str, setting: str = "the item table") -> Optional[frozenset]:
-        if table not in self._item_columns:
-            columns = self._columns(table)
-            if not columns:
-                raise ConfigError(f'item table "{table}" not found in SQLite file {self.db.path} ({setting})')
-            self._item_columns[table] = frozenset(columns)
-        return self._item_columns[table]
-
-    # -- the clock
-    def now(self) -> datetime:
-        return utc_now().replace(microsecond=0)
-
-    def _now_text(self) -> str:
-        return stamp(utc_now())
-
-    def _cutoff(self, older_than: float) -> str:
-        """Times before this are older than `older_than` seconds. Truncated to the second: never early."""
-        return stamp(utc_now() - timedelta(seconds=older_than))
-
-    # -- batches
-    def last_batch(self) -> Optional[BatchRecord]:
-        rows = self.db.rows(f'SELECT "id", "batch_date", "total_count", "done_count", "fail_count", "interval", '
-                            f'"interval_unit", "is_done" FROM {q(self.layout.record_table)} ORDER BY "id" DESC LIMIT 1')
-        if not rows:
-            return None
-        record = dict(rows[0])
-        record["batch_date"] = datetime.fromisoformat(record["batch_date"])
-        record["is_done"] = bool(record["is_done"])
-        return BatchRecord(**record)
-
-    def reset_tasks(self, chunk_size: int):
-        """Walk the primary key in ranges of chunk_size rows: one short UPDATE each, resumable."""
-        t, key, state = q(self.layout.table), q(self.layout.id_field), q(self.layout.state_field)
-        last = None
-        while True:
-            after, params = (f"WHERE {key} > ? ", [last]) if last is not None else ("", [])
-            upper = self.db.rows(f"SELECT {key} FROM {t} {after}ORDER BY {key} LIMIT 1 OFFSET ?",
-                                 params + [chunk_size - 1])
-            bounds = ([f"{key} > ?"] if last is not None else []) + ([f"{key} <= ?"] if upper else [])
-            bound_values = params + ([upper[0][0]] if upper else [])
-            yield self.db.change(f"UPDATE {t} SET {state} = ?, {q(self.layout.time_field)} = ? "
-                                 f"WHERE {' AND '.join(bounds + [f'{state} IS NOT ?'])}",
-                                 [int(TaskState.PENDING), self._now_text()] + bound_values + [int(TaskState.PENDING)])
-            if not upper:
-                return
-            last = upper[0][0]
-
-    def insert_batch(self, interval: int, interval_unit: str, total: int) -> BatchRecord:
-        now = self._now_text()
-        self.db.change(f'INSERT INTO {q(self.layout.record_table)} ("batch_date", "total_count", "interval", '
-                       '"interval_unit", "create_time", "update_time") VALUES (?, ?, ?, ?, ?, ?)',
-                       (now, total, interval, interval_unit, now, now))
-        return self.last_batch()
-
-    def update_batch(self, batch_id: int, progress: Progress, is_done: bool) -> None:
-        self.db.change(f'UPDATE {q(self.layout.record_table)} SET "total_count" = ?, "done_count" = ?, '
-                       '"fail_count" = ?, "is_done" = ?, "update_time" = ? WHERE "id" = ?',
-                       (progress.total, progress.done, progress.failed, int(is_done), self._now_text(), batch_id))
-
-    # -- task states
-    def claim(self, limit: int) -> list:
-        t, key, state = q(self.layout.table), q(self.layout.id_field), q(self.layout.state_field)
-        with self.db.transaction() as conn:
-            rows = [dict(row) for row in conn.execute(f"SELECT * FROM {t} WHERE {state} = ? ORDER BY {key} LIMIT ?",
-                                                      (int(TaskState.PENDING), limit))]
-            ids = [row[self.layout.id_field] for row in rows]
-            for part in chunks(ids, IN_CHUNK):
-                conn.execute(f"UPDATE {t} SET {state} = ?, {q(self.layout.time_field)} = ? "
-                             f"WHERE {key} IN ({marks(len(part))}) AND {state} = ?",
-                             [int(TaskState.PROCESSING), self._now_text()] + part + [int(TaskState.PENDING)])
-        for row in rows:
-            row[self.layout.state_field] = int(TaskState.PROCESSING)
-        return rows
-
-    def move(self, move: Move, ids: Sequence, older_than: Optional[float] = None) -> int:
-        t, key, state = q(self.layout.table), q(self.layout.id_field), q(self.layout.state_field)
-        time_col = q(self.layout.time_field)
-        sources = [int(s) for s in move.sources]
-        source_test = f" AND {state} IN ({marks(len(sources))})" if sources else ""
-        age_test = f" AND datetime({time_col}) < ?" if older_than is not None else ""
-        age_values = [self._cutoff(older_than)] if older_than is not None else []
-        moved = 0
-        with self.db.transaction() as conn:
-            for part in chunks(list(ids), IN_CHUNK):
-                moved += conn.execute(f"UPDATE {t} SET {state} = ?, {time_col} = ? "
-                                      f"WHERE {key} IN ({marks(len(part))}){source_test}{age_test}",
-                                      [int(move.target), self._now_text()] + part + sources + age_values).rowcount
-        return moved
-
-    def stale_processing(self, older_than: float, limit: int) -> list:
-        t, key, state = q(self.layout.table), q(self.layout.id_field), q(self.layout.state_field)
-        rows = self.db.rows(f"SELECT {key} FROM {t} WHERE {state} = ? AND datetime({q(self.layout.time_field)}) < ? "
-                            "LIMIT ?", (int(TaskState.PROCESSING), self._cutoff(older_than), limit))
-        return [row[0] for row in rows]
-
-    def progress(self) -> Progress:
-        state = q(self.layout.state_field)
-        counts = {value: n for value, n in
-                  self.db.rows(f"SELECT {state}, COUNT(*) FROM {q(self.layout.table)} GROUP BY {state}")}
-        return Progress(total=sum(counts.values()), done=counts.get(int(TaskState.DONE), 0),
-                        failed=counts.get(int(TaskState.FAILED), 0),
-                        pending=counts.get(int(TaskState.PENDING), 0),
-                        processing=counts.get(int(TaskState.PROCESSING), 0))
-
-    def unsettled_count(self) -> int:
-        state = q(self.layout.state_field)
-        return self.db.rows(f"SELECT COUNT(*) FROM {q(self.layout.table)} WHERE {state} IN (?, ?)",
-                            (int(TaskState.PENDING), int(TaskState.PROCESSING)))[0][0]
-
-    # -- items
-    def save_items(self, table: str, kind: str, rows: Sequence[ItemRow]) -> None:
-        if not rows:
-            return
-        with self.db.transaction() as conn:
-            if kind == COLUMNS_ITEM_KIND:
-                self._save_column_items(conn, table, rows)
-            else:
-                self._save_json_items(conn, table, rows)
-
-    def _save_json_items(self, conn, table: str, rows: Sequence[ItemRow]) -> None:
-        conn.executemany(f'INSERT INTO {q(table)} ("batch_id", "task_id", "request_seq", "item_seq", "item") '
-                         'VALUES (?, ?, ?, ?, ?) ON CONFLICT ("batch_id", "task_id", "request_seq", "item_seq") '
-                         'DO UPDATE SET "item" = excluded."item"',
-                         [(r.batch_id, r.task_id, r.request_seq, r.item_seq, plain_json(r.data)) for r in rows])
-
-    def _save_column_items(self, conn, table: str, rows: Sequence[ItemRow]) -> None:
-        by_columns: dict = {}
-        for row in rows:
-            by_columns.setdefault(tuple(row.data), []).append(row.data)
-        for columns, items in by_columns.items():
-            names = ", ".join(q(c) for c in columns)
-            updates = ", ".join(f"{q(c)} = excluded.{q(c)}" for c in columns)
-            # No conflict target: like MySQL's ON DUPLICATE KEY, any unique key of the user's table counts.
-            conn.executemany(f"INSERT INTO {q(table)} ({names}) VALUES ({marks(len(columns))}) "
-                             f"ON CONFLICT DO UPDATE SET {updates}",
-                             [[column_value(item[c]) for c in columns] for item in items])
-
-
-def column_value(value):
-    """What sqlite3 cannot bind goes to a column as text: JSON for lists and dicts, ISO for times."""
-    if isinstance(value, (dict, list, tuple)):
-        return plain_json(value)
-    if isinstance(value, datetime):
-        return value.isoformat(sep=" ")
-    if isinstance(value, (date, time_of_day, Decimal)):
-        return str(value)
-    return value
+        self.execute(f'CREATE INDEX IF NOT EXISTS {self.quote(index)} ON {self.quote(table)} ("task_id")')

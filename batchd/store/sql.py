@@ -1,0 +1,343 @@
+"""SqlBatchStore: what the SQL stores share, written once; a dialect fills in the hooks.
+
+The task-table checks, the compare-and-set state moves, the claim, the chunked reset, the
+batch record and the item upserts live here. `MysqlBatchStore` and `SqliteBatchStore` bring
+only their SQL spelling, their connections, their DDL and their clock:
+
+    spelling   quote_mark, placeholder         ` and %s, or " and ?
+               in_chunk                        at most this many ids in one IN (...)
+               claim_lock                      after the claim's SELECT (MySQL: FOR UPDATE SKIP LOCKED)
+               move_in_one_transaction         move() runs its chunks in one transaction, or each alone
+               stamped_on_insert/_on_update    batch record columns the store sets to now() itself
+               now_term()                      the store's clock in a statement: (sql, values)
+               older_than_term(column, s)      "column is more than s seconds old": (sql, values)
+               time_from_db(value)             a time column as read -> datetime
+               upsert_clause(columns, key)     what turns an INSERT into an upsert
+               column_value(value)             an item value as it is bound to a column
+    plumbing   fetch(sql, params, dicts)       the rows of one statement
+               execute(sql, params)            one writing statement -> rows changed
+               execute_many(sql, rows)         one statement over many rows of values
+               transaction()                   statements inside it, on this thread, commit together
+    schema     location()                      where tables are looked for, for messages
+               table_columns(table)            column name -> what the dialect needs to know of it
+               check_task_columns(layout, c)   the time column's type; the id's type for the item table
+               has_leading_index(t, c)         whether an index of t starts with column c
+               index_statement(t, c)           the statement that would create one
+               create_record_table(t), create_default_item_table(t)
+
+Every statement binds its values; table and column names come from a validated TaskLayout
+(or item keys, checked as identifiers) and always pass through quote().
+"""
+import abc
+import logging
+from contextlib import nullcontext
+from dataclasses import fields
+from typing import Optional, Sequence
+
+from ..codec import plain_json
+from ..config import check_identifier
+from ..errors import ConfigError
+from ..task import Move, TaskState
+from .base import COLUMNS_ITEM_KIND, BatchRecord, BatchStore, ItemRow, Progress, TaskLayout
+
+log = logging.getLogger("batchd.store")
+
+RECORD_COLUMNS = ("id", "batch_date", "total_count", "done_count", "fail_count", "interval",
+                  "interval_unit", "is_done", "create_time", "update_time")
+RECORD_FIELDS = tuple(f.name for f in fields(BatchRecord))      # the columns last_batch() reads
+ITEM_KEY = ("batch_id", "task_id", "request_seq", "item_seq")   # the default item table's unique key
+TASK_COLUMNS = (("id_field", "BATCH_TASK_ID_FIELD"), ("state_field", "BATCH_TASK_STATE_FIELD"),
+                ("time_field", "BATCH_TASK_TIME_FIELD"))
+
+
+def marks(n: int, placeholder: str) -> str:
+    """n bind markers, for VALUES (...) or IN (...)."""
+    return ", ".join([placeholder] * n)
+
+
+def chunks(seq: Sequence, size: int):
+    for start in range(0, len(seq), size):
+        yield list(seq[start:start + size])
+
+
+class SqlBatchStore(BatchStore):
+    """A BatchStore on an SQL database; a dialect subclass sets the attributes and fills in the hooks."""
+
+    quote_mark: str
+    placeholder: str
+    in_chunk: int
+    claim_lock: str
+    move_in_one_transaction: bool
+    stamped_on_insert: tuple
+    stamped_on_update: tuple
+
+    def __init__(self):
+        self._item_columns: dict = {}
+
+    # -- the dialect's spelling
+    def quote(self, name: str) -> str:
+        """Quote an identifier, validated here once more."""
+        return f"{self.quote_mark}{check_identifier(name, 'identifier')}{self.quote_mark}"
+
+    def marks(self, n: int) -> str:
+        return marks(n, self.placeholder)
+
+    @abc.abstractmethod
+    def now_term(self) -> tuple:
+        """(SQL, values) that stand for now() in a statement; one call per statement."""
+
+    @abc.abstractmethod
+    def older_than_term(self, column: str, seconds: float) -> tuple:
+        """(SQL, values) of the test "`column` is more than `seconds` seconds older than now()"."""
+
+    def time_from_db(self, value):
+        """A time column's value as the driver returns it -> datetime."""
+        return value
+
+    @abc.abstractmethod
+    def upsert_clause(self, columns: Sequence[str], key: Optional[Sequence[str]]) -> str:
+        """The clause after INSERT ... VALUES (...) that overwrites `columns` of the row already holding
+        the same unique key: `key` for a table batchd made, None for any unique key of the user's table."""
+
+    def column_value(self, value):
+        """Lists and dicts go to a column as JSON text; the driver converts the rest."""
+        return plain_json(value) if isinstance(value, (dict, list, tuple)) else value
+
+    # -- the dialect's plumbing
+    @abc.abstractmethod
+    def fetch(self, sql: str, params: Sequence = (), dicts: bool = False) -> list:
+        """Every row of one statement: tuples (indexable by position), or dicts by column name."""
+
+    @abc.abstractmethod
+    def execute(self, sql: str, params: Sequence = ()) -> int:
+        """Run one writing statement; return how many rows it changed."""
+
+    @abc.abstractmethod
+    def execute_many(self, sql: str, rows: Sequence[Sequence]) -> None:
+        """Run one statement once per row of values."""
+
+    @abc.abstractmethod
+    def transaction(self):
+        """A context manager: the statements this thread runs inside it commit together, or not at all."""
+
+    # -- the dialect's schema
+    @abc.abstractmethod
+    def location(self) -> str:
+        """Where tables are looked for, as a message says it: "database `x`", "SQLite file /path"."""
+
+    @abc.abstractmethod
+    def table_columns(self, table: str) -> dict:
+        """Column name -> what the dialect knows of it; empty when there is no such table."""
+
+    @abc.abstractmethod
+    def check_task_columns(self, layout: TaskLayout, columns: dict) -> None:
+        """Raise ConfigError unless the time column holds times batchd can compare; note the id
+        column's type for the default item table's task_id."""
+
+    @abc.abstractmethod
+    def has_leading_index(self, table: str, column: str) -> bool:
+        """Whether some index of `table` starts with `column`."""
+
+    @abc.abstractmethod
+    def index_statement(self, table: str, column: str) -> str:
+        """The statement that would create an index on `table` (`column`)."""
+
+    @abc.abstractmethod
+    def create_record_table(self, table: str) -> None:
+        """CREATE TABLE IF NOT EXISTS for the batch record, with the columns of RECORD_COLUMNS."""
+
+    @abc.abstractmethod
+    def create_default_item_table(self, table: str) -> None:
+        """CREATE TABLE IF NOT EXISTS for the default item table, unique on ITEM_KEY."""
+
+    # -- binding to a task table
+    def open(self, layout: TaskLayout) -> None:
+        table = self.quote(layout.table)
+        columns = self.table_columns(layout.table)
+        if not columns:
+            raise ConfigError(f"task table {table} not found in {self.location()} (__task_table__)")
+        for field, setting in TASK_COLUMNS:
+            name = getattr(layout, field)
+            if name not in columns:
+                raise ConfigError(f"task table {table} has no column {self.quote(name)} ({setting})")
+        self.check_task_columns(layout, columns)
+        self.layout = layout
+        self._warn_unindexed_state(layout)
+        self.create_record_table(layout.record_table)
+        record_columns = self.table_columns(layout.record_table)
+        missing = [c for c in RECORD_COLUMNS if c not in record_columns]
+        if missing:
+            raise ConfigError(f"batch record table {self.quote(layout.record_table)} exists without column "
+                              f"{self.quote(missing[0])}; rename the old table so batchd can create its own")
+        if layout.item_table:
+            self.item_columns(layout.item_table, setting="__item_table__")
+        else:
+            self.create_default_item_table(layout.default_item_table)
+
+    def _warn_unindexed_state(self, layout: TaskLayout) -> None:
+        fix = self.missing_state_index(layout)
+        if fix:
+            log.warning("task table %s: column %s has no index, so every patrol scans the whole table; run: %s",
+                        self.quote(layout.table), self.quote(layout.state_field), fix)
+
+    def missing_state_index(self, layout: TaskLayout) -> Optional[str]:
+        if self.has_leading_index(layout.table, layout.state_field):
+            return None
+        return self.index_statement(layout.table, layout.state_field)
+
+    def item_columns(self, table: str, setting: str = "the item table") -> Optional[frozenset]:
+        if table not in self._item_columns:
+            columns = self.table_columns(table)
+            if not columns:
+                raise ConfigError(f"item table {self.quote(table)} not found in {self.location()} ({setting})")
+            self._item_columns[table] = frozenset(columns)
+        return self._item_columns[table]
+
+    # -- batches
+    def last_batch(self) -> Optional[BatchRecord]:
+        names = ", ".join(self.quote(c) for c in RECORD_FIELDS)
+        rows = self.fetch(f"SELECT {names} FROM {self.quote(self.layout.record_table)} "
+                          f"ORDER BY {self.quote('id')} DESC LIMIT 1", dicts=True)
+        if not rows:
+            return None
+        record = rows[0]
+        record["batch_date"] = self.time_from_db(record["batch_date"])
+        record["is_done"] = bool(record["is_done"])
+        return BatchRecord(**record)
+
+    def insert_batch(self, interval: int, interval_unit: str, total: int) -> BatchRecord:
+        now, now_values = self.now_term()
+        stamped = self.stamped_on_insert
+        names = ", ".join(self.quote(c) for c in stamped + ("total_count", "interval", "interval_unit"))
+        self.execute(f"INSERT INTO {self.quote(self.layout.record_table)} ({names}) "
+                     f"VALUES ({', '.join([now] * len(stamped))}, {self.marks(3)})",
+                     now_values * len(stamped) + [total, interval, interval_unit])
+        return self.last_batch()
+
+    def update_batch(self, batch_id: int, progress: Progress, is_done: bool) -> None:
+        now, now_values = self.now_term()
+        p = self.placeholder
+        sets = [f"{self.quote(c)} = {p}" for c in ("total_count", "done_count", "fail_count", "is_done")]
+        sets += [f"{self.quote(c)} = {now}" for c in self.stamped_on_update]
+        self.execute(f"UPDATE {self.quote(self.layout.record_table)} SET {', '.join(sets)} "
+                     f"WHERE {self.quote('id')} = {p}",
+                     [progress.total, progress.done, progress.failed, int(is_done)]
+                     + now_values * len(self.stamped_on_update) + [batch_id])
+
+    def reset_tasks(self, chunk_size: int):
+        """Walk the primary key in ranges of chunk_size rows: one short UPDATE each, resumable."""
+        last = None
+        while True:
+            upper = self._nth_id_after(last, chunk_size)
+            yield self._reset_range(last, upper)
+            if upper is None:
+                return
+            last = upper
+
+    def _nth_id_after(self, last, n: int):
+        """The id n rows after `last` (from the start when None), or None when fewer rows are left."""
+        table, key, _ = self._quoted_task_table()
+        p = self.placeholder
+        after, params = (f"WHERE {key} > {p} ", [last]) if last is not None else ("", [])
+        rows = self.fetch(f"SELECT {key} FROM {table} {after}ORDER BY {key} LIMIT 1 OFFSET {p}", params + [n - 1])
+        return rows[0][0] if rows else None
+
+    def _reset_range(self, last, upper) -> int:
+        """Every row with last < id <= upper (open ends when None) back to pending."""
+        _, key, state = self._quoted_task_table()
+        p = self.placeholder
+        # "not pending", NULL included: every row ends pending.
+        conditions, params = [f"({state} <> {p} OR {state} IS NULL)"], [int(TaskState.PENDING)]
+        if last is not None:
+            conditions.append(f"{key} > {p}")
+            params.append(last)
+        if upper is not None:
+            conditions.append(f"{key} <= {p}")
+            params.append(upper)
+        return self._set_state(TaskState.PENDING, " AND ".join(conditions), params)
+
+    def _set_state(self, target: TaskState, where: str, params: list) -> int:
+        """UPDATE the task table: state to `target` and the time column to now(), where `where` holds."""
+        table, _, state = self._quoted_task_table()
+        now, now_values = self.now_term()
+        return self.execute(f"UPDATE {table} SET {state} = {self.placeholder}, {self.quote(self.layout.time_field)} = "
+                            f"{now} WHERE {where}", [int(target)] + now_values + params)
+
+    def _quoted_task_table(self) -> tuple:
+        """The task table, its id column and its state column, quoted."""
+        return self.quote(self.layout.table), self.quote(self.layout.id_field), self.quote(self.layout.state_field)
+
+    # -- task states
+    def claim(self, limit: int) -> list:
+        table, key, state = self._quoted_task_table()
+        p = self.placeholder
+        with self.transaction():
+            rows = self.fetch(f"SELECT * FROM {table} WHERE {state} = {p} ORDER BY {key} LIMIT {p}{self.claim_lock}",
+                              (int(TaskState.PENDING), limit), dicts=True)
+            for part in chunks([row[self.layout.id_field] for row in rows], self.in_chunk):
+                self._set_state(TaskState.PROCESSING, f"{key} IN ({self.marks(len(part))}) AND {state} = {p}",
+                                part + [int(TaskState.PENDING)])
+        for row in rows:
+            row[self.layout.state_field] = int(TaskState.PROCESSING)
+        return rows
+
+    def move(self, move: Move, ids: Sequence, older_than: Optional[float] = None) -> int:
+        _, key, state = self._quoted_task_table()
+        sources = [int(s) for s in move.sources]
+        source_test = f" AND {state} IN ({self.marks(len(sources))})" if sources else ""
+        age_test, age_values = "", []
+        if older_than is not None:
+            age_sql, age_values = self.older_than_term(self.layout.time_field, older_than)
+            age_test = f" AND {age_sql}"
+        moved = 0
+        with self.transaction() if self.move_in_one_transaction else nullcontext():
+            for part in chunks(list(ids), self.in_chunk):
+                moved += self._set_state(move.target, f"{key} IN ({self.marks(len(part))}){source_test}{age_test}",
+                                         part + sources + age_values)
+        return moved
+
+    def stale_processing(self, older_than: float, limit: int) -> list:
+        table, key, state = self._quoted_task_table()
+        age_sql, age_values = self.older_than_term(self.layout.time_field, older_than)
+        rows = self.fetch(f"SELECT {key} FROM {table} WHERE {state} = {self.placeholder} AND {age_sql} "
+                          f"LIMIT {self.placeholder}", [int(TaskState.PROCESSING)] + age_values + [limit])
+        return [row[0] for row in rows]
+
+    def progress(self) -> Progress:
+        table, _, state = self._quoted_task_table()
+        counts = {value: n for value, n in self.fetch(f"SELECT {state}, COUNT(*) FROM {table} GROUP BY {state}")}
+        return Progress(total=sum(counts.values()), done=counts.get(int(TaskState.DONE), 0),
+                        failed=counts.get(int(TaskState.FAILED), 0),
+                        pending=counts.get(int(TaskState.PENDING), 0),
+                        processing=counts.get(int(TaskState.PROCESSING), 0))
+
+    def unsettled_count(self) -> int:
+        table, _, state = self._quoted_task_table()
+        return self.fetch(f"SELECT COUNT(*) FROM {table} WHERE {state} IN ({self.marks(2)})",
+                          (int(TaskState.PENDING), int(TaskState.PROCESSING)))[0][0]
+
+    # -- items
+    def save_items(self, table: str, kind: str, rows: Sequence[ItemRow]) -> None:
+        if not rows:
+            return
+        with self.transaction():
+            if kind == COLUMNS_ITEM_KIND:
+                self._save_column_items(table, rows)
+            else:
+                self._upsert(table, ITEM_KEY + ("item",), ("item",), ITEM_KEY,
+                             [(r.batch_id, r.task_id, r.request_seq, r.item_seq, plain_json(r.data)) for r in rows])
+
+    def _save_column_items(self, table: str, rows: Sequence[ItemRow]) -> None:
+        by_columns: dict = {}
+        for row in rows:
+            by_columns.setdefault(tuple(row.data), []).append(row.data)
+        for columns, items in by_columns.items():
+            # No key: like MySQL's ON DUPLICATE KEY, any unique key of the user's table counts.
+            self._upsert(table, columns, columns, None,
+                         [[self.column_value(item[c]) for c in columns] for item in items])
+
+    def _upsert(self, table: str, columns: Sequence[str], updated: Sequence[str],
+                key: Optional[Sequence[str]], values: list) -> None:
+        names = ", ".join(self.quote(c) for c in columns)
+        self.execute_many(f"INSERT INTO {self.quote(table)} ({names}) VALUES ({self.marks(len(columns))}) "
+                          f"{self.upsert_clause(updated, key)}", values)
