@@ -120,7 +120,7 @@ def status_line(who: str, snapshot: dict, batch: Optional[dict]) -> str:
         parts.append("batch ?")
     if int(snapshot["workers_wanted"]) or snapshot["role"] != "master":
         parts.append(f"workers {snapshot['workers_alive']}/{snapshot['workers_wanted']} alive, "
-                     f"{snapshot['done']} done here ({float(snapshot['rate']):.1f}/s)")
+                     f"{snapshot['done']} done {snapshot['failed']} failed here ({float(snapshot['rate']):.1f}/s)")
     parts.append(f"{snapshot['unflushed']} unflushed items")
     return f"{who}: " + ", ".join(parts)
 

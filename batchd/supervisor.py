@@ -128,6 +128,7 @@ class Supervisor:
         self.announce_ready = True
         self.rate = ProgressRate()
         self.ended = collections.Counter()       # totals of the children gone, and what they left behind
+        self.master_figures: dict = {}           # the batch as this host's master last wrote it in its row
         self._signals: collections.deque = collections.deque()
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._due = {"watchdog": 0.0, "status": 0.0, "extend": 0.0}
@@ -528,13 +529,13 @@ class Supervisor:
                     "done": done, "failed": failed, "items": totals["items"] + self.ended["items"],
                     "unflushed": totals["unflushed"], "in_flight": totals["in_flight"],
                     "rate": round(self.rate.per_second(), 3)}
-        # The master's figures stay good while it stops (a reload's old master, or the last STATUS of a stop).
         rows = [self.block.row(c.spec.row) for c in self.children if c.spec.role == "master"]
         row = max((r for r in rows if r.batch_id > 0), key=lambda r: r.heartbeat, default=None)
         if row is not None:
-            snapshot.update(batch_id=row.batch_id, batch_settled=row.settled, batch_total=row.total,
-                            batch_rate=round(row.rate, 3))
-        return snapshot
+            self.master_figures = {"batch_id": row.batch_id, "batch_settled": row.settled,
+                                   "batch_total": row.total, "batch_rate": round(row.rate, 3)}
+        # The last figures of a master that stopped still describe the batch (a reload, the end of a stop).
+        return {**snapshot, **self.master_figures}
 
     def _publish_status(self, now: float) -> str:
         snapshot = self._snapshot()

@@ -61,7 +61,7 @@ def test_ready_watchdog_status_and_stopping_come_from_the_supervisor_alone(mysql
         assert len(statuses) >= 6                              # every STATUS_INTERVAL (0.5 s)
         # Until the master's first patrol is in its ledger row the batch is "?".
         line = re.compile(rf"STATUS=run {mysql_backend.namespace}: batch (\?|\d+ \d+/40 \(\d+\.\d tasks/s, ETA \S+\)), "
-                          r"workers \d/2 alive, \d+ done here \(\d+\.\d/s\), \d+ unflushed items$")
+                          r"workers \d/2 alive, \d+ done \d+ failed here \(\d+\.\d/s\), \d+ unflushed items$")
         assert all(line.match(status) for status in statuses), statuses
         assert "batch ?" not in statuses[-1], statuses
 
