@@ -178,6 +178,18 @@ def test_hup_reloads_the_config_and_replaces_the_children(mysql_backend, site, p
     assert proc.wait(30) == 0
 
 
+def test_worker_once_serves_the_batch_to_its_end_then_exits_0(mysql_backend, site, procs):
+    urls = [site.url(f"/page/{n}") for n in range(1, 21)]
+    mysql_backend.create_tasks(urls)
+    master = start_batchd(procs, mysql_backend, "master")
+    workers = start_batchd(procs, mysql_backend, "worker", "--once", "--workers", "2")
+    assert workers.wait(60) == 0, workers.output()
+    assert lines_with(workers, "every worker is done (--once)")
+    assert_every_task_has_its_item(mysql_backend, urls)
+    master.send(signal.SIGTERM)
+    assert master.wait(30) == 0
+
+
 def test_once_ends_with_the_masters_word_75_lock_held_69_unreachable(mysql_backend, site, procs):
     mysql_backend.create_tasks([site.url("/page/1")])
     lock = f"{mysql_backend.namespace}:master_lock"
