@@ -10,7 +10,7 @@ import pytest
 from batchd.task import TaskState
 from harness import wait_for
 from procs import Procs
-from servers import PrivateMariaDB
+from servers import PrivateMariaDB, PrivateRedis
 from supervised import (alive, children_of, lines_with, masters_of, slow_urls, start_batchd, title,
                         workers_of)
 from taskdb import MysqlBackend
@@ -248,5 +248,23 @@ def test_mariadb_down_at_start_is_waited_for(site, procs, failed_items_path, red
             db.start()
             backend.conn = db.connect(backend.mysql_url.rsplit("/", 1)[1])
             finish_batch_and_stop(proc, backend, urls)
+        finally:
+            backend.close()
+
+
+def test_redis_down_at_start_is_waited_for(mysql_url, site, procs, failed_items_path):
+    with PrivateRedis() as server:
+        backend = MysqlBackend(mysql_url, server.url(), failed_items_path)
+        try:
+            urls = [site.url(f"/page/{n}") for n in range(1, 11)]
+            backend.create_tasks(urls)
+            server.stop()
+            proc = start_batchd(procs, backend, "run", "--workers", "2")
+            wait_for(lambda: lines_with(proc, "cannot publish the status snapshot"), message="the snapshot outage")
+            wait_for(lambda: lines_with(proc, "; retrying with backoff"), message="the master waiting for Redis")
+            assert proc.alive() and len(children_of(proc.pid)) == 3
+            server.start()
+            finish_batch_and_stop(proc, backend, urls)
+            assert lines_with(proc, "Redis answers again: status snapshots resume")
         finally:
             backend.close()
