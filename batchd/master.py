@@ -16,12 +16,13 @@ import os
 import socket
 import threading
 import time
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Callable, Optional
 
 from .errors import BackendUnavailable, MasterLockHeld
 from .lifecycle import StopFlag, until_available
 from .store.base import BatchRecord, Progress
+from .schedule import is_due, next_due
 from .task import Move
 
 log = logging.getLogger("batchd.master")
@@ -30,13 +31,6 @@ WAKE_GAP = 0.5          # seconds between two patrols triggered by wake-ups
 LOCK_POLL = 2.0
 RATE_WINDOW = 120.0     # seconds of progress samples behind the rate and the ETA
 ORPHAN_SCAN_LIMIT = 10000
-
-
-def next_due(batch: BatchRecord, interval: int, unit: str) -> datetime:
-    """The calendar rule of SPEC Part 3: the date (or hour) `interval` units after the batch's own."""
-    if unit == "hour":
-        return batch.batch_date.replace(minute=0, second=0, microsecond=0) + timedelta(hours=interval)
-    return datetime.combine(batch.batch_date.date(), datetime.min.time()) + timedelta(days=interval)
 
 
 class LockKeeper:
@@ -210,7 +204,7 @@ class Master:
                      next_due(batch, self.settings.BATCH_INTERVAL, self.settings.BATCH_INTERVAL_UNIT))
 
     def _due(self, batch: BatchRecord, now: datetime) -> bool:
-        return now >= next_due(batch, self.settings.BATCH_INTERVAL, self.settings.BATCH_INTERVAL_UNIT)
+        return is_due(batch, now, self.settings)
 
     def open_batch(self, stop: StopFlag, keeper: Optional[LockKeeper]) -> Optional[BatchRecord]:
         """Clear the queue, reset every task in chunks, then insert the record. A master that dies

@@ -28,6 +28,7 @@ from .http import Downloader, Request, RequestFailed
 from .ledger import LocalLedger
 from .lifecycle import Backoff, StopFlag, until_available
 from .pipeline import Pipeline, TaskRun
+from .schedule import is_due
 from .systemd import set_thread_role
 
 log = logging.getLogger("batchd.worker")
@@ -68,13 +69,17 @@ class Worker:
         self._low_water = max(1, settings.BATCH_PUSH_LIMIT // 4)
         self._last_empty_wake = 0.0
         self._leasing = threading.Event()
+        self._outage_lock = threading.Lock()
+        self._outage_since: Optional[float] = None
         self.pipeline: Optional[Pipeline] = None
         self.downloader: Optional[Downloader] = None
 
     # -- the loop the supervisor (or start()) runs
     def run(self, stop: StopFlag, heartbeat: Callable = lambda: None) -> None:
-        if until_available(lambda: self.store.open(self.spider.layout), stop, heartbeat,
-                           what=self.store.describe()) is None and stop.is_set():
+        """Serve until stopped (keep_alive) or until the batch is done. A worker that is not kept
+        alive is a once-mode run: a store it cannot reach at start is final (exit 69)."""
+        if until_available(lambda: self.store.open(self.spider.layout) or True, stop, heartbeat,
+                           once=not self.keep_alive, what=self.store.describe()) is None:
             return
         self.downloader = Downloader(max_retry_times=self.settings.SPIDER_MAX_RETRY_TIMES,
                                      timeout=self.settings.REQUEST_TIMEOUT, pool_size=self.thread_count,
@@ -110,9 +115,12 @@ class Worker:
                 return
 
     def _nothing_left(self) -> bool:
+        """Nothing in hand, nothing queued, and the batch done with no new one due (a due batch the
+        master has not opened yet still has work for us, whatever the last batch's done flag says)."""
         try:
-            return (self.pipeline.in_flight() == 0 and self.queue.pending_count() == 0
-                    and self.queue.is_done())
+            if self.pipeline.in_flight() or self.queue.pending_count() or not self.queue.is_done():
+                return False
+            return not is_due(self.store.last_batch(), self.store.now(), self.settings)
         except BackendUnavailable:
             return False
 
@@ -162,10 +170,11 @@ class Worker:
                 lease = self.queue.lease(self._next_token(), self.lease_seconds)
             except BackendUnavailable as e:
                 self.ledger.release_slot(slot)
-                log.warning("cannot lease a task: %s", e)
+                self._lease_outage(e)
                 stop.wait(outage.next_delay())
                 continue
             outage.reset()
+            self._lease_outage(None)
             if lease is None:
                 self.ledger.release_slot(slot)
                 self._wake_master_when_empty()
@@ -178,6 +187,16 @@ class Worker:
             run = TaskRun(lease=lease, slot=slot)
             self.pipeline.track(run)
             self.process(run, stop)
+
+    def _lease_outage(self, error: Optional[BackendUnavailable]) -> None:
+        """One line when leasing starts failing and one when it works again, for all the threads."""
+        with self._outage_lock:
+            if error is not None and self._outage_since is None:
+                self._outage_since = time.monotonic()
+                log.warning("cannot lease tasks: %s; every thread retries with backoff", error)
+            elif error is None and self._outage_since is not None:
+                log.info("leasing works again after %.0f s", time.monotonic() - self._outage_since)
+                self._outage_since = None
 
     def _next_token(self) -> str:
         return f"{self.token_prefix}:{next(self._lease_numbers)}"

@@ -86,6 +86,14 @@ def test_unreachable_backend_in_once_mode_exits_69_without_the_password(mysql_ba
     assert PASSWORD not in proc.output()
 
 
+def test_a_once_worker_that_cannot_reach_its_store_exits_69(mysql_backend, procs):
+    url = f"mysql://root:{PASSWORD}@127.0.0.1:1/batchd"
+    proc = procs.add(Proc.spider("spiders.seed:CrawlTask", "worker-once", mysql_backend.env(MYSQL_URL=url)))
+    assert proc.wait(30) == 69
+    assert_one_clean_error(proc, "unreachable")
+    assert PASSWORD not in proc.output()
+
+
 def test_unreachable_mysql_in_resident_mode_is_retried_until_stopped(mysql_backend, procs):
     url = f"mysql://root:{PASSWORD}@127.0.0.1:1/batchd"
     proc = procs.add(Proc.spider("spiders.seed:CrawlTask", "master", mysql_backend.env(MYSQL_URL=url)))

@@ -5,7 +5,7 @@ from datetime import datetime
 import pytest
 
 from batchd.lifecycle import StopFlag
-from batchd.master import next_due
+from batchd.schedule import next_due
 from batchd.store.base import BatchRecord
 from batchd.task import TaskState
 from spiders.seed import CrawlTask

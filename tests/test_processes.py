@@ -106,3 +106,17 @@ def test_the_seeds_failure_is_reproduced_and_prevented(shared_backend, site, pro
     for proc in (master, rescuer):
         proc.send(signal.SIGTERM)
         assert proc.wait(30) == 0
+
+
+def test_a_once_worker_waits_for_a_due_batch_the_master_has_not_opened(shared_backend, site, procs):
+    shared_backend.create_tasks([site.url(f"/page/{i}") for i in range(1, 4)])
+    env = shared_backend.env()
+    procs.add(Proc.spider("spiders.seed:CrawlTask", "worker-once", env))
+    assert procs.add(Proc.spider("spiders.seed:CrawlTask", "master-once", env)).wait(60) == 0
+    shared_backend.age_last_batch(days=7)          # batch 1 is done, batch 2 is due but not open yet
+    early = procs.add(Proc.spider("spiders.seed:CrawlTask", "worker-once", env))
+    time.sleep(2)
+    assert early.alive(), "the last batch's done flag must not send a worker home while a batch is due"
+    assert procs.add(Proc.spider("spiders.seed:CrawlTask", "master-once", env)).wait(60) == 0
+    assert early.wait(30) == 0
+    assert len(shared_backend.records()) == 2 and set(shared_backend.states().values()) == {D}

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Iterator, Optional, Sequence
 
 from ..config import check_identifier
+from ..errors import ConfigError
 from ..task import Move
 
 DEFAULT_ITEM_KIND = "default"   # <task_table>_item: one JSON document per item
@@ -166,6 +167,16 @@ class BatchStore(abc.ABC):
         """Store the rows durably in one transaction, as upserts (a row with the same key replaces the
         old one). `kind` is DEFAULT_ITEM_KIND or COLUMNS_ITEM_KIND. Raise on failure: nothing of the
         batch counts as stored unless this returns."""
+
+    def create_task_table(self, layout: TaskLayout) -> bool:
+        """For `batchd tasks` and the demo: make the seed's task table (primary key, `url`, state and
+        time columns, the state indexed) when it does not exist. True when it was made. The table
+        stays the user's: batchd never alters one that exists."""
+        raise ConfigError(f"{self.describe()} cannot create task tables; create `{layout.table}` yourself")
+
+    def add_tasks(self, layout: TaskLayout, rows: Sequence[dict]) -> int:
+        """Insert task rows (keys are column names, each checked) as pending; return how many."""
+        raise ConfigError(f"{self.describe()} cannot add tasks; insert them into `{layout.table}` yourself")
 
     def missing_state_index(self, layout: TaskLayout) -> Optional[str]:
         """The statement that would index the task table's state column when no index leads with it

@@ -49,6 +49,16 @@ class MemoryBatchStore(BatchStore):
                 self._index(row)
             self._rows.append(row)
 
+    def create_task_table(self, layout: TaskLayout) -> bool:
+        return False      # the rows given at construction are the table
+
+    def add_tasks(self, layout: TaskLayout, rows) -> int:
+        with self._lock:
+            next_id = max([row[layout.id_field] for row in self._rows if isinstance(row[layout.id_field], int)] + [0])
+            for offset, row in enumerate(rows, start=1):
+                self.add_task({layout.id_field: next_id + offset, **row})
+        return len(rows)
+
     # -- the contract
     def embedded_queue(self, namespace: str, settings):
         from ..queue.local_queue import LocalQueue

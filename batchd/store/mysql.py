@@ -239,6 +239,17 @@ class MysqlBatchStore(SqlBatchStore):
             PRIMARY KEY (`id`)
         ) DEFAULT CHARSET=utf8mb4""")
 
+    def task_table_statements(self, layout: TaskLayout) -> list:
+        q = self.quote
+        return [f"""CREATE TABLE {q(layout.table)} (
+            {q(layout.id_field)} BIGINT NOT NULL AUTO_INCREMENT,
+            `url` VARCHAR(2000) NOT NULL,
+            {q(layout.state_field)} TINYINT NOT NULL DEFAULT 0,
+            {q(layout.time_field)} DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
+            PRIMARY KEY ({q(layout.id_field)}),
+            KEY {q(check_identifier(f"idx_{layout.state_field}"[:64], "index name"))} ({q(layout.state_field)})
+        ) DEFAULT CHARSET=utf8mb4"""]
+
     def create_default_item_table(self, table: str) -> None:
         self.execute(f"""CREATE TABLE IF NOT EXISTS {self.quote(table)} (
             `id` BIGINT NOT NULL AUTO_INCREMENT,

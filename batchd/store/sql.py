@@ -150,6 +150,37 @@ class SqlBatchStore(BatchStore):
     def create_default_item_table(self, table: str) -> None:
         """CREATE TABLE IF NOT EXISTS for the default item table, unique on ITEM_KEY."""
 
+    @abc.abstractmethod
+    def task_table_statements(self, layout: TaskLayout) -> list:
+        """The statements that make the seed's task table (id, url, state, time; the state indexed)."""
+
+    # -- loading tasks (batchd tasks add / import, the demo)
+    def create_task_table(self, layout: TaskLayout) -> bool:
+        if self.table_columns(layout.table):
+            return False
+        for statement in self.task_table_statements(layout):
+            self.execute(statement)
+        log.info("created task table %s (%s, url, %s, %s)", self.quote(layout.table), layout.id_field,
+                 layout.state_field, layout.time_field)
+        return True
+
+    def add_tasks(self, layout: TaskLayout, rows: Sequence[dict]) -> int:
+        columns = self.table_columns(layout.table)
+        if not columns:
+            raise ConfigError(f"task table {self.quote(layout.table)} not found in {self.location()} (__task_table__)")
+        by_columns: dict = {}
+        for row in rows:
+            for name in row:
+                if name not in columns:
+                    raise ConfigError(f"task table {self.quote(layout.table)} has no column {self.quote(name)}")
+            by_columns.setdefault(tuple(row), []).append(row)
+        with self.transaction():
+            for names, group in by_columns.items():
+                self.execute_many(f"INSERT INTO {self.quote(layout.table)} ({', '.join(map(self.quote, names))}) "
+                                  f"VALUES ({self.marks(len(names))})",
+                                  [[self.column_value(row[n]) for n in names] for row in group])
+        return len(rows)
+
     # -- binding to a task table
     def open(self, layout: TaskLayout) -> None:
         table = self.quote(layout.table)

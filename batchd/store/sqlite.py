@@ -309,6 +309,15 @@ class SqliteBatchStore(SqlBatchStore):
             "create_time" DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
             "update_time" DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP)""")
 
+    def task_table_statements(self, layout: TaskLayout) -> list:
+        q = self.quote
+        return [f"""CREATE TABLE {q(layout.table)} (
+            {q(layout.id_field)} INTEGER PRIMARY KEY,
+            "url" TEXT NOT NULL,
+            {q(layout.state_field)} INTEGER NOT NULL DEFAULT 0,
+            {q(layout.time_field)} DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP)""",
+                self.index_statement(layout.table, layout.state_field)]
+
     def create_default_item_table(self, table: str) -> None:
         self.execute(f"""CREATE TABLE IF NOT EXISTS {self.quote(table)} (
             "id" INTEGER PRIMARY KEY AUTOINCREMENT,
