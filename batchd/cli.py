@@ -6,6 +6,9 @@
     batchd status [SPIDER]   where the batch stands (--json for scripts)
     batchd check [SPIDER]    config, connections, task table and columns, index
     batchd retry --items     store the items dumped to FAILED_ITEMS_PATH
+    batchd demo              a whole batch on a bundled site: no network, no MySQL, no Redis
+    batchd init [FOLDER]     a starter spider and config
+    batchd tasks add|import  load tasks into the task table
 
 SPIDER is `path/file.py:Class` or `module:Class`; when omitted, BATCHD_SPIDER or SPIDER in the
 config file. Exit codes (SPEC Part 3): 0 done, 69 MySQL or Redis unreachable, 75 another master
@@ -19,14 +22,19 @@ import fcntl
 import logging
 import os
 import re
+import sys
+import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
 from . import __version__
-from .config import DEFAULT_CONFIG_FILE, ENV_CONFIG, Settings, load_settings
+from .config import DEFAULT_CONFIG_FILE, ENV_CONFIG, Settings, check_identifier, load_settings
 from .errors import BatchdError, ConfigError, ExitCode
 from .loader import SpiderSource, absolute_spider_path, build_spider, choose_store, load_spider_class
 from .pipeline import FailedItemsFile
+from .starter import next_steps, write_starter
+from .store import store_url
+from .tasks import add_urls, import_csv
 from .status import gather_status, render_json, render_status
 from .supervisor import Plan, Supervisor
 from .systemd import setup_logging, under_systemd
@@ -35,6 +43,7 @@ log = logging.getLogger("batchd")
 
 INSTANCE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 DEFAULT_LOG_FILE = "batchd.log"
+EMBEDDED_FILE = "batchd.db"
 FROM_SETTINGS = object()    # `--items` without FILE: FAILED_ITEMS_PATH
 
 
@@ -60,8 +69,15 @@ def verb(name: str, help: str, arguments: Callable[[argparse.ArgumentParser], No
 def spider_and_config(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spider", nargs="?", metavar="SPIDER",
                         help="path/file.py:Class or module:Class (default: BATCHD_SPIDER, or SPIDER in the config file)")
+    config_and_store(parser)
+
+
+def config_and_store(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE",
                         help=f"the TOML config file (default: ${ENV_CONFIG}, else {DEFAULT_CONFIG_FILE} if it exists)")
+    parser.add_argument("--store", metavar="URL",
+                        help="the task store: mysql://user:pass@host:3306/db or sqlite:///PATH (default: STORE, "
+                             f"else MYSQL_URL, else ./{EMBEDDED_FILE} on a terminal)")
 
 
 def config_files(args: argparse.Namespace, instance: Optional[str] = None) -> list:
@@ -77,12 +93,34 @@ def config_files(args: argparse.Namespace, instance: Optional[str] = None) -> li
 
 def spider_source(args: argparse.Namespace, files: list, overrides: dict) -> tuple:
     """(SpiderSource, the settings known before the spider is imported)."""
+    overrides = with_store(args, files, overrides)
     settings = load_settings({}, config_files=files, overrides=overrides)
     path = args.spider or settings.SPIDER
     if not path:
         raise ConfigError("no spider: name it (batchd run path/file.py:Class), or set BATCHD_SPIDER "
                           "or SPIDER in the config file")
     return SpiderSource(absolute_spider_path(path), tuple(files), overrides), settings
+
+
+def with_store(args: argparse.Namespace, files: list, overrides: dict) -> dict:
+    """The command line's settings, with the store it names, or the embedded one when nothing names
+    a store: `batchd.db` in the working directory, on a terminal only. Under systemd a missing store
+    is a configuration error, never a silent local crawl."""
+    if getattr(args, "store", None):
+        return dict(overrides, STORE=args.store)
+    settings = load_settings({}, config_files=files, overrides=overrides)
+    if store_url(settings):
+        return overrides
+    if under_systemd():
+        raise ConfigError("no store configured: set MYSQL_URL (and REDIS_URL), or STORE, in the config file; "
+                          "under systemd batchd does not fall back to a local SQLite file")
+    embedded = f"sqlite:///{os.path.abspath(EMBEDDED_FILE)}"
+    if not getattr(args, "embedded_announced", False):
+        args.embedded_announced = True
+        setup_logging(settings.LOG_LEVEL)
+        log.info("no MySQL / Redis configured: using the embedded store %s (tasks, queue and items in one "
+                 "SQLite file; --store or BATCHD_STORE names another)", embedded)
+    return dict(overrides, STORE=embedded)
 
 
 def spider_from_args(args: argparse.Namespace):
@@ -215,11 +253,20 @@ def run_daemonized(args: argparse.Namespace, plan: Plan, source: SpiderSource, s
 # -- status, check, retry
 @verb("status", "where the batch stands: progress, queue, rate, ETA, workers per host, unflushed items",
       lambda parser: (spider_and_config(parser),
-                      parser.add_argument("--json", action="store_true", help="machine-readable output")))
+                      parser.add_argument("--json", action="store_true", help="machine-readable output"),
+                      parser.add_argument("--watch", nargs="?", type=float, const=2.0, metavar="SECONDS",
+                                          help="refresh every SECONDS (default 2) until Ctrl-C")))
 def status_verb(args: argparse.Namespace) -> int:
-    status = gather_status(spider_from_args(args))
-    print(render_json(status) if args.json else render_status(status))
-    return ExitCode.OK
+    spider = spider_from_args(args)
+    render = render_json if args.json else render_status
+    if not args.watch:
+        print(render(gather_status(spider)))
+        return ExitCode.OK
+    clear = "\033[H\033[J" if sys.stdout.isatty() else ""
+    while True:          # Ctrl-C ends it (main() turns KeyboardInterrupt into 130)
+        text = render(gather_status(spider))
+        print(f"{clear}{text}\n(every {args.watch:g} s; Ctrl-C to stop)", flush=True)
+        time.sleep(args.watch)
 
 
 class Checklist:
@@ -292,7 +339,7 @@ def _state_index(spider) -> str:
                                           help="the failed items file (default: FAILED_ITEMS_PATH)")))
 def retry_verb(args: argparse.Namespace) -> int:
     files = config_files(args)
-    settings = load_settings({}, config_files=files)
+    settings = load_settings({}, config_files=files, overrides=with_store(args, files, {}))
     if args.spider or settings.SPIDER:      # the spider's __custom_setting__ may name the file or the database
         source, _ = spider_source(args, files, {})
         settings = source.settings(load_spider_class(source.path))
@@ -306,6 +353,52 @@ def retry_verb(args: argparse.Namespace) -> int:
     else:
         log.info("nothing to replay in %s", path)
     return ExitCode.OK if kept == 0 else ExitCode.FAILURE
+
+
+# -- first steps: demo, init, tasks
+@verb("demo", "crawl a bundled site on loopback with the supervisor, the master and 2 workers (no servers needed)",
+      lambda parser: (parser.add_argument("--dir", default="batchd-demo", metavar="FOLDER",
+                                          help="where the demo's SQLite file, config and log go (default: ./batchd-demo)"),
+                      parser.add_argument("--workers", type=non_negative, default=2, metavar="N",
+                                          help="worker processes (default: 2)")))
+def demo_verb(args: argparse.Namespace) -> int:
+    from .demo.run import run_demo
+    return run_demo(args.dir, workers=args.workers)
+
+
+@verb("init", "write a starter spider and a config file into FOLDER",
+      lambda parser: (parser.add_argument("folder", nargs="?", default=".", metavar="FOLDER",
+                                          help="where to write spider.py and batchd.toml (default: here)"),
+                      parser.add_argument("--force", action="store_true", help="overwrite existing files")))
+def init_verb(args: argparse.Namespace) -> int:
+    write_starter(args.folder, force=args.force)
+    print(next_steps(args.folder))
+    return ExitCode.OK
+
+
+def tasks_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    add = actions.add_parser("add", help="add tasks, one per URL", description="add tasks, one per URL")
+    add.add_argument("urls", nargs="+", metavar="URL")
+    add.add_argument("--column", default="url", help="the task table's column for the URL (default: url)")
+    add.add_argument("--spider", metavar="SPIDER", help="path/file.py:Class or module:Class (default: SPIDER)")
+    config_and_store(add)
+    load = actions.add_parser("import", help="add tasks from a CSV file whose header names the columns",
+                              description="add tasks from a CSV file whose header names the columns")
+    load.add_argument("file", metavar="FILE.csv")
+    load.add_argument("--spider", metavar="SPIDER", help="path/file.py:Class or module:Class (default: SPIDER)")
+    config_and_store(load)
+
+
+@verb("tasks", "load tasks into the spider's task table (created if missing): add URL..., import FILE.csv",
+      tasks_arguments)
+def tasks_verb(args: argparse.Namespace) -> int:
+    spider = spider_from_args(args)
+    if args.action == "add":
+        add_urls(spider, args.urls, column=check_identifier(args.column, "--column"))
+    else:
+        import_csv(spider, args.file)
+    return ExitCode.OK
 
 
 # -- the command

@@ -1,8 +1,8 @@
 """Where a batch stands: the supervisors' snapshots in Redis, their STATUS= line, `batchd status`.
 
-Each supervisor publishes a snapshot every STATUS_INTERVAL seconds into the hash
-`<ns>:status:<host>:<instance>` (key from `Keys.status`), with a TTL of a few intervals,
-so a host that died drops out on its own. Fields, all strings:
+Each supervisor publishes a snapshot every STATUS_INTERVAL seconds on its queue's status
+board (Redis: the hash `<ns>:status:<host>:<instance>`; SQLite: a row of batchd_status),
+with a TTL of a few intervals, so a host that died drops out on its own. Fields, all strings:
 
     role host instance pid updated          who, and when (Unix time)
     workers_alive workers_wanted master_alive
@@ -20,7 +20,7 @@ import logging
 import time
 from typing import Optional
 
-from .queue.redis_queue import Keys, connect_redis
+from .store import sqlite_path, store_url
 
 log = logging.getLogger("batchd.status")
 
@@ -49,59 +49,56 @@ def eta(remaining: int, rate: Optional[float]) -> Optional[float]:
 
 # -- the supervisor's side
 
-class SnapshotPublisher:
-    """Writes one supervisor's snapshot; a Redis outage costs a log line, never the supervisor."""
+def status_queue(settings, namespace: str):
+    """The queue whose status board this namespace uses (Redis, or the SQLite file), with short
+    timeouts: the supervisor's loop must never wait long on it. None when there is neither."""
+    path = sqlite_path(store_url(settings))
+    if path:
+        from .queue.sqlite_queue import SqliteQueue
+        from .store.sqlite import SqliteFile
+        return SqliteQueue(SqliteFile(path, busy_timeout=PUBLISH_TIMEOUT), namespace)
+    if settings.REDIS_URL:
+        from .queue.redis_queue import RedisQueue, connect_redis
+        return RedisQueue(settings.REDIS_URL, namespace,
+                          client=connect_redis(settings.REDIS_URL, timeout=PUBLISH_TIMEOUT))
+    return None
 
-    def __init__(self, redis_url: str, namespace: str, host: str, instance: str, interval: float):
-        self.keys = Keys(namespace)
-        self.key = self.keys.status(host, instance)
+
+class SnapshotPublisher:
+    """Writes one supervisor's snapshot on the board; an outage costs a log line, never the supervisor."""
+
+    def __init__(self, queue, host: str, instance: str, interval: float):
+        self.queue = queue
+        self.key = f"{host}:{instance}"
         self.ttl = snapshot_ttl(interval)
-        self.client = connect_redis(redis_url, timeout=PUBLISH_TIMEOUT)
         self._failing = False
 
     def publish(self, snapshot: dict) -> None:
-        self._guarded("publish the status snapshot", self._write, snapshot)
-
-    def _write(self, snapshot: dict) -> None:
-        with self.client.pipeline(transaction=True) as pipe:
-            pipe.delete(self.key)
-            pipe.hset(self.key, mapping={k: str(v) for k, v in snapshot.items() if v is not None})
-            pipe.expire(self.key, self.ttl)
-            pipe.execute()
+        fields = {k: str(v) for k, v in snapshot.items() if v is not None}
+        self._guarded("publish the status snapshot", self.queue.write_status, self.key, fields, self.ttl)
 
     def master_view(self) -> Optional[dict]:
         """The batch as the master's supervisor last published it, wherever it runs."""
-        snapshots = self._guarded("read the master's snapshot", read_snapshots, self.client, self.keys) or []
-        return freshest_master(snapshots)
+        return freshest_master(self._guarded("read the master's snapshot", self.queue.read_statuses) or [])
 
     def withdraw(self) -> None:
-        self._guarded("remove the status snapshot", self.client.delete, self.key)
+        self._guarded("remove the status snapshot", self.queue.delete_status, self.key)
 
     def close(self) -> None:
-        self.client.close()
+        self.queue.close()
 
     def _guarded(self, what: str, action, *args):
-        import redis
         try:
             result = action(*args)
-        except (redis.RedisError, OSError) as e:
+        except Exception as e:   # the board is a convenience: no failure of it may stop the supervisor
             if not self._failing:
-                log.warning("cannot %s: %s (batchd status will not show this host until Redis answers)", what, e)
+                log.warning("cannot %s: %s (batchd status will not show this host until it works again)", what, e)
             self._failing = True
             return None
         if self._failing:
-            log.info("Redis answers again: status snapshots resume")
+            log.info("status snapshots resume")
         self._failing = False
         return result
-
-
-def read_snapshots(client, keys: Keys) -> list:
-    snapshots = []
-    for key in client.scan_iter(match=keys.status_pattern(), count=100):
-        fields = client.hgetall(key)
-        if fields:
-            snapshots.append({k.decode(): v.decode() for k, v in fields.items()})
-    return snapshots
 
 
 def freshest_master(snapshots: list) -> Optional[dict]:
@@ -132,8 +129,7 @@ def gather_status(spider) -> dict:
     store, queue, layout = spider.store, spider.queue, spider.layout
     store.open(layout)
     batch, progress = store.last_batch(), store.progress()
-    client = getattr(queue, "redis", None)
-    snapshots = read_snapshots(client, Keys(spider.namespace)) if client is not None else []
+    snapshots = queue.read_statuses()
     master = freshest_master(snapshots)
     rate = float(master["batch_rate"]) if master else None
     remaining = progress.total - progress.settled
@@ -159,8 +155,18 @@ def _host_entry(snapshot: dict) -> dict:
                "unflushed", "in_flight")
     entry = {name: int(snapshot.get(name, 0)) for name in numbers}
     entry.update(host=snapshot["host"], instance=snapshot["instance"], role=snapshot["role"],
-                 rate=float(snapshot.get("rate", 0)), seconds_ago=round(time.time() - float(snapshot["updated"]), 1))
+                 rate=float(snapshot.get("rate", 0)), seconds_ago=round(time.time() - float(snapshot["updated"]), 1),
+                 workers=json.loads(snapshot.get("workers") or "[]"))
     return entry
+
+
+def bar(done: int, failed: int, total: int, width: int = 30) -> str:
+    """[#####xx.....]: # done, x failed, . still to go."""
+    if total <= 0:
+        return "[" + "." * width + "]"
+    filled = min(width, round(width * done / total))
+    spoiled = min(width - filled, round(width * failed / total))
+    return "[" + "#" * filled + "x" * spoiled + "." * (width - filled - spoiled) + "]"
 
 
 def render_status(status: dict) -> str:
@@ -170,6 +176,7 @@ def render_status(status: dict) -> str:
         lines.append("batch    none yet (the master opens the first one)")
     else:
         lines.append(f"batch    {batch['id']} opened {batch['date']}, {'finished' if batch['is_done'] else 'running'}")
+    lines.append(f"{bar(tasks['done'], tasks['failed'], tasks['total'])} {tasks['settled']}/{tasks['total']}")
     lines.append(f"progress {tasks['settled']}/{tasks['total']}: {tasks['done']} done, {tasks['failed']} failed, "
                  f"{tasks['processing']} processing, {tasks['pending']} pending")
     lines.append(f"queue    {queue['waiting']} waiting, {queue['leased']} leased")
@@ -178,6 +185,11 @@ def render_status(status: dict) -> str:
     hosts = ", ".join(f"{h['host']} {h['workers_alive']} ({h['role']}@{h['instance']}"
                       f"{', master' if h['master_alive'] else ''})" for h in status["hosts"]) or "none reporting"
     lines.append(f"workers  {status['workers_alive']} alive: {hosts}")
+    for host in status["hosts"]:
+        for w in host["workers"]:
+            lines.append(f"  {host['host']}@{host['instance']} {w['name']} pid {w['pid']}: {w['done']} done, "
+                         f"{w['failed']} failed, {w['items']} items, {w['tasks']} tasks in hand, "
+                         f"{w['unflushed']} unflushed, beat {w['silent']:.0f}s ago")
     lines.append(f"unflushed items {status['unflushed']}")
     return "\n".join(lines)
 

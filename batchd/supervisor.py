@@ -20,6 +20,7 @@ A warm stop ends when every child has exited: each worker finishes its tasks, fl
 writes back, so the ledger reaches 0; what a child still held when it ended is logged.
 """
 import collections
+import json
 import logging
 import math
 import multiprocessing
@@ -37,7 +38,7 @@ from .ledger import LedgerBlock, Phase
 from .lifecycle import Backoff
 from .loader import SpiderSource
 from .master import ProgressRate
-from .status import SnapshotPublisher, status_line
+from .status import SnapshotPublisher, status_line, status_queue
 from .systemd import Notifier, set_process_role, set_process_title, watchdog_usec
 from .worker import SLOTS_PER_THREAD
 
@@ -179,8 +180,7 @@ class Supervisor:
 
     def _apply(self, settings, namespace: str) -> None:
         """Adopt resolved settings (at start and after a reload)."""
-        self.settings, old_namespace = settings, self.namespace
-        self.namespace = namespace
+        self.settings, self.namespace = settings, namespace
         logging.getLogger("batchd").setLevel(settings.LOG_LEVEL.upper())
         set_process_title(f"batchd: supervisor {self._where()}")
         for role in self.plan.roles:
@@ -189,11 +189,10 @@ class Supervisor:
                 self.seats[role].wanted, self.seats[role].next_spawn = wanted, 0.0
             else:
                 self.seats[role] = Seats(wanted=wanted)
-        if self.publisher is not None and (old_namespace != namespace or not settings.REDIS_URL):
-            self._close_publisher()
-        if self.publisher is None and settings.REDIS_URL:
-            self.publisher = SnapshotPublisher(settings.REDIS_URL, namespace, self.host, self.plan.instance_key,
-                                               settings.STATUS_INTERVAL)
+        self._close_publisher()      # the namespace or the store may have changed with a reload
+        board = status_queue(settings, namespace)
+        if board is not None:
+            self.publisher = SnapshotPublisher(board, self.host, self.plan.instance_key, settings.STATUS_INTERVAL)
 
     def _wanted_workers(self, settings) -> int:
         wanted = settings.WORKERS if settings.WORKERS is not None else (os.cpu_count() or 1)
@@ -528,7 +527,8 @@ class Supervisor:
                                             for c in self.children)),
                     "done": done, "failed": failed, "items": totals["items"] + self.ended["items"],
                     "unflushed": totals["unflushed"], "in_flight": totals["in_flight"],
-                    "rate": round(self.rate.per_second(), 3)}
+                    "rate": round(self.rate.per_second(), 3),
+                    "workers": json.dumps([self._worker_line(c) for c in workers])}
         rows = [self.block.row(c.spec.row) for c in self.children if c.spec.role == "master"]
         row = max((r for r in rows if r.batch_id > 0), key=lambda r: r.heartbeat, default=None)
         if row is not None:
@@ -536,6 +536,13 @@ class Supervisor:
                                    "batch_total": row.total, "batch_rate": round(row.rate, 3)}
         # The last figures of a master that stopped still describe the batch (a reload, the end of a stop).
         return {**snapshot, **self.master_figures}
+
+    def _worker_line(self, child: Child) -> dict:
+        """One worker as `batchd status` lists it, from its row of the ledger."""
+        row, held = self.block.row(child.spec.row), self.block.lost(child.spec.row)
+        return {"name": child.spec.name, "pid": child.process.pid, "done": row.done, "failed": row.failed,
+                "items": row.items, "unflushed": held.items, "tasks": len(held.task_keys),
+                "silent": round(self.block.silence(child.spec.row), 1)}
 
     def _publish_status(self, now: float) -> str:
         snapshot = self._snapshot()

@@ -115,5 +115,17 @@ class TaskQueue(abc.ABC):
     def first_seen(self, batch_id: int, fingerprint: str) -> bool:
         """Request de-duplication: True the first time this batch sees the fingerprint."""
 
+    # -- the status board: supervisors' snapshots for `batchd status`
+    @abc.abstractmethod
+    def write_status(self, key: str, fields: dict, ttl: float) -> None:
+        """Replace the snapshot `key` (host:instance); it disappears by itself after `ttl` seconds."""
+
+    @abc.abstractmethod
+    def read_statuses(self) -> list:
+        """Every live snapshot of this namespace, as dicts of strings."""
+
+    @abc.abstractmethod
+    def delete_status(self, key: str) -> None: ...
+
     def close(self) -> None:
         """Release connections."""

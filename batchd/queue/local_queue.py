@@ -43,6 +43,7 @@ class LocalQueue(TaskQueue):
         self._seen: set = set()
         self._done = False
         self._woken = False
+        self._statuses: dict = {}     # key -> (fields, expiry)
 
     def master_lock(self, owner: str, ttl: float) -> MasterLock:
         return LocalMasterLock(self, owner)
@@ -134,6 +135,19 @@ class LocalQueue(TaskQueue):
             for lease in owned:
                 del self._leases[lease.key]
             return owned
+
+    def write_status(self, key: str, fields: dict, ttl: float) -> None:
+        with self._cond:
+            self._statuses[key] = (dict(fields), time.monotonic() + ttl)
+
+    def read_statuses(self) -> list:
+        with self._cond:
+            now = time.monotonic()
+            return [dict(fields) for fields, expires in self._statuses.values() if expires > now]
+
+    def delete_status(self, key: str) -> None:
+        with self._cond:
+            self._statuses.pop(key, None)
 
     def first_seen(self, batch_id: int, fingerprint: str) -> bool:
         with self._cond:

@@ -115,8 +115,9 @@ class Keys:
     wake = property(lambda self: self._key("wake"))
     seen = property(lambda self: self._key("seen"))
 
-    def status(self, host: str, instance: str) -> str:
-        return self._key(f"status:{host}:{instance}")
+    def status(self, name: str) -> str:
+        """A supervisor's snapshot; `name` is host:instance."""
+        return self._key(f"status:{name}")
 
     def status_pattern(self) -> str:
         return self._key("status:*")
@@ -315,6 +316,27 @@ class RedisQueue(TaskQueue):
             pipe.expire(self.keys.seen, SEEN_TTL)
             added, _ = pipe.execute()
         return bool(added)
+
+    @translated
+    def write_status(self, key: str, fields: dict, ttl: float) -> None:
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.delete(self.keys.status(key))
+            pipe.hset(self.keys.status(key), mapping=fields)
+            pipe.expire(self.keys.status(key), int(ttl))
+            pipe.execute()
+
+    @translated
+    def read_statuses(self) -> list:
+        statuses = []
+        for key in self.redis.scan_iter(match=self.keys.status_pattern(), count=100):
+            fields = self.redis.hgetall(key)
+            if fields:
+                statuses.append({k.decode(): v.decode() for k, v in fields.items()})
+        return statuses
+
+    @translated
+    def delete_status(self, key: str) -> None:
+        self.redis.delete(self.keys.status(key))
 
     def close(self) -> None:
         self.redis.close()

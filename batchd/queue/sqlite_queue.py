@@ -10,12 +10,14 @@ the namespace as a column, so spiders sharing a file keep apart:
     batchd_seen      namespace, batch_id, fingerprint                 request fingerprints (REQUEST_FILTER_ENABLE)
     batchd_lock      namespace, owner, expires                        the master lock: owner string and expiry
     batchd_flag      namespace, name, value                           'done' (the batch id) and 'wake'
+    batchd_status    namespace, name, fields, expires                 a supervisor's snapshot (JSON), until expires
 
 A step that must not be split (pop + lease, check the token + renew / release, take the
 lock unless another owner holds it) is one statement or one `BEGIN IMMEDIATE`
 transaction, so no other process sees it half done. Deadlines and expiries are read
 from the host's clock (time.time()), the clock of every process that opens the file.
 """
+import json
 import time
 from typing import Iterable, Optional, Sequence
 
@@ -46,6 +48,9 @@ CREATE TABLE IF NOT EXISTS batchd_lock (
     namespace TEXT NOT NULL PRIMARY KEY, owner TEXT NOT NULL, expires REAL NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS batchd_flag (
     namespace TEXT NOT NULL, name TEXT NOT NULL, value TEXT NOT NULL,
+    PRIMARY KEY (namespace, name)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS batchd_status (
+    namespace TEXT NOT NULL, name TEXT NOT NULL, fields TEXT NOT NULL, expires REAL NOT NULL,
     PRIMARY KEY (namespace, name)) WITHOUT ROWID;
 """
 BATCH_TABLES = ("batchd_queue", "batchd_lease", "batchd_attempts", "batchd_seen")
@@ -211,3 +216,17 @@ class SqliteQueue(TaskQueue):
     def first_seen(self, batch_id: int, fingerprint: str) -> bool:
         return bool(self.db.change("INSERT INTO batchd_seen (namespace, batch_id, fingerprint) VALUES (?, ?, ?) "
                                    "ON CONFLICT DO NOTHING", (self.namespace, batch_id, fingerprint)))
+
+    # -- the status board
+    def write_status(self, key: str, fields: dict, ttl: float) -> None:
+        self.db.change("INSERT INTO batchd_status (namespace, name, fields, expires) VALUES (?, ?, ?, ?) "
+                       "ON CONFLICT (namespace, name) DO UPDATE SET fields = excluded.fields, "
+                       "expires = excluded.expires", (self.namespace, key, json.dumps(fields), time.time() + ttl))
+
+    def read_statuses(self) -> list:
+        rows = self.db.rows("SELECT fields FROM batchd_status WHERE namespace = ? AND expires > ?",
+                            (self.namespace, time.time()))
+        return [json.loads(row[0]) for row in rows]
+
+    def delete_status(self, key: str) -> None:
+        self.db.change("DELETE FROM batchd_status WHERE namespace = ? AND name = ?", (self.namespace, key))

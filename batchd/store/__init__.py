@@ -24,12 +24,20 @@ def store_from_settings(settings):
     return store_from_url(url, "STORE" if settings.STORE else "MYSQL_URL")
 
 
+def sqlite_path(url: Optional[str], setting: str = "STORE") -> Optional[str]:
+    """The file an sqlite:/// URL names; None for any other URL."""
+    if not url or not url.startswith(SQLITE_PREFIX):
+        return None
+    path = url[len(SQLITE_PREFIX):]
+    if not path:
+        raise ConfigError(f"setting {setting}: {url!r} names no file (sqlite:///PATH)")
+    return path
+
+
 def store_from_url(url: str, setting: str = "STORE"):
-    if url.startswith(SQLITE_PREFIX):
+    path = sqlite_path(url, setting)
+    if path:
         from .sqlite import SqliteBatchStore
-        path = url[len(SQLITE_PREFIX):]
-        if not path:
-            raise ConfigError(f"setting {setting}: {url!r} names no file (sqlite:///PATH)")
         return SqliteBatchStore(path)
     if url.split("://", 1)[0] in ("mysql", "mariadb"):
         from .mysql import MysqlBatchStore

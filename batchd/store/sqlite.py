@@ -65,7 +65,7 @@ def utc_now() -> datetime:
 class SqliteFile:
     """One SQLite file shared by threads and processes: a connection per thread, made again after a fork."""
 
-    def __init__(self, path):
+    def __init__(self, path, busy_timeout: float = BUSY_TIMEOUT):
         if sqlite3.sqlite_version_info < MIN_SQLITE:
             raise ConfigError(f"SQLite {sqlite3.sqlite_version} is too old for the SQLite store: it needs "
                               f"{'.'.join(map(str, MIN_SQLITE))} or later (RETURNING, ON CONFLICT without a target)")
@@ -74,6 +74,7 @@ class SqliteFile:
             raise ConfigError(f"SQLite store {path!r}: give the path of a file, which every batchd process "
                               "of this host can open")
         self.path = os.path.abspath(path)
+        self.busy_timeout = busy_timeout
         self._guard = threading.Lock()
         self._pid = os.getpid()
         self._local = threading.local()
@@ -107,7 +108,7 @@ class SqliteFile:
         try:
             # check_same_thread=False only so that a finished thread's connection can be closed by
             # another; each connection is used by the thread that opened it.
-            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT, isolation_level=None,
+            conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None,
                                    check_same_thread=False)
             conn.row_factory = sqlite3.Row
             mode = self._use_wal(conn)
@@ -127,7 +128,7 @@ class SqliteFile:
     def _use_wal(conn: sqlite3.Connection) -> str:
         """Put the file in WAL mode (it stays so) and return the mode it is in. Connections switching a
         new file at once can deadlock, which SQLite reports at once, without waiting: so they retry."""
-        deadline = time.monotonic() + BUSY_TIMEOUT
+        deadline = time.monotonic() + BUSY_TIMEOUT   # a new file's first switch to WAL may take its turn
         while True:
             try:
                 return conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
@@ -212,10 +213,11 @@ class SqliteBatchStore(SqlBatchStore):
     stamped_on_insert = ("batch_date", "create_time", "update_time")
     stamped_on_update = ("update_time",)
 
-    def __init__(self, path):
-        """`path`: the SQLite file, made if missing; its directory must exist."""
+    def __init__(self, path, busy_timeout: float = BUSY_TIMEOUT):
+        """`path`: the SQLite file, made if missing; its directory must exist. `busy_timeout`: how long a
+        statement waits for another process's write lock before it counts as an outage."""
         super().__init__()
-        self.db = SqliteFile(path)
+        self.db = SqliteFile(path, busy_timeout)
         self._id_affinity = "INTEGER"
 
     def describe(self) -> str:
