@@ -4,17 +4,7 @@
         requests.get(site.url("/page/3"))
         assert site.hits("/page/3") == 1
 
-As a pytest fixture (one server per session, hit counts cleared per test):
-
-    @pytest.fixture(scope="session")
-    def running_site():
-        with TestSite() as site:
-            yield site
-
-    @pytest.fixture
-    def site(running_site):
-        running_site.reset()
-        return running_site
+As a pytest fixture: `site` in tests/conftest.py (a server per test).
 
 Routes (any method reaches any route; hits are counted per path, query string
 ignored, before the route answers):

@@ -8,19 +8,8 @@ import pytest
 import requests
 
 from batchd.http import Downloader, Request, RequestFailed, Response
-from tests.httpserver import ENCODING_CASES, TestSite
+from tests.httpserver import ENCODING_CASES
 
-
-@pytest.fixture(scope="module")
-def running_site():
-    with TestSite() as site:
-        yield site
-
-
-@pytest.fixture
-def site(running_site):
-    running_site.reset()
-    return running_site
 
 
 @pytest.fixture
