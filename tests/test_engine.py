@@ -1,8 +1,6 @@
 """The batch engine end to end, on every store: the seed's spider, a whole batch, the states."""
 import threading
-import time
 
-import pytest
 
 import batchd as mw
 from batchd.task import TaskState

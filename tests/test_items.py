@@ -5,7 +5,6 @@ import os
 import subprocess
 import sys
 
-import pytest
 
 from batchd.pipeline import FailedItemsFile
 from batchd.store.base import ItemRow

@@ -5,7 +5,6 @@ import signal
 import sys
 import time
 
-import pytest
 
 from batchd.task import TaskState
 from harness import batch_done, wait_for

@@ -16,6 +16,7 @@ from typing import Optional
 from ..status import bar
 from ..store.sqlite import SqliteBatchStore
 from ..store.base import TaskLayout
+from ..task import TaskState
 from .site import book_paths
 from .spider import BookSpider
 
@@ -188,18 +189,21 @@ class ProgressWatcher:
 
 
 def summary(paths: DemoPaths, code: int, elapsed: float) -> str:
+    store = SqliteBatchStore(paths.db)
+    store.open(TaskLayout(table=BookSpider.__task_table__))
+    progress = store.progress()
+    store.close()
     conn = sqlite3.connect(paths.db)
     try:
-        states = dict(conn.execute('SELECT "batch_status", COUNT(*) FROM "demo_book" GROUP BY "batch_status"'))
         items = conn.execute('SELECT COUNT(*) FROM "demo_book_item"').fetchone()[0]
         sample = conn.execute('SELECT "item" FROM "demo_book_item" ORDER BY "task_id" LIMIT 1').fetchone()
-        failed = [url for (url,) in conn.execute('SELECT "url" FROM "demo_book" WHERE "batch_status" = -1')]
+        failed = [url for (url,) in conn.execute('SELECT "url" FROM "demo_book" WHERE "batch_status" = ?',
+                                                 (int(TaskState.FAILED),))]
     finally:
         conn.close()
-    total = sum(states.values())
     lines = ["",
              f"batchd run exited {code} after {elapsed:.1f} s",
-             f"tasks: {total}, done {states.get(1, 0)}, failed {states.get(-1, 0)}"
+             f"tasks: {progress.total}, done {progress.done}, failed {progress.failed}"
              + (f" ({', '.join(failed)})" if failed else ""),
              f"items stored: {items}, in table demo_book_item of {paths.db}",
              f"  e.g. {sample[0] if sample else '(none)'}",
