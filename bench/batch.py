@@ -1,5 +1,7 @@
-"""Wall time and tasks/s of one whole batch: MySQL + Redis, a master and N worker processes,
-crawling the local test site (tests/httpserver.py) so the network is not what is measured.
+"""Wall time and tasks/s of one whole batch: `batchd run --once --workers N` (the supervisor, the
+master and N worker processes) on MySQL + Redis, crawling the local test site
+(tests/httpserver.py) so that the network is not what is measured. The time includes the
+processes' start and the last patrol that closes the batch.
 
     .venv/bin/python bench/batch.py --tasks 2000 --workers 2
 
@@ -43,19 +45,16 @@ def prepare(db: str, tasks: int, site: TestSite) -> None:
 
 
 def run(db: str, workers: int, threads: int) -> float:
+    """`batchd run --once`: the supervisor, the master and the workers, as an operator starts them."""
     env = dict(os.environ, PYTHONPATH=TESTS, BATCHD_CONFIG=os.devnull,
                BATCHD_MYSQL_URL=f"mysql://root@127.0.0.1:3306/{db}", BATCHD_REDIS_URL=REDIS_URL,
                BATCHD_BATCH_MONITOR_INTERVAL="1", BATCHD_SPIDER_THREAD_COUNT=str(threads),
                BATCHD_FAILED_ITEMS_PATH=f"/tmp/{db}-failed.jsonl", BATCHD_LOG_LEVEL="WARNING")
-    runner = os.path.join(TESTS, "spiders", "run.py")
     started = time.monotonic()
-    procs = [subprocess.Popen([sys.executable, runner, "spiders.seed:CrawlTask", "worker-once"], env=env)
-             for _ in range(workers)]
-    master = subprocess.run([sys.executable, runner, "spiders.seed:CrawlTask", "master-once"], env=env)
+    done = subprocess.run([sys.executable, "-m", "batchd", "run", "spiders.seed:CrawlTask", "--once",
+                           "--workers", str(workers)], env=env)
     elapsed = time.monotonic() - started
-    for proc in procs:
-        proc.wait(60)
-    assert master.returncode == 0, "the master failed"
+    assert done.returncode == 0, f"batchd run exited {done.returncode}"
     return elapsed
 
 

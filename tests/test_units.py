@@ -14,6 +14,7 @@ import tomllib
 import pytest
 
 import batchd
+from batchd.cli import VERBS
 from batchd.config import Settings, load_settings
 from batchd.errors import ExitCode
 from batchd.supervisor import KILL_GRACE
@@ -185,12 +186,13 @@ def test_example_spider_crawls_a_batch(site, tmp_path):
 MAN_PAGE = os.path.join(ROOT, "debian", "batchd.1")
 
 
-@pytest.mark.parametrize("verb", ["run", "master", "worker", "status", "check", "retry"])
+@pytest.mark.parametrize("verb", sorted(set(VERBS) - {"tasks"}) + ["tasks add", "tasks import"])
 def test_man_page_names_every_option(verb):
-    """batchd(1) is written by hand: it must keep up with the command's options."""
-    usage = subprocess.run([sys.executable, "-m", "batchd", verb, "--help"], capture_output=True, text=True,
+    """batchd(1) is written by hand: it must keep up with the command's verbs and options."""
+    usage = subprocess.run([sys.executable, "-m", "batchd", *verb.split(), "--help"], capture_output=True, text=True,
                            env={**os.environ, "COLUMNS": "200"}, check=True).stdout
     with open(MAN_PAGE, encoding="utf-8") as f:
         page = f.read().replace("\\-", "-")
     options = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", usage)) - {"--help"}
     assert options and {o for o in options if o not in page} == set()
+    assert f".B {verb.split()[0]}" in page or f".B batchd {verb.split()[0]}" in page
