@@ -1,17 +1,21 @@
 """Wall time and tasks/s of one whole batch: `batchd run --once --workers N` (the supervisor, the
-master and N worker processes) on MySQL + Redis, crawling the local test site
-(tests/httpserver.py) so that the network is not what is measured. The time includes the
-processes' start and the last patrol that closes the batch.
+master and N worker processes), crawling the local test site (tests/httpserver.py) so that the
+network is not what is measured. The time includes the processes' start and the last patrol
+that closes the batch.
 
-    .venv/bin/python bench/batch.py --tasks 2000 --workers 2
+    .venv/bin/python bench/batch.py --tasks 2000 --workers 2                 # MySQL + Redis
+    .venv/bin/python bench/batch.py --tasks 2000 --workers 2 --store sqlite  # one SQLite file
 
-Needs the machine's MariaDB (127.0.0.1:3306, root) and Redis (127.0.0.1:6379); creates and
-drops its own database, uses Redis db 12.
+MySQL + Redis: the machine's MariaDB (127.0.0.1:3306, root) and Redis (127.0.0.1:6379); the
+bench makes its own database and namespace and removes them. SQLite: a file in a temporary
+directory.
 """
 import argparse
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 
@@ -19,37 +23,61 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TESTS = os.path.join(os.path.dirname(HERE), "tests")
 sys.path.insert(0, TESTS)
 
-import MySQLdb  # noqa: E402
-import redis  # noqa: E402
-
+from batchd.store import store_from_url  # noqa: E402
+from batchd.store.base import TaskLayout  # noqa: E402
 from httpserver import TestSite  # noqa: E402
 
-MYSQL = dict(host="127.0.0.1", port=3306, user="root", passwd="")
+MYSQL_SERVER = "mysql://root@127.0.0.1:3306"
 REDIS_URL = "redis://127.0.0.1:6379/12"
-TASK_TABLE = """CREATE TABLE crawl_task (
-  id BIGINT NOT NULL AUTO_INCREMENT, url VARCHAR(500) NOT NULL,
-  batch_status TINYINT NOT NULL DEFAULT 0,
-  update_time DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
-  PRIMARY KEY (id), KEY idx_state (batch_status))"""
+LAYOUT = TaskLayout(table="crawl_task")
 
 
-def prepare(db: str, tasks: int, site: TestSite) -> None:
-    conn = MySQLdb.connect(autocommit=True, **MYSQL)
-    cur = conn.cursor()
-    cur.execute(f"CREATE DATABASE `{db}`")
-    cur.execute(f"USE `{db}`")
-    cur.execute(TASK_TABLE)
-    cur.executemany("INSERT INTO crawl_task (url) VALUES (%s)", [(site.url(f"/page/{i}"),) for i in range(tasks)])
-    conn.close()
-    redis.Redis.from_url(REDIS_URL).flushdb()
+class Place:
+    """Where the batch runs: its store URL, the settings that name it, and its clean-up."""
+
+    def __init__(self, kind: str):
+        self.kind, self.name = kind, "bench_" + uuid.uuid4().hex[:8]
+        if kind == "sqlite":
+            self.dir = tempfile.mkdtemp(prefix="batchd-bench-")
+            self.url = f"sqlite:///{self.dir}/bench.db"
+            self.settings = {"STORE": self.url}
+        else:
+            import MySQLdb
+            conn = MySQLdb.connect(host="127.0.0.1", user="root", autocommit=True)
+            conn.cursor().execute(f"CREATE DATABASE `{self.name}`")
+            conn.close()
+            self.url = f"{MYSQL_SERVER}/{self.name}"
+            self.settings = {"MYSQL_URL": self.url, "REDIS_URL": REDIS_URL, "NAMESPACE": self.name}
+
+    def remove(self) -> None:
+        if self.kind == "sqlite":
+            shutil.rmtree(self.dir, ignore_errors=True)
+            return
+        import MySQLdb
+        import redis
+        conn = MySQLdb.connect(host="127.0.0.1", user="root", autocommit=True)
+        conn.cursor().execute(f"DROP DATABASE IF EXISTS `{self.name}`")
+        conn.close()
+        client = redis.Redis.from_url(REDIS_URL)
+        keys = list(client.scan_iter(match=f"{self.name}:*"))
+        if keys:
+            client.delete(*keys)
 
 
-def run(db: str, workers: int, threads: int) -> float:
-    """`batchd run --once`: the supervisor, the master and the workers, as an operator starts them."""
+def load_tasks(place: Place, tasks: int, site: TestSite) -> None:
+    """Through the store's own calls, as `batchd tasks add` does."""
+    store = store_from_url(place.url)
+    store.create_task_table(LAYOUT)
+    for start in range(0, tasks, 1000):
+        store.add_tasks(LAYOUT, [{"url": site.url(f"/page/{i}")} for i in range(start, min(tasks, start + 1000))])
+    store.close()
+
+
+def run(place: Place, workers: int, threads: int) -> float:
+    settings = dict(place.settings, BATCH_MONITOR_INTERVAL="1", SPIDER_THREAD_COUNT=str(threads),
+                    FAILED_ITEMS_PATH=f"/tmp/{place.name}-failed.jsonl", LOG_LEVEL="WARNING")
     env = dict(os.environ, PYTHONPATH=TESTS, BATCHD_CONFIG=os.devnull,
-               BATCHD_MYSQL_URL=f"mysql://root@127.0.0.1:3306/{db}", BATCHD_REDIS_URL=REDIS_URL,
-               BATCHD_BATCH_MONITOR_INTERVAL="1", BATCHD_SPIDER_THREAD_COUNT=str(threads),
-               BATCHD_FAILED_ITEMS_PATH=f"/tmp/{db}-failed.jsonl", BATCHD_LOG_LEVEL="WARNING")
+               **{f"BATCHD_{name}": value for name, value in settings.items()})
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "batchd", "run", "spiders.seed:CrawlTask", "--once",
                            "--workers", str(workers)], env=env)
@@ -58,15 +86,14 @@ def run(db: str, workers: int, threads: int) -> float:
     return elapsed
 
 
-def check(db: str, tasks: int) -> None:
-    conn = MySQLdb.connect(db=db, **MYSQL)
-    cur = conn.cursor()
-    cur.execute("SELECT batch_status, COUNT(*) FROM crawl_task GROUP BY batch_status")
-    states = dict(cur.fetchall())
-    cur.execute("SELECT COUNT(*) FROM crawl_task_item")
-    items = cur.fetchone()[0]
-    conn.close()
-    assert states == {1: tasks} and items == tasks, f"states {states}, items {items}"
+def check(place: Place, tasks: int) -> None:
+    """Every task done and every item stored, read back from the store."""
+    store = store_from_url(place.url)
+    store.open(LAYOUT)
+    progress = store.progress()
+    items = store.fetch(f"SELECT COUNT(*) FROM {store.quote(LAYOUT.default_item_table)}")[0][0]
+    store.close()
+    assert progress.done == tasks == items, f"{progress}, {items} items"
 
 
 def main() -> None:
@@ -74,17 +101,17 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=2000)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--store", choices=("mysql", "sqlite"), default="mysql")
     args = parser.parse_args()
-    db = "batchd_bench_" + uuid.uuid4().hex[:8]
-    with TestSite() as site:
-        try:
-            prepare(db, args.tasks, site)
-            elapsed = run(db, args.workers, args.threads)
-            check(db, args.tasks)
-        finally:
-            conn = MySQLdb.connect(autocommit=True, **MYSQL)
-            conn.cursor().execute(f"DROP DATABASE IF EXISTS `{db}`")
-    print(f"{args.tasks} tasks, {args.workers} workers x {args.threads} threads: "
+    place = Place(args.store)
+    try:
+        with TestSite() as site:
+            load_tasks(place, args.tasks, site)
+            elapsed = run(place, args.workers, args.threads)
+            check(place, args.tasks)
+    finally:
+        place.remove()
+    print(f"{args.store}: {args.tasks} tasks, {args.workers} workers x {args.threads} threads: "
           f"{elapsed:.1f} s wall, {args.tasks / elapsed:.0f} tasks/s (every task done, every item stored)")
 
 
