@@ -207,6 +207,12 @@ class LedgerBlock:
         """Seconds since the row's child last beat."""
         return (time.monotonic() if now is None else now) - self.row(number).heartbeat
 
+    def view(self, number: int) -> dict:
+        """A row as `batchd status` lists a worker: its counters and what it holds now."""
+        row, held = self.row(number), self.lost(number)
+        return {"done": row.done, "failed": row.failed, "items": row.items, "unflushed": held.items,
+                "tasks": len(held.task_keys), "silent": round(self.silence(number), 1)}
+
     def totals(self, numbers) -> dict:
         """Sums over the given rows: tasks done / failed, items landed, items unflushed, tasks held."""
         sums = {"done": 0, "failed": 0, "items": 0, "unflushed": 0, "in_flight": 0}

@@ -538,11 +538,8 @@ class Supervisor:
         return {**snapshot, **self.master_figures}
 
     def _worker_line(self, child: Child) -> dict:
-        """One worker as `batchd status` lists it, from its row of the ledger."""
-        row, held = self.block.row(child.spec.row), self.block.lost(child.spec.row)
-        return {"name": child.spec.name, "pid": child.process.pid, "done": row.done, "failed": row.failed,
-                "items": row.items, "unflushed": held.items, "tasks": len(held.task_keys),
-                "silent": round(self.block.silence(child.spec.row), 1)}
+        """One worker as `batchd status` lists it."""
+        return {"name": child.spec.name, "pid": child.process.pid, **self.block.view(child.spec.row)}
 
     def _publish_status(self, now: float) -> str:
         snapshot = self._snapshot()
