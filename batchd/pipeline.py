@@ -293,16 +293,17 @@ class Pipeline:
         return max(0.01, self.flush_interval - (time.monotonic() - last_flush))
 
     def _land(self, batch: list) -> None:
-        """Store a batch (or dump it); only then take it off the ledger."""
+        """Store a batch (or dump it); only what landed is taken off the ledger."""
         good, bad = self._split_bad_items(batch)
-        if bad:
-            self._dump(bad, "item keys are not columns of the item table")
+        landed = []
+        if bad and self._dump(bad, "item keys are not columns of the item table"):
+            landed += bad
         if good:
             error = self._save_with_retries([row for _, row in good])
-            if error:
-                self._dump(good, error)
+            if error is None or self._dump(good, error):
+                landed += good
         per_run: dict = {}
-        for run, _ in batch:
+        for run, _ in landed:
             per_run[run] = per_run.get(run, 0) + 1
         with self._cond:
             for run, n in per_run.items():
@@ -342,19 +343,20 @@ class Pipeline:
                     time.sleep(RETRY_PAUSE[attempt])
         return error
 
-    def _dump(self, batch: list, error: str) -> None:
+    def _dump(self, batch: list, error: str) -> bool:
+        """Append the items to FAILED_ITEMS_PATH, retrying while the disk refuses; False only when a
+        cold stop gives up on them (their tasks then stay unwritten and come back through their leases)."""
         records = [FailedItemsFile.record(self.item_table, self.item_kind, row, error) for _, row in batch]
         while True:
             try:
                 self.failed_items.append(records)
                 log.error("%d items written to %s instead (%s); replay them with: batchd retry --items",
                           len(records), self.failed_items.path, error)
-                return
+                return True
             except OSError as e:
-                # Neither the database nor the disk took them: hold them (their tasks stay unwritten).
                 log.error("cannot append to %s: %s; retrying", self.failed_items.path, e)
                 if self._wait_abandon(RETRY_PAUSE[-1]):
-                    raise SystemExit("items not landed at a cold stop") from None
+                    return False
 
     def _wait_abandon(self, seconds: float) -> bool:
         with self._cond:

@@ -111,3 +111,18 @@ def test_dumped_items_keep_their_types(failed_items_path):
     with open(failed_items_path, encoding="utf-8") as f:
         _, table, kind, parsed = FailedItemsFile.parse(f.readline())
     assert (table, kind, parsed) == ("t", "columns", row)
+
+
+def test_items_neither_stored_nor_dumped_keep_their_tasks_unwritten(mysql_backend, site, caplog):
+    """The database refuses the items and the disk refuses the dump: the tasks must not be done."""
+    mysql_backend.create_tasks([site.url("/page/1"), site.url("/page/2")])
+    mysql_backend.sql(ITEM_TABLE)                  # every insert fails
+    unwritable = "/dev/null/failed_items.jsonl"    # under a file: no directory can be made there
+    factory = lambda: ColumnsSpider(batch_store=mysql_backend.store(), settings=mysql_backend.settings(
+        FAILED_ITEMS_PATH=unwritable, STOP_TIMEOUT=3))
+    with caplog.at_level(logging.ERROR, logger="batchd"):
+        with InProcessBatch(factory):
+            wait_for(lambda: "cannot append to /dev/null/failed_items.jsonl" in caplog.text, timeout=30,
+                     message="the dump to fail")
+    assert set(mysql_backend.states().values()) == {TaskState.PROCESSING}
+    assert mysql_backend.sql("SELECT COUNT(*) FROM `crawl_item`") == ((0,),)
