@@ -5,6 +5,7 @@ Precedence (SPEC Part 3): defaults < the spider's `__custom_setting__` < the TOM
 Every name below is the name an operator writes in any of those places.
 """
 import dataclasses
+import math
 import os
 import re
 import tomllib
@@ -24,40 +25,61 @@ INTERVAL_UNITS = ("day", "hour")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
+KB, MB, GB = 1024, 1024 ** 2, 1024 ** 3
+DAY = 86400.0
+
+
+def setting(default, meaning: str, low=None, high=None):
+    """One setting's whole declaration: its default, its one-line meaning and, for a number, the
+    bounds `validate()` holds it to (inclusive; None: no bound on that side)."""
+    return dataclasses.field(default=default, metadata={"meaning": meaning, "low": low, "high": high})
+
+
 @dataclass(frozen=True)
 class Settings:
     # -- the batch (SPEC Part 1)
-    BATCH_INTERVAL: int = 7
-    BATCH_INTERVAL_UNIT: str = "day"
-    BATCH_MONITOR_INTERVAL: float = 10.0
-    BATCH_LOST_TASK_STALE: float = 600.0
-    BATCH_PUSH_LIMIT: int = 5000
-    BATCH_TASK_ID_FIELD: str = "id"
-    BATCH_TASK_STATE_FIELD: str = "batch_status"
-    BATCH_TASK_TIME_FIELD: str = "update_time"
-    BATCH_TASK_MAX_ATTEMPTS: int = 10
-    BATCH_RESET_CHUNK: int = 5000
-    NAMESPACE: Optional[str] = None
+    BATCH_INTERVAL: int = setting(7, "a new batch opens this many days (hours) after the last one", 1, 10000)
+    BATCH_INTERVAL_UNIT: str = setting("day", "day or hour")
+    BATCH_MONITOR_INTERVAL: float = setting(10.0, "seconds between two patrols of the master", 0.05, 3600)
+    BATCH_LOST_TASK_STALE: float = setting(600.0, "the lease: seconds a task's holder may go without renewing it",
+                                           0.1, 7 * DAY)
+    BATCH_PUSH_LIMIT: int = setting(5000, "most tasks waiting in the queue", 1, 1_000_000)
+    BATCH_TASK_ID_FIELD: str = setting("id", "the task table's primary key column")
+    BATCH_TASK_STATE_FIELD: str = setting("batch_status", "the task table's state column")
+    BATCH_TASK_TIME_FIELD: str = setting("update_time", "the task table's update-time column")
+    BATCH_TASK_MAX_ATTEMPTS: int = setting(10, "leases of one task in one batch before it is failed", 1, 1000)
+    BATCH_RESET_CHUNK: int = setting(5000, "rows set back to pending per statement when a batch opens",
+                                     1, 1_000_000)
+    NAMESPACE: Optional[str] = setting(None, "prefix of every queue key (default: the task table)")
     # -- crawling
-    SPIDER_THREAD_COUNT: int = 4
-    SPIDER_MAX_RETRY_TIMES: int = 3
-    REQUEST_TIMEOUT: float = 30.0
-    REQUEST_FILTER_ENABLE: bool = False
+    SPIDER_THREAD_COUNT: int = setting(4, "download threads per worker process", 1, 256)
+    SPIDER_MAX_RETRY_TIMES: int = setting(3, "retries of a failing request", 0, 100)
+    REQUEST_TIMEOUT: float = setting(30.0, "seconds to connect, and between two reads of an answer", 0.1, 3600)
+    DOWNLOAD_TIMEOUT: float = setting(180.0, "seconds a whole download (headers and body) may take", 0.1, DAY)
+    DOWNLOAD_MAXSIZE: int = setting(64 * MB, "bytes of a decoded response body, at most", 1 * KB, 16 * GB)
+    TASK_TIMEOUT: float = setting(300.0, "seconds a task may be processed before it is failed (0: no limit)",
+                                  0, 7 * DAY)
+    REQUEST_FILTER_ENABLE: bool = setting(False, "drop a request already made in this batch")
     # -- items
-    ITEM_FLUSH_SIZE: int = 500
-    ITEM_FLUSH_INTERVAL: float = 1.0
-    FAILED_ITEMS_PATH: Optional[str] = None
+    ITEM_FLUSH_SIZE: int = setting(500, "items per flush, at most", 1, 100_000)
+    ITEM_FLUSH_INTERVAL: float = setting(1.0, "seconds between two flushes, at most", 0.01, 3600)
+    ITEM_FLUSH_GIVE_UP: float = setting(120.0, "seconds a flush waits out an outage before its items go to "
+                                               "FAILED_ITEMS_PATH", 0, DAY)
+    FAILED_ITEMS_PATH: Optional[str] = setting(None, "where items the database will not take are kept")
     # -- connections and processes
-    STORE: Optional[str] = None      # mysql://... or sqlite:///PATH; default: MYSQL_URL
-    MYSQL_URL: Optional[str] = None
-    REDIS_URL: Optional[str] = None
-    SPIDER: Optional[str] = None
-    WORKERS: Optional[int] = None
-    MASTER_LOCK_TIMEOUT: float = 30.0
-    CHILD_TIMEOUT: float = 60.0
-    STOP_TIMEOUT: float = 90.0
-    STATUS_INTERVAL: float = 5.0   # seconds between a supervisor's STATUS= lines and its Redis snapshots
-    LOG_LEVEL: str = "INFO"
+    STORE: Optional[str] = setting(None, "the task store: mysql://... or sqlite:///PATH (default: MYSQL_URL)")
+    MYSQL_URL: Optional[str] = setting(None, "mysql://user:pass@host:3306/db")
+    REDIS_URL: Optional[str] = setting(None, "redis://host:6379/0")
+    SPIDER: Optional[str] = setting(None, "path/file.py:Class or module:Class")
+    WORKERS: Optional[int] = setting(None, "worker processes per supervisor (default: the CPU count)", 0, 1024)
+    OUTAGE_TIMEOUT: float = setting(600.0, "--once: seconds an outage after start is waited out before exit 69",
+                                    1, 7 * DAY)
+    MASTER_LOCK_TIMEOUT: float = setting(30.0, "seconds the master's lock outlives a master that stopped "
+                                               "renewing it", 1, 3600)
+    CHILD_TIMEOUT: float = setting(60.0, "seconds a child may go without progress before it is replaced", 1, 3600)
+    STOP_TIMEOUT: float = setting(90.0, "seconds a warm stop may take", 0.1, DAY)
+    STATUS_INTERVAL: float = setting(5.0, "seconds between a supervisor's STATUS= lines and snapshots", 0.1, 3600)
+    LOG_LEVEL: str = setting("INFO", "DEBUG, INFO, WARNING or ERROR")
 
     def namespace_for(self, task_table: str) -> str:
         return self.NAMESPACE or task_table
@@ -186,16 +208,21 @@ def validate(s: Settings) -> None:
         raise ConfigError(f"setting NAMESPACE: {s.NAMESPACE!r} may hold only letters, digits and _ . : -")
     if s.LOG_LEVEL.upper() not in LOG_LEVELS:
         raise ConfigError(f"setting LOG_LEVEL: {s.LOG_LEVEL!r} is not one of " + ", ".join(LOG_LEVELS))
-    for name in ("BATCH_INTERVAL", "BATCH_PUSH_LIMIT", "BATCH_TASK_MAX_ATTEMPTS", "BATCH_RESET_CHUNK",
-                 "SPIDER_THREAD_COUNT", "ITEM_FLUSH_SIZE", "BATCH_MONITOR_INTERVAL",
-                 "BATCH_LOST_TASK_STALE", "ITEM_FLUSH_INTERVAL", "REQUEST_TIMEOUT",
-                 "MASTER_LOCK_TIMEOUT", "CHILD_TIMEOUT", "STOP_TIMEOUT", "STATUS_INTERVAL"):
-        if getattr(s, name) <= 0:
-            raise ConfigError(f"setting {name}: must be greater than 0, got {getattr(s, name)!r}")
-    if s.SPIDER_MAX_RETRY_TIMES < 0:
-        raise ConfigError(f"setting SPIDER_MAX_RETRY_TIMES: must be 0 or more, got {s.SPIDER_MAX_RETRY_TIMES}")
-    if s.WORKERS is not None and s.WORKERS < 0:
-        raise ConfigError(f"setting WORKERS: must be 0 or more, got {s.WORKERS}")
+    for f in dataclasses.fields(Settings):
+        check_bounds(f.name, getattr(s, f.name), f.metadata)
+
+
+def check_bounds(name: str, value, declaration: Mapping) -> None:
+    """A number must be finite and within its declared bounds; the error names the setting and the value."""
+    if value is None or isinstance(value, (bool, str)):
+        return
+    if not math.isfinite(value):
+        raise ConfigError(f"setting {name}: {value!r} is not a finite number")
+    low, high = declaration.get("low"), declaration.get("high")
+    if low is not None and value < low:
+        raise ConfigError(f"setting {name}: must be at least {low!r}, got {value!r}")
+    if high is not None and value > high:
+        raise ConfigError(f"setting {name}: must be at most {high!r}, got {value!r}")
 
 
 def check_identifier(value: str, what: str) -> str:

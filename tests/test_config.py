@@ -1,7 +1,7 @@
 """Settings as SPEC Part 3 fixes them: names, BATCHD_* environment, TOML file, precedence."""
 import pytest
 
-from batchd.config import Settings, load_settings, redact_url
+from batchd.config import SETTING_TYPES, Settings, load_settings, redact_url
 from batchd.errors import ConfigError
 
 
@@ -60,13 +60,38 @@ def test_an_unknown_key_in_the_file_names_the_file(tmp_path):
 @pytest.mark.parametrize("environ, message", [
     ({"BATCHD_BATCH_INTERVAL": "seven"}, "BATCH_INTERVAL in the environment: 'seven' is not a valid int"),
     ({"BATCHD_BATCH_INTERVAL_UNIT": "week"}, "BATCH_INTERVAL_UNIT: 'week' is not one of day, hour"),
-    ({"BATCHD_BATCH_PUSH_LIMIT": "0"}, "BATCH_PUSH_LIMIT: must be greater than 0"),
+    ({"BATCHD_BATCH_PUSH_LIMIT": "0"}, "BATCH_PUSH_LIMIT: must be at least 1, got 0"),
+    ({"BATCHD_BATCH_PUSH_LIMIT": "1e20"}, "BATCH_PUSH_LIMIT in the environment: '1e20' is not a valid int"),
+    ({"BATCHD_BATCH_LOST_TASK_STALE": "nan"}, "BATCH_LOST_TASK_STALE: nan is not a finite number"),
+    ({"BATCHD_ITEM_FLUSH_INTERVAL": "inf"}, "ITEM_FLUSH_INTERVAL: inf is not a finite number"),
+    ({"BATCHD_REQUEST_TIMEOUT": "NaN"}, "REQUEST_TIMEOUT: nan is not a finite number"),
+    ({"BATCHD_BATCH_INTERVAL": "999999999"}, "BATCH_INTERVAL: must be at most 10000, got 999999999"),
+    ({"BATCHD_TASK_TIMEOUT": "-1"}, "TASK_TIMEOUT: must be at least 0, got -1.0"),
+    ({"BATCHD_SPIDER_MAX_RETRY_TIMES": "-1"}, "SPIDER_MAX_RETRY_TIMES: must be at least 0, got -1"),
     ({"BATCHD_BATCH_TASK_STATE_FIELD": "state; DROP"}, "BATCH_TASK_STATE_FIELD: 'state; DROP' is not a valid"),
     ({"BATCHD_NAMESPACE": "a b"}, "NAMESPACE"),
 ])
 def test_bad_values_name_the_setting(environ, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
         load_settings(environ=environ)
+
+
+def test_every_number_is_declared_with_bounds_and_every_setting_with_a_meaning():
+    import dataclasses
+    for f in dataclasses.fields(Settings):
+        assert f.metadata["meaning"], f.name
+        if SETTING_TYPES[f.name][0] in (int, float):
+            assert f.metadata["low"] is not None and f.metadata["high"] is not None, f.name
+            assert f.metadata["low"] <= (f.default if f.default is not None else f.metadata["low"]) <= f.metadata["high"]
+
+
+def test_numbers_from_a_toml_file_are_held_to_their_bounds_too(tmp_path):
+    path = write(tmp_path, "ITEM_FLUSH_INTERVAL = inf\n")
+    with pytest.raises(ConfigError, match="ITEM_FLUSH_INTERVAL: inf is not a finite number"):
+        load_settings(config_files=path, environ={})
+    path = write(tmp_path, "BATCH_PUSH_LIMIT = 1e20\n")
+    with pytest.raises(ConfigError, match="BATCH_PUSH_LIMIT: must be at most 1000000, got 100000000000000000000"):
+        load_settings(config_files=path, environ={})
 
 
 def test_a_broken_file_is_one_line_naming_it(tmp_path):
