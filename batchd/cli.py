@@ -31,7 +31,7 @@ from . import __version__
 from .config import DEFAULT_CONFIG_FILE, ENV_CONFIG, Settings, check_identifier, load_settings
 from .errors import BatchdError, ConfigError, ExitCode
 from .loader import SpiderSource, absolute_spider_path, build_spider, choose_store, load_spider_class
-from .pipeline import FailedItemsFile
+from .failed_items import FailedItemsFile
 from .starter import next_steps, write_starter
 from .store import store_url
 from .tasks import add_urls, import_csv

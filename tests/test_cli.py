@@ -14,7 +14,7 @@ import pytest
 from batchd.cli import VERBS, main
 from batchd.errors import ConfigError
 from batchd.loader import load_spider_class
-from batchd.pipeline import FailedItemsFile
+from batchd.failed_items import FailedItemsFile
 from batchd.store.base import ItemRow
 from harness import wait_for
 from procs import HERE, Procs

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 
-from batchd.pipeline import FailedItemsFile
+from batchd.failed_items import FailedItemsFile
 from batchd.store.base import ItemRow
 from batchd.task import TaskState
 from harness import InProcessBatch, wait_for
