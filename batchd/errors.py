@@ -10,6 +10,8 @@ class ExitCode(IntEnum):
     OK = 0
     FAILURE = 1
     UNAVAILABLE = 69   # MySQL or Redis unreachable (once mode only)
+    SOFTWARE = 70      # a thread of batchd died, or a task's thread would not come back: replace the process
+    IOERR = 74         # a file batchd must write (FAILED_ITEMS_PATH) refused the data: disk full, read-only
     TEMPFAIL = 75      # another master holds the namespace lock (once mode)
     CONFIG = 78        # bad setting, missing table or column, spider not importable
 
@@ -27,9 +29,14 @@ class ConfigError(BatchdError):
 
 
 class BackendUnavailable(BatchdError):
-    """MySQL, Redis or another backend could not be reached (a transient condition)."""
+    """MySQL, Redis or another backend could not be reached (a transient condition). `backend`
+    names it ("MySQL", "Redis", "SQLite") for the outage bookkeeping and STATUS= lines."""
 
     exit_code = ExitCode.UNAVAILABLE
+
+    def __init__(self, message: str, backend: str = "the backend"):
+        super().__init__(message)
+        self.backend = backend
 
 
 class MasterLockHeld(BatchdError):
