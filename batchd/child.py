@@ -8,11 +8,14 @@ First thing after the fork, before any user code (`enter_child`):
    supervisor may both send one), QUIT = cold stop; INT, HUP, TTIN, TTOU are the
    supervisor's business (a terminal's Ctrl-C reaches the whole process group);
 3. let go of the supervisor's notify socket and NOTIFY_SOCKET: children never notify;
-4. faulthandler on, so the SIGABRT a silent child gets prints where every thread was.
+4. faulthandler on, so the SIGABRT a silent child gets prints where every thread was;
+5. a thread that dies ends the child at once (the thread guard's fatal hook), with 78 for a
+   configuration error met mid-run and 70 otherwise: the supervisor replaces it, and its
+   tasks come back through their leases.
 
 Exit codes tell the supervisor what happened: 0 a finished loop, 78 a configuration error
 (`ExitCode.CONFIG`: it stops retrying after a few), 69 / 75 the once-mode results of the
-master, anything else a crash (respawned with backoff).
+master, anything else a crash (respawned at once if the child had served, else with backoff).
 
 The probe is a short-lived child that imports the spider and sends back its resolved
 settings and namespace, so that the supervisor sizes the ledger and names its Redis keys
@@ -34,6 +37,7 @@ from .errors import BatchdError, ConfigError, ExitCode
 from .lifecycle import StopFlag
 from .loader import SpiderSource, build_spider
 from .systemd import set_process_role, set_process_title, setup_logging
+from .threads import guard
 from .worker import SLOTS_PER_THREAD
 
 log = logging.getLogger("batchd.child")
@@ -72,7 +76,14 @@ def enter_child(supervisor_pid: int, forget: Callable[[], None]) -> StopFlag:
     for name in NOTIFY_VARIABLES:
         os.environ.pop(name, None)
     faulthandler.enable(all_threads=True)
+    guard.on_fatal(_exit_now)
     return stop
+
+
+def _exit_now(reason: str, exit_code: int) -> None:
+    """A thread of this child died (already logged CRITICAL): no half-alive child, exit at once."""
+    logging.shutdown()
+    os._exit(exit_code)
 
 
 def _warm(stop: StopFlag) -> None:
@@ -116,7 +127,8 @@ def _run_role(spec: ChildSpec, source: SpiderSource, block, stop: StopFlag) -> N
     if spec.role == "master":
         master = spider.make_master()
         block.mark_running(spec.row)
-        master.run(stop, lambda: block.master_beat(spec.row, master), once=spec.once)
+        master.run(stop, lambda: block.master_beat(spec.row, master), once=spec.once,
+                   on_outages=lambda outages: block.set_outages(spec.row, outages))
         return
     ledger = block.worker_ledger(spec.row, spider.settings.SPIDER_THREAD_COUNT * SLOTS_PER_THREAD)
     worker = spider.make_worker(ledger=ledger, name=spec.name, keep_alive=spec.keep_alive)

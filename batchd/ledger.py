@@ -60,6 +60,13 @@ class Ledger(abc.ABC):
     def totals(self) -> dict:
         """{"done", "failed", "items", "unflushed"} for this worker."""
 
+    def note_served(self) -> None:
+        """The worker leased a task: a crash from now on is not a crash loop (its supervisor respawns it
+        at once)."""
+
+    def set_outages(self, outages: list) -> None:
+        """The backends this worker is waiting for (batchd.outages.Outage), for its supervisor's STATUS=."""
+
 
 class LocalLedger(Ledger):
     def __init__(self, slots: int):
@@ -116,6 +123,8 @@ class LocalLedger(Ledger):
 # -- the shared block of a supervised host
 
 KEY_BYTES = 64                 # a task key longer than this is shortened (it only names the task in logs)
+BACKEND_BYTES = 16
+REASON_BYTES = 160
 
 
 class Phase(IntEnum):
@@ -134,9 +143,14 @@ class _Row(ctypes.Structure):
     # while no child owns it (before a fork, after a reap). Aligned 8-byte fields: no torn reads.
     _fields_ = [("pid", ctypes.c_int64), ("phase", ctypes.c_int64), ("heartbeat", ctypes.c_double),
                 ("done", ctypes.c_int64), ("failed", ctypes.c_int64), ("items", ctypes.c_int64),
-                # the master's row only: its view of the batch
+                ("served", ctypes.c_int64),                 # 1 once it leased a task / finished a patrol
+                # the master's row only: its view of the batch; next_due: when the next opens (Unix time)
                 ("batch_id", ctypes.c_int64), ("settled", ctypes.c_int64), ("total", ctypes.c_int64),
-                ("rate", ctypes.c_double)]
+                ("rate", ctypes.c_double), ("is_done", ctypes.c_int64), ("done_count", ctypes.c_int64),
+                ("fail_count", ctypes.c_int64), ("next_due", ctypes.c_char * 24),
+                # the backend it waits for, since when (Unix time, 0: none) and why
+                ("outage_since", ctypes.c_double), ("outage_backend", ctypes.c_char * BACKEND_BYTES),
+                ("outage_reason", ctypes.c_char * REASON_BYTES)]
 
 
 @dataclass(frozen=True)
@@ -234,10 +248,34 @@ class LedgerBlock:
         """The master child's heartbeat; with its Master, the batch figures for STATUS too."""
         row = self.row(number)
         row.heartbeat = time.monotonic()
-        batch, progress = getattr(master, "batch", None), getattr(master, "last_progress", None)
+        if master is None:
+            return
+        row.served = int(master.served)
+        batch, progress = master.batch, master.last_progress
         if batch is not None and progress is not None:
             row.batch_id, row.settled, row.total = batch.id, progress.settled, progress.total
-            row.rate = master.rate.per_second()
+            row.done_count, row.fail_count = progress.done, progress.failed
+            row.is_done, row.rate = int(batch.is_done), master.rate.per_second()
+            row.next_due = master.next_due_text().encode()[:24]
+
+    def set_outages(self, number: int, outages: list) -> None:
+        """A child's row names the backends it waits for: the earliest outage's start, every name, a reason."""
+        row = self.row(number)
+        if not outages:
+            row.outage_since = 0.0
+            return
+        first = min(outages, key=lambda o: o.since_wall)
+        row.outage_backend = "+".join(o.backend for o in outages).encode()[:BACKEND_BYTES]
+        row.outage_reason = first.reason.encode("utf-8", "replace")[:REASON_BYTES]
+        row.outage_since = first.since_wall
+
+    def outage(self, number: int) -> Optional[tuple]:
+        """(backend, since as Unix time, reason) of what the row's child waits for, or None."""
+        row = self.row(number)
+        if not row.outage_since:
+            return None
+        return (row.outage_backend.decode("utf-8", "replace"), row.outage_since,
+                row.outage_reason.decode("utf-8", "replace"))
 
     def mark_running(self, number: int) -> None:
         row = self.row(number)
@@ -249,8 +287,15 @@ class SharedLedger(Ledger):
 
     def __init__(self, block: LedgerBlock, number: int, slots: int):
         self._lock = threading.Lock()
+        self._block, self._number = block, number
         self._row = block.row(number)
         self._slots = block.slots(number)[:slots]
+
+    def note_served(self) -> None:
+        self._row.served = 1
+
+    def set_outages(self, outages: list) -> None:
+        self._block.set_outages(self._number, outages)
 
     def acquire_slot(self) -> Optional[int]:
         with self._lock:

@@ -1,22 +1,15 @@
-"""How a loop is told to stop, and how it waits out an outage.
+"""How a loop is told to stop, and how its retries are spaced.
 
 `StopFlag` carries the two stops of a batchd process: the first request is a warm
 stop (stop leasing, finish in-flight work, flush, write back), a second one is cold
 (abandon in-flight work to the leases). Signal handlers only call `request()`.
 
-`Backoff` spaces the retries of a loop that met BackendUnavailable: a resident
-process waits for ever (an unreachable database is not a start-up failure); a
-once-mode run gives up and exits 69.
+`Backoff` spaces retries: of a loop that met an outage (batchd/outages.py), of an idle
+worker polling an empty queue, of a supervisor respawning a child that keeps dying.
 """
-import logging
 import random
 import threading
-import time
-from typing import Callable, Optional
-
-from .errors import BackendUnavailable
-
-log = logging.getLogger("batchd")
+from typing import Optional
 
 
 class StopFlag:
@@ -55,44 +48,9 @@ class Backoff:
         self.base, self.cap, self.failures = base, cap, 0
 
     def next_delay(self) -> float:
-        delay = min(self.cap, self.base * 2 ** self.failures)
+        delay = min(self.cap, self.base * 2 ** min(self.failures, 32))
         self.failures += 1
         return delay * random.uniform(0.5, 1.0)
 
     def reset(self) -> None:
         self.failures = 0
-
-
-def until_available(action: Callable, stop: StopFlag, heartbeat: Callable = lambda: None,
-                    once: bool = False, what: str = "backend"):
-    """Run `action` until it does not raise BackendUnavailable: one log line when the outage starts,
-    one when it ends. With once=True the first failure is final. Returns None if stopped meanwhile."""
-    backoff, down_since = Backoff(), None
-    while True:
-        try:
-            result = action()
-        except BackendUnavailable as e:
-            if once:
-                raise
-            if down_since is None:
-                down_since = time.monotonic()
-                log.error("%s; retrying with backoff", e)
-            heartbeat()
-            if _sleep_beating(backoff.next_delay(), stop, heartbeat):
-                return None
-            continue
-        if down_since is not None:
-            log.info("%s is back after %.0f s", what, time.monotonic() - down_since)
-        return result
-
-
-def _sleep_beating(seconds: float, stop: StopFlag, heartbeat: Callable) -> bool:
-    """Sleep in short steps, beating; True if a stop was requested."""
-    deadline = time.monotonic() + seconds
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return False
-        if stop.wait(min(left, 1.0)):
-            return True
-        heartbeat()

@@ -9,6 +9,9 @@ A patrol (every BATCH_MONITOR_INTERVAL s, sooner when a worker wakes the master)
 
 Only the holder of the namespace's master lock patrols; the lock is renewed by a
 thread of its own so that a long reset or a slow query never lets it lapse.
+
+Outages are waited out (batchd/outages.py): for ever by a resident master; in once mode,
+unreachable at start is final (exit 69), an outage later for up to OUTAGE_TIMEOUT.
 """
 import collections
 import logging
@@ -19,11 +22,14 @@ import time
 from datetime import datetime
 from typing import Callable, Optional
 
-from .errors import BackendUnavailable, MasterLockHeld
-from .lifecycle import StopFlag, until_available
-from .store.base import BatchRecord, Progress
+from .errors import BackendUnavailable, ConfigError, MasterLockHeld
+from .lifecycle import StopFlag
+from .outages import OutageWatch, retry_through_outages
 from .schedule import is_due, next_due
+from .store.base import BatchRecord, Progress
 from .task import Move
+from .threads import Heart, check_in, start_thread
+from .worker import claim_namespace
 
 log = logging.getLogger("batchd.master")
 
@@ -40,21 +46,25 @@ class LockKeeper:
         self.lock, self.ttl = lock, ttl
         self.lost = threading.Event()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._renew_loop, name="batchd-master-lock", daemon=True)
+        self._thread: Optional[threading.Thread] = None
 
     def start(self) -> None:
-        self._thread.start()
+        self._thread = start_thread(self._renew_loop, "batchd-master-lock")
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(5)
+        if self._thread is not None:
+            self._thread.join(5)
         try:
             self.lock.release()
-        except BackendUnavailable:
+        except (BackendUnavailable, ConfigError):
             pass   # it expires on its own
 
     def _renew_loop(self) -> None:
-        while not self._stop.wait(self.ttl / 3):
+        while True:
+            check_in(within=self.ttl / 3 + 1)
+            if self._stop.wait(self.ttl / 3):
+                return
             try:
                 if self.lock.renew():
                     continue
@@ -106,12 +116,26 @@ class Master:
         self.batch: Optional[BatchRecord] = None
         self._heartbeat: Callable = lambda: None
         self._idle_announced: Optional[int] = None
+        self.watch = OutageWatch()
+        self._give_up_after: Optional[float] = None
+        self.served = False       # a patrol has run to its end (the supervisor respawns such a master at once)
 
     # -- the loop the supervisor (or start_monitor()) runs
-    def run(self, stop: StopFlag, heartbeat: Callable = lambda: None, once: bool = False) -> None:
-        self._heartbeat = heartbeat
-        opened = until_available(lambda: self.store.open(self.layout) or True, stop, heartbeat, once,
-                                 what=self.store.describe())
+    def run(self, stop: StopFlag, heartbeat: Callable = lambda: None, once: bool = False,
+            on_outages: Callable[[list], None] = lambda outages: None) -> None:
+        """`heartbeat` counts only while every thread makes progress; `on_outages` hears each change of
+        the backends that are down (a supervised child puts them in its ledger row, for STATUS=)."""
+        self._heartbeat = Heart(heartbeat, self.settings.CHILD_TIMEOUT / 2)
+        self.watch = OutageWatch({self.store.backend_name: self.store.ping, self.queue.backend_name: self.queue.ping},
+                                 listener=on_outages, beat=self._heartbeat)
+        self._give_up_after = self.settings.OUTAGE_TIMEOUT if once else None
+        if once:
+            self.store.open(self.layout)      # unreachable at start is final in once mode (exit 69)
+            opened = True
+        else:
+            opened = self._through_outages(lambda: self.store.open(self.layout) or True, stop)
+        opened = opened and self._through_outages(
+            lambda: claim_namespace(self.queue, self.store, self.layout, "master") or True, stop)
         while opened and not stop.is_set():
             keeper = self._take_lock(stop, once)
             if keeper is None:
@@ -127,13 +151,13 @@ class Master:
         lock = self.queue.master_lock(self.owner, ttl)
         logged = False
         while not stop.is_set():
-            if until_available(lock.acquire, stop, self._heartbeat, once, what="the queue"):
+            if self._through_outages(lock.acquire, stop):
                 log.info("master of namespace %r (%s, lock TTL %.0f s)", self.queue.namespace,
                          self.owner, ttl)
                 keeper = LockKeeper(lock, ttl)
                 keeper.start()
                 return keeper
-            holder = self.queue.lock_holder()
+            holder = self._through_outages(self.queue.lock_holder, stop)
             if once:
                 raise MasterLockHeld(f"another master holds namespace {self.queue.namespace!r} ({holder})")
             if not logged:
@@ -152,12 +176,15 @@ class Master:
             full = time.monotonic() >= next_full
             if full:
                 next_full = time.monotonic() + interval
-            finished = until_available(lambda: self.patrol(stop, keeper, full), stop, self._heartbeat, once,
-                                       what="the store and the queue")
+            finished = self._through_outages(lambda: self.patrol(stop, keeper, full), stop)
+            self.served = self.served or finished is not None
             if once and finished:
                 return True
             self._wait_for_next_patrol(stop, next_full)
         return stop.is_set()
+
+    def _through_outages(self, action: Callable, stop: StopFlag):
+        return retry_through_outages(action, self.watch, stop, self._give_up_after)
 
     def _wait_for_next_patrol(self, stop: StopFlag, next_full: float) -> None:
         started = time.monotonic()
@@ -167,7 +194,8 @@ class Master:
                 return
             try:
                 woken = self.queue.wait_for_wake(min(left, 1.0))
-            except BackendUnavailable:
+            except BackendUnavailable as e:
+                self.watch.failed(e)          # the patrol itself retries with backoff
                 woken = stop.wait(min(left, 1.0))
             self._heartbeat()
             if woken and time.monotonic() - started >= WAKE_GAP:
@@ -197,7 +225,16 @@ class Master:
             return self.check_progress(batch)
         return False
 
+    def next_due_text(self) -> str:
+        """When the next batch is due, on the store's clock ("" before the first batch)."""
+        if self.batch is None:
+            return ""
+        return f"{next_due(self.batch, self.settings.BATCH_INTERVAL, self.settings.BATCH_INTERVAL_UNIT):%Y-%m-%d %H:%M}"
+
     def _announce_idle(self, batch: BatchRecord) -> None:
+        if self.last_progress is None:      # a master that starts idle: the record has the last batch's figures
+            self.last_progress = Progress(total=batch.total_count, done=batch.done_count, failed=batch.fail_count,
+                                          pending=0, processing=0)
         if self._idle_announced != batch.id:
             self._idle_announced = batch.id
             log.info("no batch due: batch %d has finished; the next is due at %s", batch.id,

@@ -1,32 +1,40 @@
 """Items on their way to storage, and the write-back gate that waits for them.
 
-One thread per worker process (the lander) does both jobs, in this order each turn:
-1. flush the buffered items as one batch (ITEM_FLUSH_SIZE reached, ITEM_FLUSH_INTERVAL
-   passed, or a thread short of ledger slots asked for it); a batch that still fails
-   after FLUSH_ATTEMPTS is appended to FAILED_ITEMS_PATH, which counts as landed;
+One thread per worker process (the lander, under the thread guard) does both jobs, each turn:
+1. flush the buffered items as one batch (ITEM_FLUSH_SIZE reached, ITEM_FLUSH_INTERVAL passed,
+   or a thread short of ledger slots asked for it):
+   - an outage is waited out with backoff, waking the moment the backend is back, for up to
+     ITEM_FLUSH_GIVE_UP seconds; then the items go to FAILED_ITEMS_PATH, which counts as
+     landed, and the lander replays that file by itself once the database takes items again;
+   - a batch the database refuses is split until the item(s) at fault are found: the others
+     land, and each refused item fails its task, named in one line with the key and the reason;
 2. take the landed counts off the ledger;
-3. write back every task that is settled: failed (at once), or done with its requests
-   finished and nothing left unflushed. The lease is released first; a task whose lease
-   was reclaimed meanwhile is not written (its new holder owns it now).
-A write-back that meets a database outage is kept and tried again, never dropped.
+3. write back every settled task: failed (at once), or done / back to pending (its requests ended
+   without update_task) once none of its items is left unflushed. The lease is released first;
+   a task whose lease was reclaimed meanwhile is not written (its new holder owns it now).
+A write-back that meets an outage is kept and tried again, never dropped. A warm stop does not
+wait out an outage: what is left is given back through the leases, never marked done.
 """
 import logging
+import re
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
-from .config import IDENTIFIER
-from .errors import BackendUnavailable
+from .errors import BackendUnavailable, ConfigError
 from .failed_items import FailedItemsFile
+from .items import check_item
+from .lifecycle import Backoff
 from .queue.base import Lease
 from .store.base import COLUMNS_ITEM_KIND, ItemRow
-from .task import TaskState, finish_move
+from .task import TaskState, settling_move
+from .threads import check_in, start_thread
 
 log = logging.getLogger("batchd.pipeline")
 
-FLUSH_ATTEMPTS = 3
-RETRY_PAUSE = (0.5, 1.0, 2.0, 5.0, 10.0)
+IDLE_CHECK_IN = 1.0       # the lander's longest wait for work: it checks in at least this often
+COLUMN_IN_MESSAGE = re.compile(r"""(?:column|field)\s+['"]?((?:`[^`]+`\.?)+|[A-Za-z0-9_$]+)""", re.IGNORECASE)
 
 
 @dataclass(eq=False)
@@ -35,13 +43,18 @@ class TaskRun:
 
     lease: Lease
     slot: int
-    outcome: Optional[TaskState] = None
+    outcome: Optional[TaskState] = None   # DONE, FAILED, or PENDING: back to the queue
     requests_finished: bool = False
     released: bool = False        # the lease is ended; only the database write is left
     lease_lost: bool = False      # reclaimed before the write-back: not ours to write
-    settled: bool = False         # written back, or given up to the lease mechanism
+    settled: bool = False         # its write-back is queued (or done)
     request_seq: int = 0
     last_failure: object = None   # the RequestFailed behind a failed_request() call
+    started: float = field(default_factory=time.monotonic)
+    timed_out: bool = False       # failed by TASK_TIMEOUT: its lease is no longer renewed
+    thread_ident: int = 0         # the fetch thread processing it
+    in_user_code: bool = False    # that thread is inside the spider's code (TASK_TIMEOUT may interrupt it)
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def task_id(self):
@@ -52,22 +65,29 @@ class TaskRun:
         return seq
 
 
+class Abandoned(Exception):
+    """The lander gave up mid-turn (a stop met an outage): what it held stays for the leases."""
+
+
 class Pipeline:
-    def __init__(self, store, queue, ledger, settings, item_table: str, item_kind: str,
+    def __init__(self, store, queue, ledger, settings, item_table: str, item_kind: str, watch,
                  on_written=lambda runs: None):
-        self.store, self.queue, self.ledger = store, queue, ledger
+        self.store, self.queue, self.ledger, self.watch = store, queue, ledger, watch
         self.flush_size = settings.ITEM_FLUSH_SIZE
         self.flush_interval = settings.ITEM_FLUSH_INTERVAL
+        self.give_up = settings.ITEM_FLUSH_GIVE_UP
         self.failed_items = FailedItemsFile(settings.failed_items_path())
         self.item_table, self.item_kind = item_table, item_kind
         self.on_written = on_written
         self._cond = threading.Condition()
         self._buffer: list = []            # (run, ItemRow)
         self._writebacks: list = []        # runs ready to write
-        self._runs: set = set()            # runs not yet settled, for lease renewal
+        self._runs: set = set()            # runs not yet written back, for lease renewal
         self._flush_now = False
         self._stopping = False
         self._abandon = False
+        self._no_waiting = threading.Event()   # set by stop(): an outage is no longer waited out
+        self._replay_due = False               # items were dumped: replay them once the database is back
         self._thread: Optional[threading.Thread] = None
         self._columns = store.item_columns(item_table) if item_kind == COLUMNS_ITEM_KIND else None
 
@@ -77,6 +97,8 @@ class Pipeline:
             self._runs.add(run)
 
     def add_item(self, run: TaskRun, request_seq: int, item_seq: int, data: dict) -> None:
+        """Buffer an item; BadItem (nothing buffered) when its destination could not store it."""
+        check_item(data, self._columns, self.item_table)
         row = ItemRow(batch_id=run.lease.batch_id, task_id=run.task_id, request_seq=request_seq,
                       item_seq=item_seq, data=data)
         self.ledger.add(run.slot, 1)
@@ -99,11 +121,10 @@ class Pipeline:
         with self._cond:
             run.requests_finished = True
             if run.outcome is None:
-                log.warning("task %s: its requests ended without update_task(); it stays in processing "
-                            "and comes back when its lease expires", run.task_id)
-                self._runs.discard(run)       # stop renewing: let the lease expire
-                run.settled = True
-            elif run.outcome == TaskState.DONE:
+                log.warning("task %s: its requests ended without update_task(); it goes back to pending at "
+                            "once (one of its BATCH_TASK_MAX_ATTEMPTS)", run.task_id)
+                run.outcome = TaskState.PENDING
+            if run.outcome != TaskState.FAILED:
                 self._settle_if_landed(run)
             self._free_slot_if_empty(run)
 
@@ -113,21 +134,32 @@ class Pipeline:
             self._cond.notify_all()
 
     def held_leases(self) -> list:
+        """The leases to renew: every task not yet written back, but those TASK_TIMEOUT failed."""
         with self._cond:
-            return [run.lease for run in self._runs if not run.released]
+            return [run.lease for run in self._runs if not run.released and not run.timed_out]
+
+    def running(self) -> list:
+        """The runs whose requests are still going (TASK_TIMEOUT watches them)."""
+        with self._cond:
+            return [run for run in self._runs if not run.requests_finished]
 
     def in_flight(self) -> int:
         with self._cond:
             return len(self._runs) + len(self._buffer)
 
+    def unwritten_leases(self) -> list:
+        """After a stop: the leases of tasks that were not written back (for give_back)."""
+        with self._cond:
+            return [run.lease for run in self._runs if not run.released]
+
     # -- the lander thread
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._land_loop, name="batchd-lander", daemon=True)
-        self._thread.start()
+        self._thread = start_thread(self._land_loop, "batchd-lander")
 
     def stop(self, timeout: float, abandon: bool = False) -> bool:
         """Flush and write back what is left (warm), or leave it to the leases (abandon = cold).
         True when everything landed and was written in time."""
+        self._no_waiting.set()
         with self._cond:
             self._stopping, self._abandon = True, abandon
             self._cond.notify_all()
@@ -141,107 +173,163 @@ class Pipeline:
         with self._cond:
             left = len(self._buffer) + len(self._writebacks)
         if left:
-            log.warning("stopped with %d items / write-backs not landed; their tasks stay in processing "
-                        "and come back through their leases", left)
+            log.warning("stopped with %d items / write-backs not landed; their tasks are not marked done and "
+                        "come back through their leases", left)
         return left == 0
 
     def _land_loop(self) -> None:
-        last_flush, failures = time.monotonic(), 0
+        last_flush, backoff = time.monotonic(), Backoff()
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._has_work(last_flush), timeout=self._wait_time(last_flush, failures))
+                wait = min(IDLE_CHECK_IN, self._time_to_flush(last_flush))
+                check_in(within=wait + 1)
+                self._cond.wait_for(lambda: self._has_work(last_flush), timeout=wait)
                 if self._abandon or (self._stopping and not self._buffer and not self._writebacks):
                     return
-                take_items = self._buffer and (self._flush_now or self._stopping or len(self._buffer) >= self.flush_size
-                                               or time.monotonic() - last_flush >= self.flush_interval)
-                batch = self._buffer[:self.flush_size] if take_items else []
-                del self._buffer[:len(batch)]
-                self._flush_now = self._flush_now and bool(self._buffer)
-            if take_items:
+                batch = self._take_batch(last_flush)
+            check_in()
+            if batch is not None:
                 last_flush = time.monotonic()
-            if batch:
-                self._land(batch)
-            failures = 0 if self._write_ready() else failures + 1
+            try:
+                self._turn(batch, backoff)
+            except Abandoned:
+                return
+
+    def _turn(self, batch: Optional[list], backoff: Backoff) -> None:
+        """Land a batch, then write back what is settled; an outage of the write-backs is waited out."""
+        if batch:
+            self._land(batch)
+        try:
+            self._write_ready()
+            self._replay_if_due()
+        except BackendUnavailable as e:     # the write-backs stay queued for the next turn
+            self.watch.failed(e)
+            if self.watch.wait(backoff.next_delay(), e.backend, self._no_waiting):
+                raise Abandoned() from None
+            return
+        if backoff.failures:
+            backoff.reset()
+            self.watch.ok(self.store.backend_name)
+            self.watch.ok(self.queue.backend_name)
 
     def _has_work(self, last_flush: float) -> bool:
         return bool(self._abandon or self._stopping or self._writebacks or self._flush_now
                     or len(self._buffer) >= self.flush_size
-                    or (self._buffer and time.monotonic() - last_flush >= self.flush_interval))
+                    or (self._buffer and self._time_to_flush(last_flush) <= 0))
 
-    def _wait_time(self, last_flush: float, failures: int) -> float:
-        if failures and self._writebacks:
-            return RETRY_PAUSE[min(failures, len(RETRY_PAUSE)) - 1]
+    def _time_to_flush(self, last_flush: float) -> float:
         return max(0.01, self.flush_interval - (time.monotonic() - last_flush))
 
+    def _take_batch(self, last_flush: float) -> Optional[list]:
+        """The items to flush this turn (called with the lock held); None when it is not time yet."""
+        due = self._flush_now or self._stopping or len(self._buffer) >= self.flush_size \
+            or time.monotonic() - last_flush >= self.flush_interval
+        if not (self._buffer and due):
+            return None
+        batch = self._buffer[:self.flush_size]
+        del self._buffer[:len(batch)]
+        self._flush_now = self._flush_now and bool(self._buffer)
+        return batch
+
+    def _put_back(self, batch: list) -> None:
+        with self._cond:
+            self._buffer[:0] = batch
+
+    # -- landing a batch
     def _land(self, batch: list) -> None:
         """Store a batch (or dump it); only what landed is taken off the ledger."""
-        good, bad = self._split_bad_items(batch)
-        landed = []
-        if bad and self._dump(bad, "item keys are not columns of the item table"):
-            landed += bad
-        if good:
-            error = self._save_with_retries([row for _, row in good])
-            if error is None or self._dump(good, error):
-                landed += good
+        landed, refused = self._store_through_outages(batch)
         per_run: dict = {}
         for run, _ in landed:
             per_run[run] = per_run.get(run, 0) + 1
         with self._cond:
+            for (run, row), reason in refused:
+                self._refuse(run, row, reason)
             for run, n in per_run.items():
                 self.ledger.sub(run.slot, n)
                 self.ledger.count(items=n)
-                if run.outcome == TaskState.DONE and run.requests_finished:
+                if run.requests_finished and run.outcome in (TaskState.DONE, TaskState.PENDING):
                     self._settle_if_landed(run)
                 self._free_slot_if_empty(run)
 
-    def _split_bad_items(self, batch: list) -> tuple:
-        if self._columns is None:
-            return batch, []
-        good, bad = [], []
-        for run, row in batch:
-            unknown = [k for k in row.data if k not in self._columns or not IDENTIFIER.match(k)]
-            if unknown:
-                log.error("task %s: item key %r is not a column of item table `%s`; the item goes to %s "
-                          "(add the column, then run: batchd retry --items)", run.task_id, unknown[0],
-                          self.item_table, self.failed_items.path)
-                bad.append((run, row))
-            else:
-                good.append((run, row))
-        return good, bad
-
-    def _save_with_retries(self, rows: list) -> Optional[str]:
-        """None when stored; otherwise the last error, in one line."""
-        error = None
-        for attempt in range(FLUSH_ATTEMPTS):
+    def _store_through_outages(self, batch: list) -> tuple:
+        """(entries landed, (entry, reason) refused): stored, or dumped once an outage outlasts
+        ITEM_FLUSH_GIVE_UP. Abandoned when a stop cuts the wait short (the batch is put back)."""
+        backoff, since = Backoff(), None
+        while True:
             try:
-                self.store.save_items(self.item_table, self.item_kind, rows)
-                return None
-            except Exception as e:   # any failure: the rows must land somewhere, never vanish
-                error = f"{type(e).__name__}: {e}"
-                log.warning("flush of %d items to `%s` failed (attempt %d of %d): %s", len(rows),
-                            self.item_table, attempt + 1, FLUSH_ATTEMPTS, error)
-                if attempt + 1 < FLUSH_ATTEMPTS:
-                    time.sleep(RETRY_PAUSE[attempt])
-        return error
+                landed, refused = self._save_splitting(batch)
+            except BackendUnavailable as e:
+                self.watch.failed(e)
+                since = since or time.monotonic()
+                if time.monotonic() - since >= self.give_up and not self._no_waiting.is_set():
+                    return self._dump(batch, f"{e} (for more than ITEM_FLUSH_GIVE_UP={self.give_up:g} s)"), []
+                if self._no_waiting.is_set() or self.watch.wait(backoff.next_delay(), e.backend, self._no_waiting):
+                    self._put_back(batch)
+                    raise Abandoned() from None
+                continue
+            if since is not None:
+                self.watch.ok(self.store.backend_name)
+            return landed, refused
 
-    def _dump(self, batch: list, error: str) -> bool:
-        """Append the items to FAILED_ITEMS_PATH, retrying while the disk refuses; False only when a
-        cold stop gives up on them (their tasks then stay unwritten and come back through their leases)."""
+    def _save_splitting(self, entries: list, retried: bool = False) -> tuple:
+        """Store `entries` in one transaction; when the database refuses the group, halve it until the
+        refused item(s) are found, so that one bad item never holds the others back."""
+        try:
+            self.store.save_items(self.item_table, self.item_kind, [row for _, row in entries])
+            return entries, []
+        except (BackendUnavailable, ConfigError):
+            raise
+        except Exception as e:   # the database refused something in this group: find what
+            if len(entries) > 1:
+                middle = len(entries) // 2
+                first, second = self._save_splitting(entries[:middle]), self._save_splitting(entries[middle:])
+                return first[0] + second[0], first[1] + second[1]
+            if not retried:      # a single item once more: a deadlock or a lock timeout passes
+                return self._save_splitting(entries, retried=True)
+            return [], [(entries[0], f"{type(e).__name__}: {e}")]
+
+    def _refuse(self, run: TaskRun, row: ItemRow, reason: str) -> None:
+        """An item the database will not store fails its task (called with the lock held)."""
+        log.error("task %s failed: item %d of its request %d was refused by `%s`: %s: %s", run.task_id,
+                  row.item_seq, row.request_seq, self.item_table, _culprit_key(row.data, reason), reason)
+        self.ledger.sub(run.slot, 1)
+        self.record_outcome(run, ok=False)
+        self._free_slot_if_empty(run)
+
+    def _dump(self, batch: list, error: str) -> list:
+        """Append the items to FAILED_ITEMS_PATH (they count as landed), retrying while the disk refuses;
+        a stop gives up on them (Abandoned: their tasks stay unwritten and come back through their leases)."""
         records = [FailedItemsFile.record(self.item_table, self.item_kind, row, error) for _, row in batch]
+        backoff, complained = Backoff(), False
         while True:
             try:
                 self.failed_items.append(records)
-                log.error("%d items written to %s instead (%s); replay them with: batchd retry --items",
-                          len(records), self.failed_items.path, error)
-                return True
+                break
             except OSError as e:
-                log.error("cannot append to %s: %s; retrying", self.failed_items.path, e)
-                if self._wait_abandon(RETRY_PAUSE[-1]):
-                    return False
+                if not complained:
+                    complained = True
+                    log.error("cannot append %d items to %s: %s; their tasks wait, and the items stay in memory",
+                              len(records), self.failed_items.path, e)
+                check_in(within=backoff.cap + 1)
+                if self._no_waiting.wait(backoff.next_delay()):
+                    self._put_back(batch)
+                    raise Abandoned() from None
+        tasks = len({id(run) for run, _ in batch})
+        log.error("%d items of %d tasks written to %s instead (%s); this worker stores them once the database "
+                  "is back (or run: batchd retry --items)", len(records), tasks, self.failed_items.path, error)
+        self._replay_due = True
+        return batch
 
-    def _wait_abandon(self, seconds: float) -> bool:
-        with self._cond:
-            return self._cond.wait_for(lambda: self._abandon, seconds)
+    def _replay_if_due(self) -> None:
+        """Items dumped during an outage are stored by the worker itself once the database is back."""
+        if not self._replay_due or self.watch.is_down(self.store.backend_name):
+            return
+        result = self.failed_items.replay(self.store)
+        self._replay_due = result.interrupted_by_outage
+        if result.stored or result.kept:
+            log.info("replayed %s after the outage: %d items stored, %d still refused (kept there)",
+                     self.failed_items.path, result.stored, result.kept)
 
     # -- the gate (called with self._cond held)
     def _settle_if_landed(self, run: TaskRun) -> None:
@@ -254,33 +342,26 @@ class Pipeline:
         self._cond.notify_all()
 
     def _free_slot_if_empty(self, run: TaskRun) -> None:
-        """A slot is freed once nothing of its task can still change: requests over, written back
-        (or abandoned), every item landed."""
+        """A slot is freed once nothing of its task can still change: requests over, write-back queued
+        and done, every item landed."""
         if (run.slot >= 0 and run.requests_finished and run.settled and run not in self._writebacks
                 and self.ledger.unflushed(run.slot) == 0):
             self.ledger.release_slot(run.slot)
             run.slot = -1
 
-    def _write_ready(self) -> bool:
-        """Write back the runs waiting; False when the backend failed (they are kept for the next turn)."""
+    # -- write-backs
+    def _write_ready(self) -> None:
+        """Write back the runs waiting; BackendUnavailable leaves them queued for the next turn."""
         with self._cond:
             runs = list(self._writebacks)
         if not runs:
-            return True
-        try:
-            self._release_leases([r for r in runs if not r.released])
-            for state in (TaskState.DONE, TaskState.FAILED):
-                owned = [r for r in runs if r.outcome == state and not r.lease_lost]
-                if owned:
-                    self.store.move(finish_move(state == TaskState.DONE), [r.task_id for r in owned])
-        except BackendUnavailable as e:
-            log.warning("write-back of %d tasks postponed: %s", len(runs), e)
-            return False
-        except Exception as e:    # a write-back is never dropped: keep it and try again
-            log.error("write-back of %d tasks failed, will retry: %s: %s", len(runs), type(e).__name__, e)
-            return False
+            return
+        self._release_leases([r for r in runs if not r.released])
+        for outcome in (TaskState.DONE, TaskState.FAILED, TaskState.PENDING):
+            owned = [r for r in runs if r.outcome == outcome and not r.lease_lost]
+            if owned:
+                self.store.move(settling_move(outcome), [r.task_id for r in owned])
         self._forget(runs)
-        return True
 
     def _release_leases(self, runs: list) -> None:
         owned = set(map(id, self.queue.release([r.lease for r in runs])))
@@ -301,3 +382,12 @@ class Pipeline:
                     self.ledger.count(done=int(run.outcome == TaskState.DONE),
                                       failed=int(run.outcome == TaskState.FAILED))
         self.on_written(runs)
+
+
+def _culprit_key(item: dict, reason: str) -> str:
+    """The key (column) the database's message names ("for column `db`.`t`.`price`", "Field 'extra'"),
+    else every key of the item, for the log line."""
+    named = COLUMN_IN_MESSAGE.search(reason)
+    if named:
+        return f"key {named.group(1).replace('`', '').split('.')[-1]!r}"
+    return f"keys {', '.join(map(repr, item))}"

@@ -143,10 +143,19 @@ class BatchSpider:
             self.make_master().run(stop, once=once)
 
     def _run_in_process(self, stop: StopFlag, once: bool) -> None:
-        """A store no other process can reach: the master here, its worker in threads beside it."""
-        worker_stop = StopFlag()
+        """A store no other process can reach: the master here, its worker in threads beside it. A worker
+        that ends on an error (BatchdError) stops the master too, and the error is this run's."""
+        worker_stop, ended = StopFlag(), []
         worker = self.make_worker(keep_alive=True)
-        thread = threading.Thread(target=worker.run, args=(worker_stop,), name="batchd-worker", daemon=True)
+
+        def serve() -> None:
+            try:
+                worker.run(worker_stop)
+            except BatchdError as e:
+                ended.append(e)
+                stop.request_cold()
+
+        thread = threading.Thread(target=serve, name="batchd-worker", daemon=True)
         thread.start()
         try:
             set_thread_role("master")
@@ -156,6 +165,8 @@ class BatchSpider:
             if stop.cold:
                 worker_stop.request_cold()
             thread.join()
+        if ended:
+            raise ended[0]
 
     def _entry(self, body) -> None:
         """Run a loop with SIGTERM / SIGINT as warm then cold stop; a BatchdError ends it with one

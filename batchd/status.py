@@ -10,6 +10,8 @@ with a TTL of a few intervals, so a host that died drops out on its own. Fields,
     unflushed in_flight                     items in memory, tasks held (from the ledger)
     rate                                    its workers' settled tasks per second
     batch_id batch_settled batch_total batch_rate   the master's view (a supervisor running one)
+    batch_is_done batch_done batch_failed batch_next_due   ... and, once the batch is over, its result
+    outage_backend outage_since outage_reason       what its children wait for (only during an outage)
 
 `gather_status` reads the store, the queue and every snapshot into one dict; `render_status`
 turns it into text (`--json` prints the dict). Keeping the two apart lets another view (a
@@ -81,6 +83,13 @@ class SnapshotPublisher:
         """The batch as the master's supervisor last published it, wherever it runs."""
         return freshest_master(self._guarded("read the master's snapshot", self.queue.read_statuses) or [])
 
+    def give_back_leases_of(self, token_prefix: str) -> int:
+        """A dead worker's leases, due at once, and the master woken to requeue them."""
+        given = self._guarded("give back a dead worker's leases", self.queue.expire_leases_of, token_prefix) or 0
+        if given:
+            self._guarded("wake the master", self.queue.wake_master)
+        return given
+
     def withdraw(self) -> None:
         self._guarded("remove the status snapshot", self.queue.delete_status, self.key)
 
@@ -107,9 +116,16 @@ def freshest_master(snapshots: list) -> Optional[dict]:
 
 
 def status_line(who: str, snapshot: dict, batch: Optional[dict]) -> str:
-    """One line for STATUS=: role, batch, progress X/Y, rate, workers alive, unflushed items."""
+    """One line for STATUS=: an outage first, then the batch (progress X/Y, rate; or, once it is over,
+    its result and when the next is due), workers alive, unflushed items."""
     parts = []
-    if batch:
+    if snapshot.get("outage_since"):
+        since = time.strftime("%H:%M:%S", time.localtime(float(snapshot["outage_since"])))
+        parts.append(f"waiting for {snapshot['outage_backend']} since {since} ({snapshot['outage_reason']})")
+    if batch and int(batch.get("batch_is_done", 0)):
+        parts.append(f"batch {batch['batch_id']} finished: {batch['batch_done']} done, {batch['batch_failed']} "
+                     f"failed of {batch['batch_total']}; next due {batch['batch_next_due']}")
+    elif batch:
         settled, total, rate = int(batch["batch_settled"]), int(batch["batch_total"]), float(batch["batch_rate"])
         parts.append(f"batch {batch['batch_id']} {settled}/{total} ({rate:.1f} tasks/s, "
                      f"ETA {duration(eta(total - settled, rate))})")

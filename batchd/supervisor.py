@@ -40,7 +40,7 @@ from .loader import SpiderSource
 from .master import ProgressRate
 from .status import SnapshotPublisher, status_line, status_queue
 from .systemd import Notifier, set_process_role, set_process_title, watchdog_usec
-from .worker import SLOTS_PER_THREAD
+from .worker import SLOTS_PER_THREAD, worker_token_prefix
 
 log = logging.getLogger("batchd.supervisor")
 
@@ -49,6 +49,7 @@ KILL_GRACE = 5.0          # after SIGABRT or SIGQUIT, this long before SIGKILL
 STOP_MARGIN = 5.0         # a warm-stopping child has its own STOP_TIMEOUT deadline; this is on top
 CONFIG_ATTEMPTS = 3       # configuration failures in a row before giving up with exit 78
 STABLE_AFTER = 30.0       # a child that ran this long before it ended starts a fresh backoff
+RESPAWN_CAP = 10.0        # the longest wait before replacing a child that died before it served
 EXTEND_EVERY = 2.0        # while draining, EXTEND_TIMEOUT_USEC this often,
 EXTEND_BY = 10.0          # each granting this much: a supervisor that hangs is not waited for long
 SPARE_WORKER_ROWS = 8     # ledger rows beyond twice the wanted workers: TTIN, and a reload's overlap
@@ -96,7 +97,7 @@ class Seats:
     """How many children of one role are wanted, and when the next may start."""
 
     wanted: int
-    backoff: Backoff = field(default_factory=Backoff)
+    backoff: Backoff = field(default_factory=lambda: Backoff(cap=RESPAWN_CAP))
     next_spawn: float = 0.0
     config_failures: int = 0
     last_config_failure: float = -math.inf
@@ -390,7 +391,9 @@ class Supervisor:
         lost, row = self.block.lost(child.spec.row), self.block.row(child.spec.row)
         self.ended.update(done=row.done, failed=row.failed, items=row.items,
                           left_items=lost.items, left_tasks=len(lost.task_keys))
-        next_step, stop = self._after_end(child, code, now)
+        if lost.task_keys:
+            self._give_back_leases_of(child)
+        next_step, stop = self._after_end(child, code, now, served=bool(row.served))
         held = (f"; {lost.items} items of {len(lost.task_keys)} tasks lost from memory (tasks "
                 f"{', '.join(lost.task_keys)}): those tasks stay in processing and come back through their leases"
                 if lost.task_keys else "")
@@ -401,8 +404,19 @@ class Supervisor:
         if stop is not None:
             self._begin_stop(*stop)
 
-    def _after_end(self, child: Child, code: int, now: float) -> tuple:
-        """What follows a child's end: (the tail of its log line, None or the stop it calls for)."""
+    def _give_back_leases_of(self, child: Child) -> None:
+        """A dead worker's leases are due at once: the master requeues its tasks at its next patrol
+        instead of when their leases would have expired."""
+        if self.publisher is None:
+            return
+        given = self.publisher.give_back_leases_of(worker_token_prefix(child.process.pid))
+        if given:
+            log.info("gave back the %d leases %s held: the master requeues them now", given, child.label)
+
+    def _after_end(self, child: Child, code: int, now: float, served: bool = False) -> tuple:
+        """What follows a child's end: (the tail of its log line, None or the stop it calls for). A child
+        that had served (leased a task, finished a patrol) is replaced at once; backoff (capped at
+        RESPAWN_CAP) is for children that die before serving, a crash loop."""
         if child.retiring_since is not None:
             return "", None
         role, seats = child.spec.role, self.seats[child.spec.role]
@@ -417,6 +431,9 @@ class Supervisor:
         if code == ExitCode.CONFIG:
             return self._config_failure(child, seats, now)
         seats.config_failures = 0
+        if served:
+            seats.backoff.reset()
+            return f"; a new {role} now (it had served)", None
         delay = seats.backoff.next_delay()
         seats.next_spawn = max(seats.next_spawn, now + delay)
         return f"; a new {role} in {delay:.1f} s", None
@@ -533,9 +550,20 @@ class Supervisor:
         row = max((r for r in rows if r.batch_id > 0), key=lambda r: r.heartbeat, default=None)
         if row is not None:
             self.master_figures = {"batch_id": row.batch_id, "batch_settled": row.settled,
-                                   "batch_total": row.total, "batch_rate": round(row.rate, 3)}
+                                   "batch_total": row.total, "batch_rate": round(row.rate, 3),
+                                   "batch_is_done": row.is_done, "batch_done": row.done_count,
+                                   "batch_failed": row.fail_count,
+                                   "batch_next_due": row.next_due.decode("ascii", "replace")}
         # The last figures of a master that stopped still describe the batch (a reload, the end of a stop).
-        return {**snapshot, **self.master_figures}
+        return {**snapshot, **self.master_figures, **self._outage()}
+
+    def _outage(self) -> dict:
+        """The longest-running outage any child waits out, as snapshot fields (none: no fields)."""
+        outages = [o for o in (self.block.outage(c.spec.row) for c in self.children) if o is not None]
+        if not outages:
+            return {}
+        backend, since, reason = min(outages, key=lambda o: o[1])
+        return {"outage_backend": backend, "outage_since": round(since, 3), "outage_reason": reason}
 
     def _worker_line(self, child: Child) -> dict:
         """One worker as `batchd status` lists it."""

@@ -2,7 +2,8 @@
 
     PENDING ──claim──► PROCESSING ──finish──► DONE / FAILED
                           │
-                          └──requeue (lease lost)──► PENDING
+                          └──requeue (lease lost, or its requests ended
+                                      without update_task)──► PENDING
     any state ──reset (a new batch)──► PENDING
 
 Every store applies a `Move` as one compare-and-set statement
@@ -50,8 +51,10 @@ class Move(Enum):
         return not self.sources or state in self.sources
 
 
-def finish_move(ok: bool) -> Move:
-    return Move.FINISH_DONE if ok else Move.FINISH_FAILED
+def settling_move(outcome: TaskState) -> Move:
+    """The write-back of a worker's outcome for a task it processed: done, failed, or back to pending."""
+    return {TaskState.DONE: Move.FINISH_DONE, TaskState.FAILED: Move.FINISH_FAILED,
+            TaskState.PENDING: Move.REQUEUE}[outcome]
 
 
 def mark_move(ok: bool) -> Move:

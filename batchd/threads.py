@@ -20,6 +20,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from .errors import ExitCode
+
 log = logging.getLogger("batchd")
 
 
@@ -42,7 +44,6 @@ class ThreadGuard:
         self._lock = threading.Lock()
         self._pulses: dict = {}            # thread ident -> Pulse
         self._fatal_hooks: list = []
-        self.failure: Optional[str] = None  # the first thread death of this process, in one line
 
     # -- starting threads
     def start(self, target: Callable, name: str, *args) -> threading.Thread:
@@ -51,29 +52,27 @@ class ThreadGuard:
         return thread
 
     def _run(self, target: Callable, args: tuple) -> None:
-        self.check_in()
+        with self._lock:
+            self._pulses[threading.get_ident()] = Pulse(threading.current_thread().name, time.monotonic())
         try:
             target(*args)
         except BaseException as e:   # the guard: whatever ends a thread abnormally ends its process
-            self.die(f"thread {threading.current_thread().name} died: {type(e).__name__}: {e}", exc_info=True)
+            self.die(f"thread {threading.current_thread().name} died: {type(e).__name__}: {e}",
+                     getattr(e, "exit_code", ExitCode.SOFTWARE), exc_info=True)
         finally:
             self.forget()
 
-    def die(self, reason: str, exc_info=False) -> None:
-        """A fault this process cannot carry on with: log it, then run the fatal hooks."""
+    def die(self, reason: str, exit_code: int = ExitCode.SOFTWARE, exc_info=False) -> None:
+        """A fault this process cannot carry on with: log it, then run the fatal hooks with the exit code
+        it calls for (78 for a configuration error met mid-run, else 70)."""
         with self._lock:
-            first = self.failure is None
-            if first:
-                self.failure = reason
             hooks = list(self._fatal_hooks)
-        if not first:
-            return
         log.critical("%s; this process ends so that it can be replaced", reason, exc_info=exc_info)
         for hook in hooks:
-            hook(reason)
+            hook(reason, int(exit_code))
 
-    def on_fatal(self, hook: Callable[[str], None]) -> Callable[[], None]:
-        """Run `hook(reason)` when a guarded thread dies; returns a function that removes it."""
+    def on_fatal(self, hook: Callable[[str, int], None]) -> Callable[[], None]:
+        """Run `hook(reason, exit_code)` when a guarded thread dies; returns a function that removes it."""
         with self._lock:
             self._fatal_hooks.append(hook)
         return lambda: self._remove_hook(hook)
@@ -86,24 +85,28 @@ class ThreadGuard:
     # -- progress
     def check_in(self, within: float = 0.0) -> None:
         """The calling thread made progress; with `within`, it promises to check in again in that
-        many seconds (a wait by design), even if that is longer than the usual allowance."""
-        thread = threading.current_thread()
+        many seconds (a wait by design), even if that is longer than the usual allowance. A thread
+        the guard did not start (a main thread, a user's) is not watched: this is a no-op there."""
         with self._lock:
-            pulse = self._pulses.get(thread.ident)
-            if pulse is None:
-                self._pulses[thread.ident] = Pulse(thread.name, time.monotonic(), within)
-            else:
+            pulse = self._pulses.get(threading.get_ident())
+            if pulse is not None:
                 pulse.at, pulse.within = time.monotonic(), within
 
     @contextmanager
     def waiting(self, seconds: float):
         """A blocking step of known bound (a statement with socket timeouts, a download with a
         deadline): the thread may be silent that long, then its usual allowance again."""
+        outer = self._promise()
         self.check_in(within=seconds)
         try:
             yield
         finally:
-            self.check_in()
+            self.check_in(within=outer)      # a wait inside a longer one: the longer one's promise again
+
+    def _promise(self) -> float:
+        with self._lock:
+            pulse = self._pulses.get(threading.get_ident())
+            return pulse.within if pulse is not None else 0.0
 
     def forget(self, ident: Optional[int] = None) -> None:
         """Stop watching a thread (it ended, or it was given up on)."""
@@ -121,7 +124,29 @@ class ThreadGuard:
     def _after_fork(self) -> None:
         # Only the forking thread lives on in a child: the parent's pulses and hooks are not its own.
         self._lock = threading.Lock()
-        self._pulses, self._fatal_hooks, self.failure = {}, [], None
+        self._pulses, self._fatal_hooks = {}, []
+
+
+class Heart:
+    """A role's heartbeat that counts only while every guarded thread of the process is within its
+    allowance: a stale thread silences it (once logged, naming the thread), so the supervisor's
+    escalation replaces the process instead of a beat that promises progress nobody makes."""
+
+    def __init__(self, beat: Callable[[], None], allowance: float):
+        self._beat, self.allowance = beat, allowance
+        self._silenced_by: Optional[str] = None
+
+    def __call__(self) -> None:
+        late = guard.stale(self.allowance)
+        if late:
+            name, seconds = late[0]
+            if self._silenced_by != name:
+                self._silenced_by = name
+                log.error("thread %s has made no progress for %.0f s beyond its allowance; the heartbeat stops "
+                          "so that this process is replaced", name, seconds)
+            return
+        self._silenced_by = None
+        self._beat()
 
 
 guard = ThreadGuard()

@@ -1,18 +1,27 @@
 """The worker: lease a task, run its requests through the spider, hand items and the
 task's outcome to the pipeline.
 
-Threads of one worker process:
+Threads of one worker process, each started under the thread guard (batchd/threads.py):
 - SPIDER_THREAD_COUNT fetch threads, each holding at most one task at a time;
 - the lander (pipeline.py): flushes items and writes tasks back;
-- the keeper: renews the leases of every task not yet written back, and beats.
+- the keeper: renews the leases of every task not yet written back.
+The thread that called `run()` watches them: it beats the heart (only while every thread
+makes progress), enforces TASK_TIMEOUT, and decides when the worker is finished.
+
+TASK_TIMEOUT: a task still being processed after it is failed at once (a line names it), its
+lease is no longer renewed, and its thread is interrupted with an asynchronous exception while
+it runs the spider's code. A thread that has not come back TIMEOUT_GRACE later (stuck in C
+code, say) is given up on: the worker stops warm and exits 70, so its supervisor replaces it.
 
 Shutdown order (warm stop): the fetch threads stop leasing and finish the task they
 hold; then the lander flushes what is buffered and writes back what is settled; the
 keeper renews leases until the lander is done, then stops. A cold stop (second
-signal, or STOP_TIMEOUT passed) abandons what is left: those tasks stay in processing
-and come back to another worker when their leases expire.
+signal, or STOP_TIMEOUT passed), or a stop during an outage, abandons what is left:
+those tasks are not marked done, and their leases are given back to the master at once
+when the queue can be reached (else they expire).
 """
 import collections
+import ctypes
 import itertools
 import logging
 import os
@@ -21,24 +30,40 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping
+from contextlib import contextmanager
 from typing import Callable, Optional
 
-from .errors import BackendUnavailable
+from .errors import BackendUnavailable, BatchdError, ConfigError, ExitCode
 from .http import Downloader, Request, RequestFailed
+from .items import BadItem
 from .ledger import LocalLedger
-from .lifecycle import Backoff, StopFlag, until_available
+from .lifecycle import Backoff, StopFlag
+from .outages import OutageWatch, retry_through_outages
 from .pipeline import Pipeline, TaskRun
 from .schedule import is_due
 from .systemd import set_thread_role
+from .threads import Heart, check_in, guard, start_thread
 
 log = logging.getLogger("batchd.worker")
 
 SLOTS_PER_THREAD = 8         # tasks a thread may leave waiting for their items' flush
 IDLE_POLL_CAP = 1.0
-KEEPER_BEAT = 1.0
+WATCH_EVERY = 0.2            # the watching thread's rhythm: heartbeat, timeouts, the end
 EMPTY_WAKE_GAP = 5.0         # an idle worker reminds the master at most this often
+ERRORS_REMEMBERED = 10000    # distinct (task, error) pairs whose traceback was logged
 
 _processing = threading.local()
+
+
+class TaskTimedOut(BaseException):
+    """Raised inside a fetch thread running the spider's code past TASK_TIMEOUT. A BaseException, so
+    that a spider's `except Exception` does not swallow it."""
+
+
+class WorkerRecycled(BatchdError):
+    """A task's thread would not come back after TASK_TIMEOUT, or a thread of the worker died."""
+
+    exit_code = ExitCode.SOFTWARE
 
 
 def current_run() -> Optional[TaskRun]:
@@ -52,8 +77,53 @@ def settle_current_task(task_id, ok: bool) -> bool:
     run = current_run()
     if run is None or str(run.task_id) != str(task_id):
         return False
-    _processing.pipeline.record_outcome(run, ok)
+    with _outside_user_code(run):
+        _processing.pipeline.record_outcome(run, ok)
     return True
+
+
+_set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
+_set_async_exc.argtypes = (ctypes.c_ulong, ctypes.py_object)
+
+
+def _interrupt(run: TaskRun) -> bool:
+    """Raise TaskTimedOut in the run's thread if it is inside the spider's code now."""
+    with run.lock:
+        if run.in_user_code:
+            return _set_async_exc(run.thread_ident, ctypes.py_object(TaskTimedOut)) == 1
+    return False
+
+
+@contextmanager
+def _user_code(run: TaskRun):
+    """The spider's code runs inside this, where TASK_TIMEOUT may interrupt it. An interruption that
+    arrives as the spider's code returns is cancelled on the way out and raised here instead, at a
+    known place, so that it never lands in batchd's own code (holding a lock, say)."""
+    try:
+        if run.timed_out:
+            raise TaskTimedOut()
+        with run.lock:
+            run.in_user_code = True
+        yield
+    finally:
+        with run.lock:
+            run.in_user_code = False
+            _set_async_exc(run.thread_ident, ctypes.py_object())   # NULL: cancel a pending one
+    if run.timed_out:
+        raise TaskTimedOut()
+
+
+@contextmanager
+def _outside_user_code(run: TaskRun):
+    """batchd's code called from the spider's (update_task): no interruption lands in it."""
+    with run.lock:
+        inside, run.in_user_code = run.in_user_code, False
+        _set_async_exc(run.thread_ident, ctypes.py_object())
+    try:
+        yield
+    finally:
+        with run.lock:
+            run.in_user_code = inside
 
 
 class Worker:
@@ -64,72 +134,118 @@ class Worker:
         self.thread_count = settings.SPIDER_THREAD_COUNT
         self.ledger = ledger or LocalLedger(self.thread_count * SLOTS_PER_THREAD)
         self.lease_seconds = settings.BATCH_LOST_TASK_STALE
-        self.token_prefix = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        # Unique per worker (several may share a process), found by its process's prefix.
+        self.token_prefix = f"{worker_token_prefix(os.getpid())}{uuid.uuid4().hex[:8]}:"
         self._lease_numbers = itertools.count(1)
         self._low_water = max(1, settings.BATCH_PUSH_LIMIT // 4)
         self._last_empty_wake = 0.0
         self._leasing = threading.Event()
-        self._outage_lock = threading.Lock()
-        self._outage_since: Optional[float] = None
+        self._given_up_threads: set = set()     # idents of fetch threads stuck past TASK_TIMEOUT
+        self._failure: Optional[tuple] = None  # (reason, exit code) that ends this worker
         self.pipeline: Optional[Pipeline] = None
         self.downloader: Optional[Downloader] = None
+        self.heart: Callable = lambda: None
+        self.watch = OutageWatch()
 
     # -- the loop the supervisor (or start()) runs
     def run(self, stop: StopFlag, heartbeat: Callable = lambda: None) -> None:
         """Serve until stopped (keep_alive) or until the batch is done. A worker that is not kept
-        alive is a once-mode run: a store it cannot reach at start is final (exit 69)."""
-        if until_available(lambda: self.store.open(self.spider.layout) or True, stop, heartbeat,
-                           once=not self.keep_alive, what=self.store.describe()) is None:
+        alive is a once-mode run: a store it cannot reach at start is final (exit 69), an outage
+        later is waited out for up to OUTAGE_TIMEOUT."""
+        self.heart = Heart(heartbeat, self.settings.CHILD_TIMEOUT / 2)
+        self.watch = OutageWatch({self.store.backend_name: self.store.ping, self.queue.backend_name: self.queue.ping},
+                                 listener=self.ledger.set_outages, beat=self.heart)
+        if not self._open(stop):
             return
+        remove_hook = guard.on_fatal(lambda reason, code: self._fail(stop, reason, code))
+        try:
+            self._serve(stop)
+        finally:
+            remove_hook()
+        if self._failure is not None:
+            reason, code = self._failure
+            raise (ConfigError(reason) if code == ExitCode.CONFIG else WorkerRecycled(reason))
+
+    def _open(self, stop: StopFlag) -> bool:
+        """Open the store and claim the namespace for it; False if stopped meanwhile."""
+        layout = self.spider.layout
+        if not self.keep_alive:
+            self.store.open(layout)            # once mode: unreachable at start is final
+        elif retry_through_outages(lambda: self.store.open(layout) or True, self.watch, stop) is None:
+            return False
+        return retry_through_outages(lambda: claim_namespace(self.queue, self.store, layout, self.name) or True,
+                                     self.watch, stop, self._give_up_after()) is not None
+
+    def _give_up_after(self) -> Optional[float]:
+        return None if self.keep_alive else self.settings.OUTAGE_TIMEOUT
+
+    def _serve(self, stop: StopFlag) -> None:
         self.downloader = Downloader(max_retry_times=self.settings.SPIDER_MAX_RETRY_TIMES,
                                      timeout=self.settings.REQUEST_TIMEOUT, pool_size=self.thread_count,
                                      sleep=stop.wait_cold)
         table, kind = self.spider.layout.item_destination
-        self.pipeline = Pipeline(self.store, self.queue, self.ledger, self.settings, table, kind,
+        self.pipeline = Pipeline(self.store, self.queue, self.ledger, self.settings, table, kind, self.watch,
                                  on_written=self._after_write_back)
         self.pipeline.start()
         keeper_stop = threading.Event()
-        keeper = self._start_thread(self._keep_leases, "batchd-keeper", keeper_stop, heartbeat)
+        keeper = start_thread(self._keep_leases, "batchd-keeper", keeper_stop)
         self._leasing.set()
-        fetchers = [self._start_thread(self._fetch_loop, f"batchd-fetch-{n}", stop, n)
+        fetchers = [start_thread(self._fetch_loop, f"batchd-fetch-{n}", stop, n)
                     for n in range(1, self.thread_count + 1)]
         log.info("%s started: %d threads, %s, %s", self.name, self.thread_count, self.store.describe(),
-                 getattr(self.queue, "describe", lambda: "in-process queue")())
+                 self.queue.describe())
         try:
-            self._wait_until_finished(stop, fetchers)
+            self._watch_until_finished(stop, fetchers)
         finally:
             self._shut_down(stop, fetchers, keeper, keeper_stop)
 
-    def _start_thread(self, target, name, *args) -> threading.Thread:
-        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
-        thread.start()
-        return thread
+    def _fail(self, stop: StopFlag, reason: str, code: int) -> None:
+        """A thread of this worker died (the guard's hook, in-process): stop cold, report `code`."""
+        self._failure = self._failure or (reason, code)
+        stop.request_cold()
 
-    def _wait_until_finished(self, stop: StopFlag, fetchers: list) -> None:
-        while not stop.wait(0.2):
+    def _watch_until_finished(self, stop: StopFlag, fetchers: list) -> None:
+        """The watching thread: heartbeat, TASK_TIMEOUT, and the end of the worker."""
+        once_outage: Optional[float] = None
+        while not stop.wait(WATCH_EVERY):
+            self.heart()
+            self._enforce_task_timeout(stop)
             if not any(t.is_alive() for t in fetchers):
                 log.error("%s: every fetch thread has ended; stopping", self.name)
                 return
-            if not self.keep_alive and self._nothing_left():
-                log.info("%s: the queue is empty and the batch is done; exiting (keep_alive=False)", self.name)
-                return
+            if not self.keep_alive:
+                finished, once_outage = self._once_run_over(once_outage)
+                if finished:
+                    log.info("%s: the queue is empty and the batch is done; exiting (keep_alive=False)", self.name)
+                    return
+
+    def _once_run_over(self, outage_since: Optional[float]) -> tuple:
+        """(finished, since when an outage lasts): a once-mode worker gives up on an outage that outlasts
+        OUTAGE_TIMEOUT with BackendUnavailable (exit 69)."""
+        try:
+            return self._nothing_left(), None
+        except BackendUnavailable as e:
+            since = outage_since or time.monotonic()
+            if time.monotonic() - since > self.settings.OUTAGE_TIMEOUT:
+                raise BackendUnavailable(f"{e} (down for more than OUTAGE_TIMEOUT="
+                                         f"{self.settings.OUTAGE_TIMEOUT:g} s)", e.backend) from None
+            return False, since
 
     def _nothing_left(self) -> bool:
         """Nothing in hand, nothing queued, and the batch done with no new one due (a due batch the
         master has not opened yet still has work for us, whatever the last batch's done flag says)."""
-        try:
-            if self.pipeline.in_flight() or self.queue.pending_count() or not self.queue.is_done():
-                return False
-            return not is_due(self.store.last_batch(), self.store.now(), self.settings)
-        except BackendUnavailable:
+        if self.pipeline.in_flight() or self.queue.pending_count() or not self.queue.is_done():
             return False
+        return not is_due(self.store.last_batch(), self.store.now(), self.settings)
 
     def _shut_down(self, stop: StopFlag, fetchers: list, keeper, keeper_stop) -> None:
         deadline = time.monotonic() + self.settings.STOP_TIMEOUT
         self._leasing.clear()
         for thread in fetchers:
-            while thread.is_alive() and not stop.cold and time.monotonic() < deadline:
-                thread.join(0.2)
+            while (thread.is_alive() and thread.ident not in self._given_up_threads and not stop.cold
+                   and time.monotonic() < deadline):
+                self.heart()
+                thread.join(WATCH_EVERY)
         abandon = stop.cold or time.monotonic() >= deadline
         try:
             landed = self.pipeline.stop(max(0.0, deadline - time.monotonic()), abandon=abandon)
@@ -137,30 +253,77 @@ class Worker:
             keeper_stop.set()
             keeper.join(5)
             self.downloader.close()
+        self._give_back_leases()
         if landed and not abandon:
             totals = self.ledger.totals()
             log.info("%s stopped: %d tasks done, %d failed, %d items stored", self.name,
                      totals["done"], totals["failed"], totals["items"])
 
+    def _give_back_leases(self) -> None:
+        """Tasks this worker will not write back: the master requeues them at its next patrol."""
+        leases = self.pipeline.unwritten_leases()
+        if not leases:
+            return
+        try:
+            given = self.queue.give_back(leases)
+        except (BackendUnavailable, ConfigError) as e:
+            log.warning("could not give back %d leases (%s): their tasks come back when the leases expire",
+                        len(leases), e)
+            return
+        log.info("gave back %d leases: the master requeues their tasks (not marked done) at its next patrol",
+                 given)
+        self._wake_master()
+
+    # -- TASK_TIMEOUT
+    def _enforce_task_timeout(self, stop: StopFlag) -> None:
+        limit = self.settings.TASK_TIMEOUT
+        if not limit:
+            return
+        now = time.monotonic()
+        for run in self.pipeline.running():
+            overdue = now - run.started - limit
+            if overdue > 0 and not run.timed_out:
+                self._time_out(run, limit)
+            elif run.timed_out and overdue > timeout_grace(limit) and run.thread_ident not in self._given_up_threads:
+                self._give_up_thread(run, limit, stop)
+
+    def _time_out(self, run: TaskRun, limit: float) -> None:
+        log.error("task %s failed: still being processed after TASK_TIMEOUT=%g s; its thread is interrupted",
+                  run.task_id, limit)
+        run.timed_out = True
+        self.pipeline.record_outcome(run, ok=False)
+        _interrupt(run)
+
+    def _give_up_thread(self, run: TaskRun, limit: float, stop: StopFlag) -> None:
+        log.critical("%s: the thread of task %s has not come back %g s after TASK_TIMEOUT=%g s (stuck outside "
+                     "Python code?); this worker stops warm and exits %d to be replaced", self.name, run.task_id,
+                     timeout_grace(limit), limit, ExitCode.SOFTWARE)
+        self._given_up_threads.add(run.thread_ident)
+        guard.forget(run.thread_ident)
+        self._failure = self._failure or (f"a task's thread did not come back after TASK_TIMEOUT={limit:g} s",
+                                          ExitCode.SOFTWARE)
+        stop.request()
+
     # -- the keeper thread
-    def _keep_leases(self, keeper_stop: threading.Event, heartbeat: Callable) -> None:
+    def _keep_leases(self, keeper_stop: threading.Event) -> None:
         renew_every = max(0.2, self.lease_seconds / 4)
-        last_renew = time.monotonic()
-        while not keeper_stop.wait(min(KEEPER_BEAT, renew_every)):
-            heartbeat()
-            self.ledger.beat()
-            if time.monotonic() - last_renew >= renew_every:
-                last_renew = time.monotonic()
-                try:
-                    self.queue.renew(self.pipeline.held_leases(), self.lease_seconds)
-                except BackendUnavailable as e:
-                    log.warning("lease renewal failed: %s", e)
+        while True:
+            check_in(within=renew_every + 1)
+            if keeper_stop.wait(renew_every):
+                return
+            try:
+                self.queue.renew(self.pipeline.held_leases(), self.lease_seconds)
+            except BackendUnavailable as e:
+                self.watch.failed(e)      # the next renewal is the retry: a lease outlives a short outage
+                continue
+            self.watch.ok(self.queue.backend_name)
 
     # -- a fetch thread
     def _fetch_loop(self, stop: StopFlag, number: int) -> None:
         set_thread_role(f"{self.name}.{number}" if self.thread_count > 1 else self.name)
         idle, outage = Backoff(base=0.05, cap=IDLE_POLL_CAP), Backoff()
         while self._leasing.is_set() and not stop.is_set():
+            check_in(within=IDLE_POLL_CAP + 1)
             slot = self.ledger.acquire_slot()
             if slot is None:
                 self.pipeline.ask_flush()     # slots are held by tasks waiting for their items
@@ -170,36 +333,33 @@ class Worker:
                 lease = self.queue.lease(self._next_token(), self.lease_seconds)
             except BackendUnavailable as e:
                 self.ledger.release_slot(slot)
-                self._lease_outage(e)
-                stop.wait(outage.next_delay())
+                self.watch.failed(e)
+                self.watch.wait(outage.next_delay(), e.backend, stop)
                 continue
             outage.reset()
-            self._lease_outage(None)
+            self.watch.ok(self.queue.backend_name)
             if lease is None:
                 self.ledger.release_slot(slot)
                 self._wake_master_when_empty()
                 stop.wait(idle.next_delay())
                 continue
             idle.reset()
-            if lease.queue_left == self._low_water:
-                self._wake_master()
-            self.ledger.label(slot, lease.key)
-            run = TaskRun(lease=lease, slot=slot)
-            self.pipeline.track(run)
-            self.process(run, stop)
+            self._serve_lease(lease, slot, stop)
 
-    def _lease_outage(self, error: Optional[BackendUnavailable]) -> None:
-        """One line when leasing starts failing and one when it works again, for all the threads."""
-        with self._outage_lock:
-            if error is not None and self._outage_since is None:
-                self._outage_since = time.monotonic()
-                log.warning("cannot lease tasks: %s; every thread retries with backoff", error)
-            elif error is None and self._outage_since is not None:
-                log.info("leasing works again after %.0f s", time.monotonic() - self._outage_since)
-                self._outage_since = None
+    def _serve_lease(self, lease, slot: int, stop: StopFlag) -> None:
+        if lease.queue_left == self._low_water:
+            self._wake_master()
+        self.ledger.label(slot, lease.key)
+        self.ledger.note_served()
+        run = TaskRun(lease=lease, slot=slot, thread_ident=threading.get_ident())
+        self.pipeline.track(run)
+        limit = self.settings.TASK_TIMEOUT
+        # The task may take up to its timeout and the grace: a wait by design, not a stall.
+        check_in(within=limit + timeout_grace(limit) + 1 if limit else float("inf"))
+        self.process(run, stop)
 
     def _next_token(self) -> str:
-        return f"{self.token_prefix}:{next(self._lease_numbers)}"
+        return f"{self.token_prefix}{next(self._lease_numbers)}"
 
     def _wake_master_when_empty(self) -> None:
         if time.monotonic() - self._last_empty_wake > EMPTY_WAKE_GAP:
@@ -225,17 +385,24 @@ class Worker:
         task = run.lease.task
         _processing.run, _processing.pipeline = run, self.pipeline
         try:
-            pending = collections.deque(self._as_requests(self.spider.task_requests(task), "task_requests"))
+            with _user_code(run):
+                produced = self._as_requests(self.spider.task_requests(task), "task_requests")
+            pending = collections.deque(produced)
             while pending and not stop.cold:
                 pending.extend(self._run_request(run, pending.popleft(), task))
+        except TaskTimedOut:
+            pass                      # failed and logged by the watching thread already
+        except BadItem as e:
+            log.error("task %s failed: %s", run.task_id, e)
+            self.pipeline.record_outcome(run, ok=False)
         except Exception as e:   # the user's code failed: this task fails, the worker carries on
-            log.error("task %s failed: %s: %s", run.task_id, type(e).__name__, e)
-            log.debug("task %s traceback", run.task_id, exc_info=True)
+            log.error("task %s failed: %s: %s", run.task_id, type(e).__name__, e,
+                      exc_info=_first_time((self.queue.namespace, run.lease.batch_id, str(run.task_id)), e))
             self.pipeline.record_outcome(run, ok=False)
         finally:
             _processing.run = _processing.pipeline = None
             if stop.cold:
-                log.info("task %s abandoned at a cold stop; its lease will expire", run.task_id)
+                log.info("task %s abandoned at a cold stop; its lease is given back", run.task_id)
             self.pipeline.finish_requests(run)
 
     def _run_request(self, run: TaskRun, request: Request, task: dict) -> list:
@@ -247,11 +414,14 @@ class Worker:
             response = self.downloader.fetch(request)
         except RequestFailed as failure:
             run.last_failure = failure
-            self.spider.failed_request(request, failure.response_or_exception, task)
+            with _user_code(run):
+                self.spider.failed_request(request, failure.response_or_exception, task)
             return []
         callback = self._callback(request)
         follow_ups, item_seq = [], 0
-        for result in callback(request, response, task) or ():
+        with _user_code(run):
+            produced = callback(request, response, task)
+        for result in self._each(run, produced):
             if isinstance(result, Request):
                 follow_ups.append(result)
             elif isinstance(result, Mapping):
@@ -261,6 +431,20 @@ class Worker:
                 raise TypeError(f"{getattr(callback, '__name__', callback)} yielded a {type(result).__name__}; "
                                 "yield dicts (items) or Requests")
         return follow_ups
+
+    @staticmethod
+    def _each(run: TaskRun, produced):
+        """What a callback produced, one by one, each step of its generator run as the spider's code."""
+        if produced is None:
+            return
+        iterator = iter(produced)
+        while True:
+            with _user_code(run):
+                try:
+                    result = next(iterator)
+                except StopIteration:
+                    return
+            yield result
 
     def _callback(self, request: Request):
         callback = request.callback or self.spider.parse
@@ -285,3 +469,43 @@ class Worker:
             if not isinstance(request, Request):
                 raise TypeError(f"{where} produced a {type(request).__name__}; it must yield Requests")
         return requests
+
+
+_logged_errors: set = set()
+_logged_errors_lock = threading.Lock()
+
+
+def _first_time(task: tuple, error: Exception) -> bool:
+    """Whether this task (namespace, batch, id) has not failed with this error before in this process:
+    its traceback is logged once, not at every attempt."""
+    key = task + (type(error).__name__, str(error))
+    with _logged_errors_lock:
+        if key in _logged_errors:
+            return False
+        if len(_logged_errors) >= ERRORS_REMEMBERED:
+            _logged_errors.clear()
+        _logged_errors.add(key)
+        return True
+
+
+def timeout_grace(limit: float) -> float:
+    """How long a thread interrupted by TASK_TIMEOUT may take to come back before the worker is
+    recycled: a tenth of the timeout, between 2 and 30 s."""
+    return max(2.0, min(30.0, limit / 10))
+
+
+def worker_token_prefix(pid: int) -> str:
+    """The start of every lease token of a worker process: its supervisor gives back a dead worker's
+    leases by it (`expire_leases_of`)."""
+    return f"{socket.gethostname()}:{pid}:"
+
+
+def claim_namespace(queue, store, layout, who: str) -> None:
+    """A namespace serves one store: the first master or worker records the store's identity in the
+    queue; one whose store differs refuses to start (ConfigError, exit 78), naming both."""
+    identity = f"{store.identity()} table {layout.table}"
+    other = queue.claim_namespace(identity)
+    if other is not None:
+        raise ConfigError(f"namespace {queue.namespace!r} serves {other}, but this {who}'s store is {identity}: "
+                          "give each store its own NAMESPACE (if the data really moved, delete the namespace's "
+                          f"store record: the key {queue.namespace}:store in Redis)")

@@ -59,13 +59,16 @@ class RaisingSpider(CrawlTask):
         yield from super().parse(request, response, task)
 
 
-def test_an_exception_in_a_callback_fails_the_task_and_names_it(backend, site, caplog):
+def test_an_exception_in_a_callback_fails_the_task_and_names_it_with_its_traceback_once(backend, site, caplog):
     backend.create_tasks([site.url("/page/1"), site.url("/page/2")])
     with caplog.at_level(logging.ERROR, logger="batchd"):
         assert settle(backend, RaisingSpider) == {1: F, 2: D}
-    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
-    assert errors == ["task 1 failed: ValueError: no title here"]
-    assert not any(r.exc_info for r in caplog.records if r.levelno >= logging.INFO)
+        backend.set_state(1, TaskState.PENDING)            # the same task fails the same way again
+        assert settle(backend, RaisingSpider) == {1: F, 2: D}
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert [r.getMessage() for r in errors] == ["task 1 failed: ValueError: no title here"] * 2
+    assert [bool(r.exc_info) for r in errors] == [True, False], "the traceback at ERROR, once per task and error"
+    assert "test_failures.py" in caplog.text and 'raise ValueError("no title here")' in caplog.text
 
 
 class ForgetfulSpider(CrawlTask):
@@ -73,14 +76,16 @@ class ForgetfulSpider(CrawlTask):
         yield {"url": task["url"]}                 # ... and never update_task()
 
 
-def test_a_task_never_written_back_fails_after_the_attempt_limit(backend, site, caplog):
+def test_a_task_never_written_back_returns_to_the_queue_at_once_until_the_attempt_limit(backend, site, caplog):
     backend.create_tasks([site.url("/page/1")])
     with caplog.at_level(logging.WARNING, logger="batchd"):
-        states = settle(backend, ForgetfulSpider, BATCH_LOST_TASK_STALE=0.5, BATCH_TASK_MAX_ATTEMPTS=3)
+        # The lease (600 s) never expires here: each return to the queue is the worker's own write-back.
+        states = settle(backend, ForgetfulSpider, BATCH_TASK_MAX_ATTEMPTS=3, timeout=20)
     assert states == {1: F}
     assert site.hits("/page/1") == 3
-    assert "task 1: its requests ended without update_task()" in caplog.text
+    assert caplog.text.count("task 1: its requests ended without update_task(); it goes back to pending") == 3
     assert "task 1 failed: leased 3 times" in caplog.text
+    assert len(backend.items()) == 1, "its item landed (an upsert: one row however many runs)"
 
 
 class BadYieldSpider(CrawlTask):

@@ -59,24 +59,28 @@ def test_items_go_to_the_spiders_table_as_upserts(mysql_backend, site):
     assert rows == ((site.url("/page/1"), "Title 1"), (site.url("/page/2"), "Title 2"))
 
 
-def test_a_failed_flush_is_dumped_then_replayed(mysql_backend, site, caplog):
-    urls = [site.url(f"/page/{i}") for i in range(1, 4)]
-    mysql_backend.create_tasks(urls)
-    mysql_backend.sql(ITEM_TABLE)                  # `extra` NOT NULL without default: every insert fails
-    with caplog.at_level(logging.WARNING, logger="batchd"):
-        run_until_settled(mysql_backend, ColumnsSpider)
-    assert set(mysql_backend.states().values()) == {D}, "dumped items count as landed"
-    assert mysql_backend.sql("SELECT COUNT(*) FROM `crawl_item`") == ((0,),)
-    dumped = lines(mysql_backend.failed_items_path)
-    assert sorted(d["item"]["url"] for d in dumped) == sorted(urls)
-    assert all(d["table"] == "crawl_item" and "extra" in d["error"] for d in dumped)
-    assert "replay them with: batchd retry --items" in caplog.text
+class LongTitleSpider(ColumnsSpider):
+    """Task 7's title is longer than the column: MariaDB (strict mode) refuses that one row."""
 
-    mysql_backend.sql("ALTER TABLE `crawl_item` MODIFY `extra` VARCHAR(10) NOT NULL DEFAULT ''")
-    done = retry_items(mysql_backend, mysql_backend.failed_items_path)
-    assert done.returncode == 0, done.stderr
-    assert mysql_backend.sql("SELECT COUNT(*) FROM `crawl_item`") == ((3,),)
-    assert not os.path.exists(mysql_backend.failed_items_path) or lines(mysql_backend.failed_items_path) == []
+    def parse(self, request, response, task):
+        yield {"url": task["url"], "title": "x" * 300 if task["id"] == 7 else f"t{task['id']}", "extra": "e"}
+        self.update_task(task["id"], ok=True)
+
+
+def test_an_item_the_database_refuses_fails_its_task_alone(mysql_backend, site, caplog):
+    mysql_backend.create_tasks([site.url(f"/page/{i}") for i in range(1, 31)])
+    mysql_backend.sql(ITEM_TABLE)
+    with caplog.at_level(logging.INFO, logger="batchd"):
+        # One flush holds every task's item: the refused one must not take the 29 others with it.
+        run_until_settled(mysql_backend, LongTitleSpider, ITEM_FLUSH_SIZE=1000, ITEM_FLUSH_INTERVAL=1.0)
+    states = mysql_backend.states()
+    assert states.pop(7) == TaskState.FAILED and set(states.values()) == {D}
+    assert mysql_backend.sql("SELECT COUNT(*) FROM `crawl_item`") == ((29,),)
+    refused = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert len(refused) == 1 and refused[0].startswith("task 7 failed: item 0 of its request 0 was refused by "
+                                                       "`crawl_item`: key 'title': ")
+    assert "Data too long" in refused[0]
+    assert not os.path.exists(mysql_backend.failed_items_path), "a refused item fails its task; it is not dumped"
 
 
 def test_replay_keeps_what_still_cannot_be_stored(mysql_backend, failed_items_path):
@@ -93,14 +97,40 @@ def test_replay_keeps_what_still_cannot_be_stored(mysql_backend, failed_items_pa
     assert [name for name in os.listdir(os.path.dirname(failed_items_path))] == ["failed_items.jsonl"]
 
 
-def test_an_item_key_that_is_not_a_column_is_dumped_naming_the_key(mysql_backend, site, caplog):
-    mysql_backend.create_tasks([site.url("/page/1")])
+def test_an_item_key_that_is_not_a_column_fails_its_task_where_it_is_yielded(mysql_backend, site, caplog):
+    mysql_backend.create_tasks([site.url("/page/1"), site.url("/page/2")])
     mysql_backend.sql(ITEM_TABLE)
     with caplog.at_level(logging.ERROR, logger="batchd"):
         run_until_settled(mysql_backend, BadKeySpider)
-    assert "item key 'colour' is not a column of item table `crawl_item`" in caplog.text
-    assert [d["item"]["colour"] for d in lines(mysql_backend.failed_items_path)] == ["red"]
-    assert mysql_backend.states() == {1: D}
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert sorted(errors) == [f"task {i} failed: item key 'colour' is not a column of item table `crawl_item`"
+                              for i in (1, 2)]
+    assert mysql_backend.states() == {1: TaskState.FAILED, 2: TaskState.FAILED}
+    assert not os.path.exists(mysql_backend.failed_items_path)
+
+
+class OddValueSpider(CrawlTask):
+    """Task 1 yields a set, task 2 a NaN, task 3 a good item: the default item table is a JSON document."""
+
+    ODD = {1: {"tags": {"a", "b"}}, 2: {"price": float("nan")}, 3: {"nested": {"sizes": [1, float("inf")]}}}
+
+    def parse(self, request, response, task):
+        yield {"url": task["url"], **self.ODD.get(task["id"], {"title": "fine"})}
+        self.update_task(task["id"], ok=True)
+
+
+def test_a_value_the_destination_cannot_store_fails_its_task_at_once_and_the_worker_carries_on(backend, site,
+                                                                                                caplog):
+    backend.create_tasks([site.url(f"/page/{i}") for i in range(1, 5)])
+    with caplog.at_level(logging.ERROR, logger="batchd"):
+        run_until_settled(backend, OddValueSpider)
+    assert backend.states() == {1: TaskState.FAILED, 2: TaskState.FAILED, 3: TaskState.FAILED, 4: D}
+    assert [item["title"] for item in backend.items()] == ["fine"]
+    errors = sorted(r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR)
+    assert errors == ["task 1 failed: item key 'tags' holds a set, which a JSON document cannot store",
+                      "task 2 failed: item key 'price' holds nan, which the database cannot store",
+                      "task 3 failed: item key 'nested.sizes[1]' holds inf, which the database cannot store"]
+    assert "Traceback" not in caplog.text and "died" not in caplog.text
 
 
 def test_dumped_items_keep_their_types(failed_items_path):
@@ -111,18 +141,3 @@ def test_dumped_items_keep_their_types(failed_items_path):
     with open(failed_items_path, encoding="utf-8") as f:
         _, table, kind, parsed = FailedItemsFile.parse(f.readline())
     assert (table, kind, parsed) == ("t", "columns", row)
-
-
-def test_items_neither_stored_nor_dumped_keep_their_tasks_unwritten(mysql_backend, site, caplog):
-    """The database refuses the items and the disk refuses the dump: the tasks must not be done."""
-    mysql_backend.create_tasks([site.url("/page/1"), site.url("/page/2")])
-    mysql_backend.sql(ITEM_TABLE)                  # every insert fails
-    unwritable = "/dev/null/failed_items.jsonl"    # under a file: no directory can be made there
-    factory = lambda: ColumnsSpider(batch_store=mysql_backend.store(), settings=mysql_backend.settings(
-        FAILED_ITEMS_PATH=unwritable, STOP_TIMEOUT=3))
-    with caplog.at_level(logging.ERROR, logger="batchd"):
-        with InProcessBatch(factory):
-            wait_for(lambda: "cannot append to /dev/null/failed_items.jsonl" in caplog.text, timeout=30,
-                     message="the dump to fail")
-    assert set(mysql_backend.states().values()) == {TaskState.PROCESSING}
-    assert mysql_backend.sql("SELECT COUNT(*) FROM `crawl_item`") == ((0,),)

@@ -47,6 +47,29 @@ class MasterLock(abc.ABC):
 
 class TaskQueue(abc.ABC):
     namespace: str
+    backend_name = "in-process"     # names the backend in outage lines and STATUS= ("Redis", "SQLite")
+
+    def describe(self) -> str:
+        """What this queue is, fit for a log line (never a password)."""
+        return "in-process queue"
+
+    def ping(self) -> None:
+        """A cheap round trip; raises BackendUnavailable while the backend is down."""
+
+    @abc.abstractmethod
+    def claim_namespace(self, identity: str) -> Optional[str]:
+        """Record `identity` (the store's, never a password) as the one store this namespace serves, if
+        none is recorded yet; return None when it is ours, else the identity recorded by someone else."""
+
+    @abc.abstractmethod
+    def give_back(self, leases: Sequence[Lease]) -> int:
+        """End these leases now, if still owned, so that the master reclaims their tasks at its next
+        patrol instead of when the deadlines pass (a worker stopping with tasks it cannot finish)."""
+
+    @abc.abstractmethod
+    def expire_leases_of(self, token_prefix: str) -> int:
+        """Give back every lease whose token starts with `token_prefix` (a worker process that died:
+        its supervisor knows its host and pid); return how many."""
 
     # -- the master's side
     @abc.abstractmethod

@@ -44,6 +44,26 @@ class LocalQueue(TaskQueue):
         self._done = False
         self._woken = False
         self._statuses: dict = {}     # key -> (fields, expiry)
+        self._identity: Optional[str] = None
+
+    def claim_namespace(self, identity: str) -> Optional[str]:
+        with self._cond:
+            self._identity = self._identity or identity
+            return None if self._identity == identity else self._identity
+
+    def give_back(self, leases: Sequence[Lease]) -> int:
+        with self._cond:
+            owned = [lease for lease in leases if self._leases.get(lease.key, (None,))[0] == lease.token]
+            for lease in owned:
+                self._leases[lease.key] = (lease.token, 0.0)
+            return len(owned)
+
+    def expire_leases_of(self, token_prefix: str) -> int:
+        with self._cond:
+            theirs = [key for key, (token, _) in self._leases.items() if token.startswith(token_prefix)]
+            for key in theirs:
+                self._leases[key] = (self._leases[key][0], 0.0)
+            return len(theirs)
 
     def master_lock(self, owner: str, ttl: float) -> MasterLock:
         return LocalMasterLock(self, owner)

@@ -11,6 +11,8 @@ The key schema, all under `<ns>:` (built only by `Keys`):
     <ns>:master_lock     STRING  the master's owner string, with a TTL the live master renews
     <ns>:wake            LIST    wake-ups for the master, trimmed to one entry, with a TTL
     <ns>:seen            SET     request fingerprints of this batch (REQUEST_FILTER_ENABLE), with a TTL
+    <ns>:store           STRING  the identity of the one store this namespace serves (server, database,
+                                 task table; never a password), recorded by the first master or worker
     <ns>:status:<host>:<instance>  HASH  a supervisor's snapshot for `batchd status`, with a TTL
 
 Every step that must not be split (pop + lease, check owner + renew / release,
@@ -19,8 +21,9 @@ find expired + remove) is one Lua script, so it is atomic on the server.
 import functools
 from typing import Iterable, Optional, Sequence
 
-from ..errors import BackendUnavailable, ConfigError
 from ..config import redact_url
+from ..errors import BackendUnavailable, ConfigError
+from ..threads import guard
 from .base import Lease, MasterLock, TaskQueue, task_key
 from ..codec import decode_task, encode_task
 
@@ -71,6 +74,31 @@ end
 return out
 """
 
+# ARGV: key, token pairs. Returns how many leases were still owned, now due at once (deadline 0).
+GIVE_BACK_SCRIPT = """
+local given = 0
+for i = 1, #ARGV, 2 do
+  if redis.call('HGET', KEYS[2], ARGV[i]) == ARGV[i + 1] then
+    redis.call('ZADD', KEYS[1], 'XX', 0, ARGV[i])
+    given = given + 1
+  end
+end
+return given
+"""
+
+# ARGV: a token prefix (host:pid:). Returns how many leases held under it are now due at once.
+EXPIRE_HOLDER_SCRIPT = """
+local owners = redis.call('HGETALL', KEYS[2])
+local prefix, given = ARGV[1], 0
+for i = 1, #owners, 2 do
+  if string.sub(owners[i + 1], 1, #prefix) == prefix then
+    redis.call('ZADD', KEYS[1], 'XX', 0, owners[i])
+    given = given + 1
+  end
+end
+return given
+"""
+
 # ARGV: limit. Returns the keys whose lease expired, removed.
 RECLAIM_SCRIPT = """
 if redis.replicate_commands then redis.replicate_commands() end
@@ -114,6 +142,7 @@ class Keys:
     master_lock = property(lambda self: self._key("master_lock"))
     wake = property(lambda self: self._key("wake"))
     seen = property(lambda self: self._key("seen"))
+    store = property(lambda self: self._key("store"))
 
     def status(self, name: str) -> str:
         """A supervisor's snapshot; `name` is host:instance."""
@@ -142,19 +171,41 @@ def connect_redis(url: str, timeout: float = 30):
         raise ConfigError(f"setting REDIS_URL: {redact_url(url)}: {e}") from None
 
 
-def redis_errors() -> tuple:
+# Replies that mean "not now" (a replica promoted, a full memory, a busy script) rather than "wrong".
+TRANSIENT_REPLIES = ("OOM", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "BUSY", "LOADING")
+# Replies that waiting cannot mend: the URL's password, user or database number (exit 78).
+# (redis-py strips a leading "ERR " from some replies.)
+REFUSAL_REPLIES = ("NOAUTH", "WRONGPASS", "NOPERM", "invalid password", "invalid username-password",
+                   "invalid DB index", "DB index is out of range", "ERR invalid DB index", "ERR DB index")
+CALL_BOUND = 40.0     # the longest a call can block: connect timeout + socket timeout, with a margin
+
+
+def translate_redis_error(error, url: str) -> Exception:
+    """The batchd error a Redis failure stands for: BackendUnavailable (wait it out), ConfigError (the
+    operator must fix REDIS_URL), or the error itself (a bug: it reaches the thread guard)."""
     import redis
-    return (redis.ConnectionError, redis.TimeoutError)
+    text = str(error)
+    if isinstance(error, (redis.AuthenticationError, redis.AuthorizationError)) or text.startswith(REFUSAL_REPLIES):
+        return ConfigError(f"setting REDIS_URL: Redis {redact_url(url)} refused us: {text}")
+    if isinstance(error, (redis.ConnectionError, redis.TimeoutError)) or text.startswith(TRANSIENT_REPLIES):
+        return BackendUnavailable(f"Redis {redact_url(url)} unreachable: {text}", "Redis")
+    return error
 
 
 def translated(method):
-    """Redis connection failures leave as BackendUnavailable, which every loop knows how to wait out."""
+    """Every Redis call: connection failures leave as BackendUnavailable, refusals of the URL's credentials
+    as ConfigError; the calling thread promises to be back within the client's timeouts."""
     @functools.wraps(method)
     def call(self, *args, **kwargs):
+        import redis
         try:
-            return method(self, *args, **kwargs)
-        except redis_errors() as e:
-            raise BackendUnavailable(f"Redis {redact_url(self.url)} unreachable: {e}") from None
+            with guard.waiting(CALL_BOUND):
+                return method(self, *args, **kwargs)
+        except redis.RedisError as e:
+            translated_error = translate_redis_error(e, self.url)
+            if translated_error is e:
+                raise
+            raise translated_error from None
     return call
 
 
@@ -187,6 +238,8 @@ class RedisMasterLock(MasterLock):
 
 
 class RedisQueue(TaskQueue):
+    backend_name = "Redis"
+
     def __init__(self, url: str, namespace: str, client=None):
         self.url = url
         self.namespace = namespace
@@ -197,6 +250,8 @@ class RedisQueue(TaskQueue):
         self._release = self.redis.register_script(RELEASE_SCRIPT)
         self._reclaim = self.redis.register_script(RECLAIM_SCRIPT)
         self._known = self.redis.register_script(KNOWN_SCRIPT)
+        self._give_back = self.redis.register_script(GIVE_BACK_SCRIPT)
+        self._expire_holder = self.redis.register_script(EXPIRE_HOLDER_SCRIPT)
 
     def describe(self) -> str:
         return f"Redis {redact_url(self.url)}"
@@ -204,6 +259,26 @@ class RedisQueue(TaskQueue):
     @translated
     def ping(self) -> None:
         self.redis.ping()
+
+    @translated
+    def claim_namespace(self, identity: str) -> Optional[str]:
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.set(self.keys.store, identity, nx=True)
+            pipe.get(self.keys.store)
+            _, recorded = pipe.execute()
+        recorded = recorded.decode() if recorded else identity
+        return None if recorded == identity else recorded
+
+    @translated
+    def give_back(self, leases: Sequence[Lease]) -> int:
+        if not leases:
+            return 0
+        args = [part for lease in leases for part in (lease.key, lease.token)]
+        return self._give_back(keys=[self.keys.leases, self.keys.lease_owner], args=args)
+
+    @translated
+    def expire_leases_of(self, token_prefix: str) -> int:
+        return self._expire_holder(keys=[self.keys.leases, self.keys.lease_owner], args=[token_prefix])
 
     @translated
     def master_lock(self, owner: str, ttl: float) -> MasterLock:

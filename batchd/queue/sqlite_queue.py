@@ -9,7 +9,8 @@ the namespace as a column, so spiders sharing a file keep apart:
     batchd_attempts  namespace, task_key, attempts                    leases this batch (BATCH_TASK_MAX_ATTEMPTS)
     batchd_seen      namespace, batch_id, fingerprint                 request fingerprints (REQUEST_FILTER_ENABLE)
     batchd_lock      namespace, owner, expires                        the master lock: owner string and expiry
-    batchd_flag      namespace, name, value                           'done' (the batch id) and 'wake'
+    batchd_flag      namespace, name, value                           'done' (the batch id), 'wake', and
+                                                                      'store' (the store this namespace serves)
     batchd_status    namespace, name, fields, expires                 a supervisor's snapshot (JSON), until expires
 
 A step that must not be split (pop + lease, check the token + renew / release, take the
@@ -27,7 +28,7 @@ from ..store.sqlite import IN_CHUNK, SqliteFile
 from .base import Lease, MasterLock, TaskQueue, task_key
 
 WAKE_POLL = 0.05      # seconds between two looks at the wake flag
-DONE_FLAG, WAKE_FLAG = "done", "wake"
+DONE_FLAG, WAKE_FLAG, STORE_FLAG = "done", "wake", "store"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS batchd_queue (
@@ -79,6 +80,8 @@ class SqliteMasterLock(MasterLock):
 
 
 class SqliteQueue(TaskQueue):
+    backend_name = "SQLite"
+
     def __init__(self, db: SqliteFile, namespace: str):
         self.db, self.namespace = db, namespace
         with db.translated():
@@ -86,6 +89,28 @@ class SqliteQueue(TaskQueue):
 
     def describe(self) -> str:
         return f"SQLite queue {self.db.path}"
+
+    def ping(self) -> None:
+        self.db.rows("SELECT 1")
+
+    def claim_namespace(self, identity: str) -> Optional[str]:
+        self.db.change("INSERT INTO batchd_flag (namespace, name, value) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+                       (self.namespace, STORE_FLAG, identity))
+        recorded = self.db.rows("SELECT value FROM batchd_flag WHERE namespace = ? AND name = ?",
+                                (self.namespace, STORE_FLAG))[0][0]
+        return None if recorded == identity else recorded
+
+    def give_back(self, leases: Sequence[Lease]) -> int:
+        if not leases:
+            return 0
+        with self.db.transaction() as conn:
+            return sum(conn.execute("UPDATE batchd_lease SET deadline = 0 WHERE namespace = ? AND task_key = ? "
+                                    "AND token = ?", (self.namespace, lease.key, lease.token)).rowcount
+                       for lease in leases)
+
+    def expire_leases_of(self, token_prefix: str) -> int:
+        return self.db.change("UPDATE batchd_lease SET deadline = 0 WHERE namespace = ? "
+                              "AND substr(token, 1, ?) = ?", (self.namespace, len(token_prefix), token_prefix))
 
     # -- the master's side
     def master_lock(self, owner: str, ttl: float) -> MasterLock:

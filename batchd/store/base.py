@@ -103,6 +103,7 @@ class BatchStore(abc.ABC):
 
     layout: Optional[TaskLayout] = None
     runs_in_process = False   # True when no other process can reach the store: start_monitor() runs workers too
+    backend_name = "memory"   # names the backend in outage lines and STATUS= ("MySQL", "SQLite")
 
     def embedded_queue(self, namespace: str, settings):
         """A queue living beside the data, for stores no Redis should serve; None means use Redis."""
@@ -111,6 +112,14 @@ class BatchStore(abc.ABC):
     def describe(self) -> str:
         """What this store is, fit for a log line (never a password)."""
         return type(self).__name__
+
+    def ping(self) -> None:
+        """A cheap round trip; raises BackendUnavailable while the backend is down."""
+
+    def identity(self) -> str:
+        """Which data this store is, the same from every host that reaches it and never with a password
+        (the server as it names itself and the database, or the file): a queue namespace serves one."""
+        return f"{type(self).__name__} {id(self):x}"
 
     @abc.abstractmethod
     def open(self, layout: TaskLayout) -> None:

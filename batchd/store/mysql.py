@@ -16,14 +16,22 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from ..config import check_identifier, redact_url
 from ..errors import BackendUnavailable, ConfigError
+from ..threads import guard
 from .base import TaskLayout
 from .sql import SqlBatchStore
 
-# Client errors that mean "the server is not there" rather than "the statement is wrong".
+# Errors that mean "the server is not there (or not writable) now" rather than "the statement is
+# wrong": a connection lost or refused, and a server in read-only mode (1290, 1792, 1836: a replica
+# during a failover), which waiting heals like an outage.
 CONNECTION_ERRORS = {1040, 1042, 1043, 1047, 1053, 1081, 1152, 1158, 1159, 1160, 1161,
-                     2002, 2003, 2005, 2006, 2012, 2013, 2026, 2055}
+                     2002, 2003, 2005, 2006, 2012, 2013, 2026, 2055, 1290, 1792, 1836}
+# Errors that waiting cannot heal: the operator must fix the URL, a grant or the schema (exit 78).
+# 1044/1045/1698 access denied, 1049 unknown database, 1142/1143 a command or column denied,
+# 1146 no such table, 1054 no such column, 2059 an authentication plugin the client lacks.
+CONFIGURATION_ERRORS = {1044, 1045, 1049, 1142, 1143, 1146, 1054, 1698, 2059}
 IN_CHUNK = 1000
 IDLE_PING = 30.0
+SOCKET_TIMEOUT = 60     # read and write: a statement or a peer gone silent (a partition) ends in an outage
 TIME_TYPES = {"datetime", "timestamp"}
 
 
@@ -41,12 +49,20 @@ def parse_mysql_url(url: str) -> dict:
         raise ConfigError(f"setting MYSQL_URL: {redact_url(url)}: bad port") from None
     args = {"host": parts.hostname or "127.0.0.1", "port": port, "user": unquote(parts.username or "root"),
             "passwd": unquote(parts.password or ""), "db": database, "charset": "utf8mb4",
-            "connect_timeout": 5}
+            "connect_timeout": 5, "read_timeout": SOCKET_TIMEOUT, "write_timeout": SOCKET_TIMEOUT}
     for name, values in parse_qs(parts.query).items():
         if name not in ("charset", "unix_socket", "connect_timeout", "read_timeout", "write_timeout"):
             raise ConfigError(f"setting MYSQL_URL: unknown option {name!r}")
         args[name] = int(values[-1]) if name.endswith("timeout") else values[-1]
     return args
+
+
+def _code(error) -> int:
+    return error.args[0] if error.args and isinstance(error.args[0], int) else 0
+
+
+def _message(error) -> str:
+    return str(error.args[-1]) if error.args else str(error)
 
 
 def _driver():
@@ -60,6 +76,7 @@ def _driver():
 
 
 class MysqlBatchStore(SqlBatchStore):
+    backend_name = "MySQL"
     quote_mark = "`"
     placeholder = "%s"
     in_chunk = IN_CHUNK
@@ -79,6 +96,13 @@ class MysqlBatchStore(SqlBatchStore):
         self._local = threading.local()
         self._pid = os.getpid()
         self._id_type = "BIGINT"
+        self.setting = "MYSQL_URL"     # which setting named it, for a configuration error
+
+    @property
+    def call_bound(self) -> float:
+        """The longest a statement can block: connecting, then waiting on the socket both ways."""
+        a = self._args
+        return a.get("connect_timeout", 10) + a.get("read_timeout", 0) + a.get("write_timeout", 0) or 3600
 
     def describe(self) -> str:
         a = self._args
@@ -103,7 +127,7 @@ class MysqlBatchStore(SqlBatchStore):
             try:
                 conn = MySQLdb.connect(autocommit=True, **self._args)
             except MySQLdb.OperationalError as e:
-                raise self._unavailable(e) from None
+                raise self._refused(e) if _code(e) in CONFIGURATION_ERRORS else self._unavailable(e) from None
             with conn.cursor() as cur:
                 # A claim must not hold locks on rows it skipped.
                 cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
@@ -121,18 +145,30 @@ class MysqlBatchStore(SqlBatchStore):
                 pass
 
     def _unavailable(self, error) -> BackendUnavailable:
-        return BackendUnavailable(f"{self.describe()} unreachable: {error.args[-1] if error.args else error}")
+        return BackendUnavailable(f"{self.describe()} unreachable: {_message(error)}", self.backend_name)
+
+    def _refused(self, error) -> ConfigError:
+        return ConfigError(f"setting {self.setting}: {self.describe()}: {_message(error)} (MySQL error {_code(error)})")
 
     @contextmanager
     def _translated(self):
-        """Connection losses leave as BackendUnavailable (and the connection is dropped); the rest as they are."""
+        """Connection losses leave as BackendUnavailable (and the connection is dropped), what the operator
+        must fix as ConfigError; the rest (a value the database refuses, say) as they are. The thread may
+        block as long as the connection's timeouts allow: it promises no more than that."""
         MySQLdb = _driver()
         try:
-            yield
+            with guard.waiting(self.call_bound):
+                yield
         except MySQLdb.OperationalError as e:
-            if e.args and e.args[0] in CONNECTION_ERRORS:
+            if _code(e) in CONNECTION_ERRORS:
                 self._drop()
                 raise self._unavailable(e) from None
+            if _code(e) in CONFIGURATION_ERRORS:
+                raise self._refused(e) from None
+            raise
+        except MySQLdb.ProgrammingError as e:
+            if _code(e) in CONFIGURATION_ERRORS:
+                raise self._refused(e) from None
             raise
 
     @contextmanager
@@ -140,9 +176,8 @@ class MysqlBatchStore(SqlBatchStore):
         """A cursor on this thread's connection (the transaction's, inside one); connection losses become
         BackendUnavailable, wherever they surface (a dead connection also fails when the cursor is closed)."""
         MySQLdb = _driver()
-        conn = self._connection()
         with self._translated():
-            cur = conn.cursor(MySQLdb.cursors.DictCursor if dict_rows else MySQLdb.cursors.Cursor)
+            cur = self._connection().cursor(MySQLdb.cursors.DictCursor if dict_rows else MySQLdb.cursors.Cursor)
             try:
                 yield cur
             finally:
@@ -150,8 +185,8 @@ class MysqlBatchStore(SqlBatchStore):
 
     @contextmanager
     def transaction(self):
-        conn = self._connection()
         with self._translated():
+            conn = self._connection()
             conn.begin()
             self._local.transaction = conn
             try:
@@ -187,6 +222,14 @@ class MysqlBatchStore(SqlBatchStore):
         self._drop()
 
     # -- the dialect
+    def ping(self) -> None:
+        self.fetch("SELECT 1")
+
+    def identity(self) -> str:
+        """The server as it names itself (the same from every host, whatever address reaches it)."""
+        host, port, database = self.fetch("SELECT @@hostname, @@port, DATABASE()")[0]
+        return f"MySQL {host}:{port}/{database}"
+
     def now(self):
         return self.fetch("SELECT NOW()")[0][0]
 

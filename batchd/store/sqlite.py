@@ -38,6 +38,7 @@ from typing import Optional, Sequence
 
 from ..config import check_identifier
 from ..errors import BackendUnavailable, ConfigError
+from ..threads import guard
 from .base import TaskLayout
 from .sql import SqlBatchStore
 
@@ -148,13 +149,15 @@ class SqliteFile:
         conn.close()
 
     def unavailable(self, error) -> BackendUnavailable:
-        return BackendUnavailable(f"SQLite {self.path} unavailable: {error}")
+        return BackendUnavailable(f"SQLite {self.path} unavailable: {error}", "SQLite")
 
     @contextmanager
     def translated(self):
-        """Transient SQLite failures leave as BackendUnavailable, which every loop knows how to wait out."""
+        """Transient SQLite failures leave as BackendUnavailable, which every loop knows how to wait out.
+        A statement may wait for another process's write lock: the thread promises no more than that."""
         try:
-            yield
+            with guard.waiting(self.busy_timeout + 5):
+                yield
         except sqlite3.OperationalError as e:
             if _code(e) in TRANSIENT_CODES:
                 raise self.unavailable(e) from None
@@ -204,6 +207,7 @@ class SqliteBatchStore(SqlBatchStore):
     clock bound as text, datetime() comparisons, ON CONFLICT upserts, BEGIN IMMEDIATE transactions."""
 
     runs_in_process = False   # the master and the workers may be separate processes of this host
+    backend_name = "SQLite"
     quote_mark = '"'
     placeholder = "?"
     in_chunk = IN_CHUNK
@@ -229,6 +233,12 @@ class SqliteBatchStore(SqlBatchStore):
 
     def close(self) -> None:
         self.db.close()
+
+    def ping(self) -> None:
+        self.db.rows("SELECT 1")
+
+    def identity(self) -> str:
+        return f"SQLite {self.db.path}"
 
     # -- statements
     def fetch(self, sql: str, params: Sequence = (), dicts: bool = False) -> list:
