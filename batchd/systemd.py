@@ -1,24 +1,55 @@
 """What batchd says to systemd and to the journal.
 
-Logging: one line per event, naming the role and pid. Under systemd (stderr is the
-journal, JOURNAL_STREAM) each line starts with a `<N>` syslog priority and carries
-no timestamp (the journal adds its own); on a terminal lines carry a timestamp.
+Logging: one record per event, naming the role and pid, and no record can pass for two. A
+record's message is one line: control characters in it (CR, LF, NUL, ESC, the rest of C0 and C1,
+DEL, U+2028/U+2029) are escaped as Python writes them in a string literal (`\\r`, `\\x00`), so
+that a URL or a response quoted in a message cannot forge log lines. A traceback keeps its line
+structure, except that the text of each exception (its message, its notes) is escaped too.
+
+Where the record goes:
+- stderr is the journal (JOURNAL_STREAM) and python3-systemd is installed: one journal entry per
+  record through `systemd.journal.JournalHandler`, the traceback inside MESSAGE, PRIORITY from
+  the level, SYSLOG_IDENTIFIER=batchd and BATCHD_ROLE (`worker 2`);
+- stderr is the journal without python3-systemd: one journal entry per line, each line
+  prefixed with the record's `<N>` syslog priority and its role and pid, the lines after the
+  first marked `role[pid] |` where the first says `role[pid]:`;
+- elsewhere (a terminal): a timestamp, the level, role and pid, then `    |` before each line
+  of a traceback.
 
 Notifications (`Notifier`): only the supervisor talks to systemd (`NotifyAccess=main`
-drops what a forked child sends). Nothing is sent without NOTIFY_SOCKET; sdnotify and
-setproctitle are optional imports (the `daemon` extra, python3-sdnotify and
-python3-setproctitle on Debian).
+drops what a forked child sends). Nothing is sent without NOTIFY_SOCKET; sdnotify,
+setproctitle and systemd.journal are optional imports (the `daemon` extra, python3-sdnotify,
+python3-setproctitle and python3-systemd on Debian).
 """
+import importlib
 import logging
 import os
 import sys
 import threading
 import time
+import traceback
+from typing import Optional
 
 _role = {"process": "batchd"}
 _thread_role = threading.local()
 
-PRIORITIES = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR: 3, logging.CRITICAL: 2}
+# (highest level, syslog priority): a level between two standard ones takes the more severe
+# priority, as JournalHandler maps it, so that both ways to the journal agree.
+_PRIORITY_OF_LEVEL = ((logging.DEBUG, 7), (logging.INFO, 6), (logging.WARNING, 4), (logging.ERROR, 3),
+                      (logging.CRITICAL, 2))
+_ALERT = 1
+
+# What a terminal or the journal could take for a line break or a control sequence: C0 (with
+# CR, LF, NUL, ESC), DEL, C1 (with NEL) and the Unicode line and paragraph separators. Each is
+# written as Python's ascii() writes it: \r, \n, \t, \x00, \x1b, \x85, \u2028.
+_CONTROL_CHARACTERS = (*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0), 0x2028, 0x2029)
+_ESCAPES = {code: ascii(chr(code))[1:-1] for code in _CONTROL_CHARACTERS}
+
+# Line prefixes, %-templates over a record: (the first line, each further line). A further line
+# cannot pass for a first one: the two differ before the message begins, where no message reaches.
+TERMINAL_LINES = ("%(asctime)s %(levelname)s %(role)s[%(process)d] ", "    | ")
+JOURNAL_STREAM_LINES = ("<%(priority)d>%(role)s[%(process)d]: ", "<%(priority)d>%(role)s[%(process)d] | ")
+JOURNAL_MESSAGE_LINES = ("%(role)s[%(process)d]: ", "  | ")
 
 
 def set_process_role(role: str) -> None:
@@ -35,11 +66,94 @@ def current_role() -> str:
     return getattr(_thread_role, "role", None) or _role["process"]
 
 
+def syslog_priority(levelno: int) -> int:
+    for highest, priority in _PRIORITY_OF_LEVEL:
+        if levelno <= highest:
+            return priority
+    return _ALERT
+
+
+def escape_controls(text: str) -> str:
+    """`text` on one line, every control character escaped."""
+    return text.translate(_ESCAPES)
+
+
+def escaped_lines(text: str) -> list:
+    """`text` cut at its line feeds only (str.splitlines would also cut at CR, NEL, U+2028...),
+    each line escaped."""
+    return [escape_controls(line) for line in text.removesuffix("\n").split("\n")]
+
+
+def format_traceback(exc_info) -> str:
+    """The traceback as Python prints it, but the text of each exception in the chain (its
+    message and notes: often data, a URL or a server's answer) escaped onto its line.
+    Exception groups indent their members' text: those keep their line breaks, which still
+    land on continuation lines."""
+    described = traceback.TracebackException(*exc_info)
+    own_text = {piece for exception in _chain(described) for piece in exception.format_exception_only()}
+    lines = []
+    for piece in described.format():
+        lines += [escape_controls(piece.removesuffix("\n"))] if piece in own_text else escaped_lines(piece)
+    return "\n".join(lines)
+
+
+def _chain(described: traceback.TracebackException) -> list:
+    """This exception and those it was raised from or while handling, each once."""
+    chain, todo = [], [described]
+    while todo:
+        exception = todo.pop()
+        if exception is not None and all(exception is not seen for seen in chain):
+            chain.append(exception)
+            todo += [exception.__cause__, exception.__context__]
+    return chain
+
+
 class RoleFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         record.role = current_role()
-        record.priority = PRIORITIES.get(record.levelno, 6)
+        record.priority = syslog_priority(record.levelno)
         return True
+
+
+class JournalFields(RoleFilter):
+    """JournalHandler sends every upper-case attribute of a record as a journal field."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        super().filter(record)
+        record.BATCHD_ROLE = record.role
+        return True
+
+
+class LineFormatter(logging.Formatter):
+    """A record as its message line, then one line per line of its traceback and stack, each line
+    starting with its prefix (see TERMINAL_LINES) and free of control characters. This is the one
+    place batchd's records are escaped: every module's log calls get it."""
+
+    def __init__(self, prefixes: tuple):
+        first, further = prefixes
+        super().__init__(first)
+        self.first, self.further = first, further
+
+    def format(self, record: logging.LogRecord) -> str:
+        record.message = escape_controls(record.getMessage())
+        if self.usesTime():
+            record.asctime = self.formatTime(record, self.datefmt)
+        first = self.first % record.__dict__ + record.message
+        further = self.further % record.__dict__
+        return "\n".join([first, *(further + line for line in self.further_lines(record))])
+
+    def further_lines(self, record: logging.LogRecord) -> list:
+        if record.exc_info:
+            # Cached where logging expects it: JournalHandler sends it again as EXCEPTION_TEXT.
+            record.exc_text = self.formatException(record.exc_info)
+        lines = []
+        for text in (record.exc_text, record.stack_info):
+            if text:
+                lines += escaped_lines(text)
+        return lines
+
+    def formatException(self, ei) -> str:
+        return format_traceback(ei)
 
 
 def stderr_is_journal(environ=os.environ) -> bool:
@@ -50,6 +164,32 @@ def stderr_is_journal(environ=os.environ) -> bool:
     except (ValueError, OSError, AttributeError):
         return False
     return st.st_dev == device and st.st_ino == inode
+
+
+def journal_handler() -> Optional[logging.Handler]:
+    """A JournalHandler from python3-systemd, None without it (pip cannot install it)."""
+    try:
+        # By its absolute name: Debian's package `systemd`, never this module (batchd.systemd).
+        journal = importlib.import_module("systemd.journal")
+    except ImportError:
+        return None
+    handler = journal.JournalHandler(SYSLOG_IDENTIFIER="batchd")
+    handler.addFilter(JournalFields())
+    handler.setFormatter(LineFormatter(JOURNAL_MESSAGE_LINES))
+    return handler
+
+
+def stream_handler(prefixes: tuple) -> logging.Handler:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(RoleFilter())
+    handler.setFormatter(LineFormatter(prefixes))
+    return handler
+
+
+def make_handler() -> logging.Handler:
+    if not stderr_is_journal():
+        return stream_handler(TERMINAL_LINES)
+    return journal_handler() or stream_handler(JOURNAL_STREAM_LINES)
 
 
 def setup_logging(level: str = "INFO", force: bool = False) -> None:
@@ -64,13 +204,8 @@ def setup_logging(level: str = "INFO", force: bool = False) -> None:
         return
     for handler in ours:
         logger.removeHandler(handler)
-    handler = logging.StreamHandler(sys.stderr)
+    handler = make_handler()
     handler.batchd_handler = True
-    handler.addFilter(RoleFilter())
-    if stderr_is_journal():
-        handler.setFormatter(logging.Formatter("<%(priority)d>%(role)s[%(process)d]: %(message)s"))
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(role)s[%(process)d] %(message)s"))
     logger.addHandler(handler)
     logger.propagate = False
 
