@@ -333,7 +333,8 @@ def _state_index(spider) -> str:
     return f"`{layout.state_field}` is indexed"
 
 
-@verb("retry", "replay what could not be stored: `--items` stores the items dumped to FAILED_ITEMS_PATH",
+@verb("retry", "replay what could not be stored: `--items` stores the items dumped to FAILED_ITEMS_PATH "
+              "(exit 0 all stored, 1 some refused and kept, 69 store unreachable, 74 disk error)",
       lambda parser: (spider_and_config(parser),
                       parser.add_argument("--items", nargs="?", const=FROM_SETTINGS, required=True, metavar="FILE",
                                           help="the failed items file (default: FAILED_ITEMS_PATH)")))
@@ -347,12 +348,12 @@ def retry_verb(args: argparse.Namespace) -> int:
     path = settings.failed_items_path() if args.items is FROM_SETTINGS else args.items
     store = choose_store(settings)
     store.now()       # unreachable: exit 69 now, before the file is claimed
-    stored, kept = FailedItemsFile(path).replay(store)
-    if stored or kept:
-        log.info("replayed %s: %d items stored, %d kept for the next retry", path, stored, kept)
-    else:
-        log.info("nothing to replay in %s", path)
-    return ExitCode.OK if kept == 0 else ExitCode.FAILURE
+    result = FailedItemsFile(path).replay(store)     # it logs its own summary, in one line
+    if result.disk_error:
+        return ExitCode.IOERR
+    if result.interrupted_by_outage:
+        return ExitCode.UNAVAILABLE
+    return ExitCode.FAILURE if result.kept else ExitCode.OK
 
 
 # -- first steps: demo, init, tasks
