@@ -5,6 +5,7 @@ The box shares the host's network, so the services reach MariaDB, Redis and the 
 on 127.0.0.1. Timings are shortened by the box's config file and unit drop-ins (as an
 operator would), never by the shipped files.
 """
+import json
 import os
 import re
 import shutil
@@ -30,7 +31,7 @@ BUILD_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": os.environ.get("HO
 REDIS_URL = os.environ.get("TEST_PACKAGE_REDIS_URL", "redis://127.0.0.1:6379/11")
 
 RUNTIME_DEPENDS = {"python3-redis", "python3-mysqldb", "python3-parsel", "python3-requests",
-                   "python3-sdnotify", "python3-daemon", "python3-setproctitle"}
+                   "python3-sdnotify", "python3-daemon", "python3-setproctitle", "python3-systemd"}
 
 TASKS = 300
 PAUSE = 0.5          # seconds the test spider spends on each page: the batch lasts ~30 s
@@ -376,3 +377,86 @@ def check_service_lifecycle(built, box, site, backend):
     for path in ("/etc/batchd/batchd.toml", "/var/lib/batchd"):
         assert box.run("test", "-e", path, check=False).returncode != 0, path
     assert box.run("dpkg-statoverride", "--list", "/etc/batchd/batchd.toml", check=False).stdout == ""
+
+
+# -- the journal: one entry per record, and none forged ---------------------------------
+
+FAILING_SPIDER = '''
+import batchd
+
+
+class FailingSpider(batchd.BatchSpider):
+    __task_table__ = "crawl_task"
+
+    def task_requests(self, task):
+        yield batchd.Request(task["url"], callback=self.parse)
+
+    def parse(self, request, response, task):
+        # The worker logs this at ERROR with its traceback; the message quotes what it got.
+        raise ValueError(f"no parse for {response.url}\\r\\nX-Injected: 2")
+'''
+
+
+def journal_entries(box, *units) -> list:
+    """The units' entries as `journalctl -o json` gives them, batchd's own only."""
+    out = box.run("journalctl", "--no-pager", "-o", "json", *(f"--unit={unit}" for unit in units)).stdout
+    entries = [json.loads(line) for line in out.splitlines()]
+    for entry in entries:
+        if isinstance(entry.get("MESSAGE"), list):   # a message with control characters comes as its bytes
+            entry["MESSAGE"] = bytes(entry["MESSAGE"]).decode("utf-8", "replace")
+    return [entry for entry in entries if entry.get("SYSLOG_IDENTIFIER") == "batchd"]
+
+
+def entry_starting(entries, pattern):
+    return next((entry for entry in entries if re.match(pattern, entry["MESSAGE"])), None)
+
+
+def test_journal_entries_cannot_be_forged(built, box, site, mysql_url, redis_url, tmp_path):
+    """Under the installed package (python3-systemd's JournalHandler): a record with a traceback
+    is one entry at the record's priority, and a CR LF in a task URL or an exception stays inside
+    its entry, escaped."""
+    backend = MysqlBackend(mysql_url, redis_url, str(tmp_path / "unused.jsonl"))
+    try:
+        check_journal_entries(built, box, site, backend)
+    finally:
+        backend.conn.close()
+
+
+def check_journal_entries(built, box, site, backend):
+    with open(built.deb, "rb") as f:
+        subprocess.run([SDBOX, "run", box.name, "sh", "-c", "cat > /root/batchd.deb"], stdin=f, check=True)
+    box.run("apt-get", "install", "-y", "/root/batchd.deb", timeout=300)
+    page, forged = site.url("/page/1"), site.url("/missing") + "\r\nX-Injected: 1"
+    backend.create_tasks([page, forged])
+    config = box_config(backend).replace("paced.py:PacedSpider", "failing.py:FailingSpider")
+    box.write("/etc/batchd/batchd.toml", config)
+    box.write("/etc/batchd/spiders/failing.py", FAILING_SPIDER)
+    units = ("batchd-master", "batchd-worker@1")
+    box.run("systemctl", "start", *units)
+    wait_for(lambda: set(backend.states().values()) == {TaskState.FAILED}, timeout=60,
+             message="both tasks failed")
+
+    def failures_logged():
+        entries = journal_entries(box, *units)
+        found = [entry_starting(entries, rf"worker [^\[]+\[\d+\]: task {n} failed") for n in (1, 2)]
+        return found if all(found) else None
+    error, warning = wait_for(failures_logged, timeout=30, message="both failures in the journal")
+
+    # The callback's exception: one entry, the traceback inside it, every line of it marked.
+    print(json.dumps({name: error[name] for name in ("MESSAGE", "PRIORITY", "SYSLOG_IDENTIFIER", "BATCHD_ROLE",
+                                                     "_TRANSPORT", "_PID")}, indent=1, ensure_ascii=False))
+    message = error["MESSAGE"].split("\n")
+    assert (error["PRIORITY"], error["_TRANSPORT"]) == ("3", "journal") and error["BATCHD_ROLE"].startswith("worker ")
+    assert message[0].endswith(rf"task 1 failed: ValueError: no parse for {page}\r\nX-Injected: 2"), message[0]
+    assert message[1] == "  | Traceback (most recent call last):"
+    assert all(line.startswith("  | ") for line in message[1:])
+    assert message[-1] == rf"  | ValueError: no parse for {page}\r\nX-Injected: 2"
+    # The URL of the other task: escaped in its warning.
+    assert warning["PRIORITY"] == "4" and rf"{site.url('/missing')}\r\nX-Injected: 1" in warning["MESSAGE"]
+
+    # Nothing took another way to the journal (a raw line on stderr is an entry of its own), and
+    # no line anywhere begins with the injected text.
+    entries = journal_entries(box, *units)
+    assert [entry for entry in entries if entry["_TRANSPORT"] != "journal"] == []
+    lines = [line.removeprefix("  | ") for entry in entries for line in entry["MESSAGE"].split("\n")]
+    assert not [line for line in lines if line.startswith("X-Injected")]
