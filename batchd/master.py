@@ -129,14 +129,9 @@ class Master:
         self.watch = OutageWatch({self.store.backend_name: self.store.ping, self.queue.backend_name: self.queue.ping},
                                  listener=on_outages, beat=self._heartbeat)
         self._give_up_after = self.settings.OUTAGE_TIMEOUT if once else None
-        if once:
-            self.store.open(self.layout)      # unreachable at start is final in once mode (exit 69)
-            opened = True
-        else:
-            opened = self._through_outages(lambda: self.store.open(self.layout) or True, stop)
-        opened = opened and self._through_outages(
-            lambda: claim_namespace(self.queue, self.store, self.layout, "master") or True, stop)
-        while opened and not stop.is_set():
+        if not self._start(stop, once):
+            return
+        while not stop.is_set():
             keeper = self._take_lock(stop, once)
             if keeper is None:
                 return
@@ -145,6 +140,15 @@ class Master:
                     return
             finally:
                 keeper.stop()
+
+    def _start(self, stop: StopFlag, once: bool) -> bool:
+        """Open the store and claim the namespace for it: in once mode an outage here is final (exit 69),
+        a resident master waits it out; False if stopped meanwhile."""
+        def start() -> bool:
+            self.store.open(self.layout)
+            claim_namespace(self.queue, self.store, self.layout, "master")
+            return True
+        return start() if once else self._through_outages(start, stop) is not None
 
     def _take_lock(self, stop: StopFlag, once: bool) -> Optional[LockKeeper]:
         ttl = self.settings.MASTER_LOCK_TIMEOUT

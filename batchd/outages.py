@@ -39,7 +39,8 @@ class Outage:
     since: float          # time.monotonic()
     since_wall: float     # time.time(), for STATUS=
     reminded: float
-    probed: float = 0.0
+    probed: float = 0.0   # when a probe last went out
+    probes: int = 0
 
     def started_at(self) -> str:
         return time.strftime("%H:%M:%S", time.localtime(self.since_wall))
@@ -111,6 +112,7 @@ class OutageWatch:
             if probe is None or outage is None or time.monotonic() - outage.probed < PROBE_EVERY:
                 return
             outage.probed = time.monotonic()     # this thread's turn: the others keep waiting
+            outage.probes += 1
         try:
             with guard.waiting(PROBE_BOUND):
                 probe()

@@ -167,17 +167,13 @@ class Worker:
             raise (ConfigError(reason) if code == ExitCode.CONFIG else WorkerRecycled(reason))
 
     def _open(self, stop: StopFlag) -> bool:
-        """Open the store and claim the namespace for it; False if stopped meanwhile."""
-        layout = self.spider.layout
-        if not self.keep_alive:
-            self.store.open(layout)            # once mode: unreachable at start is final
-        elif retry_through_outages(lambda: self.store.open(layout) or True, self.watch, stop) is None:
-            return False
-        return retry_through_outages(lambda: claim_namespace(self.queue, self.store, layout, self.name) or True,
-                                     self.watch, stop, self._give_up_after()) is not None
-
-    def _give_up_after(self) -> Optional[float]:
-        return None if self.keep_alive else self.settings.OUTAGE_TIMEOUT
+        """Open the store and claim the namespace for it: in once mode an outage here is final (exit 69),
+        a resident worker waits it out; False if stopped meanwhile."""
+        def start() -> bool:
+            self.store.open(self.spider.layout)
+            claim_namespace(self.queue, self.store, self.spider.layout, self.name)
+            return True
+        return start() if not self.keep_alive else retry_through_outages(start, self.watch, stop) is not None
 
     def _serve(self, stop: StopFlag) -> None:
         self.downloader = Downloader(max_retry_times=self.settings.SPIDER_MAX_RETRY_TIMES,

@@ -97,11 +97,45 @@ def test_a_once_worker_that_cannot_reach_its_store_exits_69(mysql_backend, procs
 def test_unreachable_mysql_in_resident_mode_is_retried_until_stopped(mysql_backend, procs):
     url = f"mysql://root:{PASSWORD}@127.0.0.1:1/batchd"
     proc = procs.add(Proc.spider("spiders.seed:CrawlTask", "master", mysql_backend.env(MYSQL_URL=url)))
-    proc.wait_output("retrying with backoff")
+    proc.wait_output("waiting for it (retries back off")
     import time
-    time.sleep(2)
+    time.sleep(2)          # a few retries' worth
     assert proc.alive()
-    assert len(errors_of(proc.output())) == 1, "one line when the outage starts, not one per retry"
+    warnings = [line for line in proc.output().splitlines() if " WARNING " in line]
+    assert len(warnings) == 1 and not errors_of(proc.output()), "one line when the outage starts, not one per retry"
     proc.send(signal.SIGTERM)
     assert proc.wait(30) == 0
+    assert PASSWORD not in proc.output()
+
+
+@pytest.mark.parametrize("role", ["master", "worker"])
+def test_a_refused_mysql_password_is_a_configuration_error_not_an_outage(mysql_backend, procs, role):
+    """Resident processes retry outages for ever; a password the server refuses is not one: 78 at once."""
+    url = f"mysql://root:{PASSWORD}@127.0.0.1:3306/{mysql_backend.mysql_url.rsplit('/', 1)[1]}"
+    proc = procs.add(Proc.spider("spiders.seed:CrawlTask", role, mysql_backend.env(MYSQL_URL=url)))
+    assert proc.wait(30) == 78
+    assert_one_clean_error(proc, "setting MYSQL_URL", "Access denied", "1045")
+    assert PASSWORD not in proc.output()
+
+
+def test_an_unknown_database_is_a_configuration_error(mysql_backend, procs):
+    url = "mysql://root@127.0.0.1:3306/batchd_no_such_database"
+    proc = procs.add(Proc.spider("spiders.seed:CrawlTask", "master", mysql_backend.env(MYSQL_URL=url)))
+    assert proc.wait(30) == 78
+    assert_one_clean_error(proc, "setting MYSQL_URL", "batchd_no_such_database", "1049")
+
+
+def test_a_refused_redis_password_is_a_configuration_error(mysql_backend, procs):
+    from servers import PrivateRedis
+
+    class GuardedRedis(PrivateRedis):
+        def command(self):
+            return super().command() + ["--requirepass", "right-one"]
+
+    mysql_backend.create_tasks(["http://x.invalid/1"])
+    with GuardedRedis() as server:
+        url = f"redis://:{PASSWORD}@127.0.0.1:{server.port}/0"
+        proc = procs.add(Proc.spider("spiders.seed:CrawlTask", "master", mysql_backend.env(REDIS_URL=url)))
+        assert proc.wait(30) == 78
+    assert_one_clean_error(proc, "setting REDIS_URL", "refused us")
     assert PASSWORD not in proc.output()

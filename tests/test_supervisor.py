@@ -241,7 +241,7 @@ def run_through_an_outage_at_start(server, backend, site, procs, on_restart=lamb
     backend.create_tasks(urls)
     server.stop()
     proc = start_batchd(procs, backend, "run", "--workers", "2")
-    wait_for(lambda: lines_with(proc, "; retrying with backoff"), message="the retries")
+    wait_for(lambda: lines_with(proc, "; waiting for it (retries back off"), message="the retries")
     time.sleep(1)
     assert proc.alive() and len(children_of(proc.pid)) == 3
     server.start()

@@ -183,11 +183,11 @@ CALL_BOUND = 40.0     # the longest a call can block: connect timeout + socket t
 def translate_redis_error(error, url: str) -> Exception:
     """The batchd error a Redis failure stands for: BackendUnavailable (wait it out), ConfigError (the
     operator must fix REDIS_URL), or the error itself (a bug: it reaches the thread guard)."""
-    import redis
+    import redis.exceptions as errors
     text = str(error)
-    if isinstance(error, (redis.AuthenticationError, redis.AuthorizationError)) or text.startswith(REFUSAL_REPLIES):
+    if isinstance(error, (errors.AuthenticationError, errors.AuthorizationError)) or text.startswith(REFUSAL_REPLIES):
         return ConfigError(f"setting REDIS_URL: Redis {redact_url(url)} refused us: {text}")
-    if isinstance(error, (redis.ConnectionError, redis.TimeoutError)) or text.startswith(TRANSIENT_REPLIES):
+    if isinstance(error, (errors.ConnectionError, errors.TimeoutError)) or text.startswith(TRANSIENT_REPLIES):
         return BackendUnavailable(f"Redis {redact_url(url)} unreachable: {text}", "Redis")
     return error
 
