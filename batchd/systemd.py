@@ -131,7 +131,7 @@ class LineFormatter(logging.Formatter):
 
     def __init__(self, prefixes: tuple):
         first, further = prefixes
-        super().__init__(first)
+        super().__init__(first)   # for usesTime()
         self.first, self.further = first, further
 
     def format(self, record: logging.LogRecord) -> str:

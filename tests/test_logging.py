@@ -31,11 +31,12 @@ PID = os.getpid()
 def batchd_logger():
     """This thread logs as `worker 2`; what setup_logging does to the `batchd` logger is undone after."""
     logger = logging.getLogger("batchd")
-    saved = logger.handlers[:], logger.level, logger.propagate
+    handlers, level, propagate = logger.handlers[:], logger.level, logger.propagate
     set_thread_role("worker 2")
     yield logger
     set_thread_role("")
-    logger.handlers[:], logger.level, logger.propagate = saved[0], saved[1], saved[2]
+    logger.handlers[:], logger.propagate = handlers, propagate
+    logger.setLevel(level)   # setLevel, not .level: it clears what the loggers below cached
 
 
 @pytest.fixture
