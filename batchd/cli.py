@@ -38,6 +38,7 @@ from .tasks import add_urls, import_csv
 from .status import gather_status, render_json, render_status
 from .supervisor import Plan, Supervisor
 from .systemd import setup_logging, under_systemd
+from .worker import claim_namespace
 
 log = logging.getLogger("batchd")
 
@@ -260,8 +261,9 @@ def status_verb(args: argparse.Namespace) -> int:
     spider = spider_from_args(args)
     render = render_json if args.json else render_status
     if not args.watch:
-        print(render(gather_status(spider)))
-        return ExitCode.OK
+        status = gather_status(spider)
+        print(render(status))
+        return ExitCode.UNAVAILABLE if status["unreachable"] else ExitCode.OK
     clear = "\033[H\033[J" if sys.stdout.isatty() else ""
     while True:          # Ctrl-C ends it (main() turns KeyboardInterrupt into 130)
         text = render(gather_status(spider))
@@ -296,10 +298,11 @@ def check_verb(args: argparse.Namespace) -> int:
     logging.getLogger("batchd.store").setLevel(logging.ERROR)    # the index line says it, once
     checks = Checklist()
     spider = checks.item("config", lambda: _checked_spider(args))
-    reached = checks.item("mysql", lambda: (True, _reach_store(spider)), needs=spider)
-    checks.item("redis", lambda: (True, _reach_queue(spider)), needs=spider)
+    reached = checks.item("store", lambda: (True, _reach_store(spider)), needs=spider)
+    queue = checks.item("queue", lambda: (True, _reach_queue(spider)), needs=spider)
     opened = checks.item("task table", lambda: (True, _open_task_table(spider)), needs=reached)
     checks.item("index", lambda: (True, _state_index(spider)), needs=opened)
+    checks.item("namespace", lambda: (True, _namespace_owner(spider)), needs=opened and queue)
     return checks.exit_code
 
 
@@ -310,7 +313,7 @@ def _checked_spider(args: argparse.Namespace) -> tuple:
 
 
 def _reach_store(spider) -> str:
-    spider.store.now()
+    spider.store.ping()
     return spider.store.describe()
 
 
@@ -323,6 +326,11 @@ def _open_task_table(spider) -> str:
     layout = spider.layout
     spider.store.open(layout)
     return f"`{layout.table}` with `{layout.id_field}`, `{layout.state_field}`, `{layout.time_field}`"
+
+
+def _namespace_owner(spider) -> str:
+    identity = claim_namespace(spider.queue, spider.store, spider.layout, "check", record=False)
+    return f"{spider.namespace} serves {identity}"
 
 
 def _state_index(spider) -> str:

@@ -34,6 +34,7 @@ from .threads import check_in, start_thread
 log = logging.getLogger("batchd.pipeline")
 
 IDLE_CHECK_IN = 1.0       # the lander's longest wait for work: it checks in at least this often
+REPLAY_DISK_RETRY = 60.0  # a replay the disk refused is tried again this much later
 COLUMN_IN_MESSAGE = re.compile(r"""(?:column|field)\s+['"]?((?:`[^`]+`\.?)+|[A-Za-z0-9_$]+)""", re.IGNORECASE)
 
 
@@ -88,6 +89,7 @@ class Pipeline:
         self._abandon = False
         self._no_waiting = threading.Event()   # set by stop(): an outage is no longer waited out
         self._replay_due = False               # items were dumped: replay them once the database is back
+        self._replay_after = 0.0
         self._thread: Optional[threading.Thread] = None
         self._columns = store.item_columns(item_table) if item_kind == COLUMNS_ITEM_KIND else None
 
@@ -322,14 +324,14 @@ class Pipeline:
         return batch
 
     def _replay_if_due(self) -> None:
-        """Items dumped during an outage are stored by the worker itself once the database is back."""
-        if not self._replay_due or self.watch.is_down(self.store.backend_name):
+        """Items dumped during an outage are stored by the worker itself once the database is back
+        (the replay logs its own summary); a disk that refuses the replay is tried again later."""
+        if not self._replay_due or self.watch.is_down(self.store.backend_name) or time.monotonic() < self._replay_after:
             return
         result = self.failed_items.replay(self.store)
-        self._replay_due = result.interrupted_by_outage
-        if result.stored or result.kept:
-            log.info("replayed %s after the outage: %d items stored, %d still refused (kept there)",
-                     self.failed_items.path, result.stored, result.kept)
+        self._replay_due = result.interrupted_by_outage or result.disk_error is not None
+        if result.disk_error is not None:
+            self._replay_after = time.monotonic() + REPLAY_DISK_RETRY
 
     # -- the gate (called with self._cond held)
     def _settle_if_landed(self, run: TaskRun) -> None:

@@ -22,6 +22,7 @@ import logging
 import time
 from typing import Optional
 
+from .errors import BackendUnavailable
 from .store import sqlite_path, store_url
 
 log = logging.getLogger("batchd.status")
@@ -141,29 +142,56 @@ def status_line(who: str, snapshot: dict, batch: Optional[dict]) -> str:
 # -- `batchd status`
 
 def gather_status(spider) -> dict:
-    """Everything `batchd status` shows, as plain data: the store's counts, the queue, the snapshots."""
+    """Everything `batchd status` shows, as plain data: the store's counts, the queue, the snapshots.
+    A backend that cannot be reached is named under "unreachable" and the rest is still gathered: with
+    MySQL down, the batch as the master's supervisor last published it in Redis."""
     store, queue, layout = spider.store, spider.queue, spider.layout
-    store.open(layout)
-    batch, progress = store.last_batch(), store.progress()
-    snapshots = queue.read_statuses()
+    unreachable = []
+    counts = _reached(unreachable, lambda: (store.open(layout), store.last_batch(), store.progress())[1:])
+    seen = _reached(unreachable, lambda: (queue.read_statuses(), queue.pending_count(), queue.leased_count()))
+    snapshots, waiting, leased = seen or ([], None, None)
     master = freshest_master(snapshots)
     rate = float(master["batch_rate"]) if master else None
-    remaining = progress.total - progress.settled
+    batch, tasks = _batch_and_tasks(counts, master)
     return {
         "namespace": spider.namespace,
         "table": layout.table,
-        "batch": None if batch is None else {"id": batch.id, "date": batch.batch_date.isoformat(sep=" "),
-                                             "is_done": bool(batch.is_done)},
-        "tasks": {"total": progress.total, "settled": progress.settled, "done": progress.done,
-                  "failed": progress.failed, "processing": progress.processing, "pending": progress.pending},
-        "queue": {"waiting": queue.pending_count(), "leased": queue.leased_count()},
+        "unreachable": unreachable,
+        "batch": batch,
+        "tasks": tasks,
+        "queue": {"waiting": waiting, "leased": leased},
         "rate": rate,
-        "eta_seconds": eta(remaining, rate),
+        "eta_seconds": eta(tasks["total"] - tasks["settled"], rate) if tasks else None,
         "hosts": [_host_entry(s) for s in sorted(snapshots, key=lambda s: (s["host"], s["instance"]))],
         "workers_alive": sum(int(s.get("workers_alive", 0)) for s in snapshots),
         "unflushed": sum(int(s.get("unflushed", 0)) for s in snapshots),
         "time": time.time(),
     }
+
+
+def _reached(unreachable: list, read):
+    """What `read` returns, or None with the outage noted (one line per backend)."""
+    try:
+        return read()
+    except BackendUnavailable as e:
+        unreachable.append(str(e))
+        return None
+
+
+def _batch_and_tasks(counts, master: Optional[dict]) -> tuple:
+    """The batch and its task counts from the store; without it, from the master's last snapshot."""
+    if counts is not None:
+        batch, progress = counts
+        return (None if batch is None else {"id": batch.id, "date": batch.batch_date.isoformat(sep=" "),
+                                            "is_done": bool(batch.is_done)},
+                {"total": progress.total, "settled": progress.settled, "done": progress.done,
+                 "failed": progress.failed, "processing": progress.processing, "pending": progress.pending})
+    if master is None:
+        return None, None
+    settled, total = int(master["batch_settled"]), int(master["batch_total"])
+    return ({"id": int(master["batch_id"]), "date": None, "is_done": bool(int(master.get("batch_is_done", 0)))},
+            {"total": total, "settled": settled, "done": None, "failed": None, "processing": None, "pending": None,
+             "as_of": float(master["updated"])})
 
 
 def _host_entry(snapshot: dict) -> dict:
@@ -187,15 +215,16 @@ def bar(done: int, failed: int, total: int, width: int = 30) -> str:
 
 def render_status(status: dict) -> str:
     lines = [f"namespace {status['namespace']} (task table {status['table']})"]
+    lines += [f"MISSING  {reason}" for reason in status["unreachable"]]
     batch, tasks, queue = status["batch"], status["tasks"], status["queue"]
     if batch is None:
-        lines.append("batch    none yet (the master opens the first one)")
+        lines.append("batch    none yet (the master opens the first one)" if tasks else "batch    unknown")
     else:
-        lines.append(f"batch    {batch['id']} opened {batch['date']}, {'finished' if batch['is_done'] else 'running'}")
-    lines.append(f"{bar(tasks['done'], tasks['failed'], tasks['total'])} {tasks['settled']}/{tasks['total']}")
-    lines.append(f"progress {tasks['settled']}/{tasks['total']}: {tasks['done']} done, {tasks['failed']} failed, "
-                 f"{tasks['processing']} processing, {tasks['pending']} pending")
-    lines.append(f"queue    {queue['waiting']} waiting, {queue['leased']} leased")
+        opened = f" opened {batch['date']}" if batch["date"] else ""
+        lines.append(f"batch    {batch['id']}{opened}, {'finished' if batch['is_done'] else 'running'}")
+    lines += _progress_lines(tasks)
+    if queue["waiting"] is not None:
+        lines.append(f"queue    {queue['waiting']} waiting, {queue['leased']} leased")
     rate = "unknown (no supervised master publishes one)" if status["rate"] is None else f"{status['rate']:.1f} tasks/s"
     lines.append(f"rate     {rate}, ETA {duration(status['eta_seconds'])}")
     hosts = ", ".join(f"{h['host']} {h['workers_alive']} ({h['role']}@{h['instance']}"
@@ -208,6 +237,17 @@ def render_status(status: dict) -> str:
                          f"{w['unflushed']} unflushed, beat {w['silent']:.0f}s ago")
     lines.append(f"unflushed items {status['unflushed']}")
     return "\n".join(lines)
+
+
+def _progress_lines(tasks: Optional[dict]) -> list:
+    if tasks is None:
+        return []
+    if tasks["done"] is None:          # the store is down: the master's last word on it
+        ago = duration(time.time() - tasks["as_of"])
+        return [f"progress {tasks['settled']}/{tasks['total']} (the master's figures {ago} ago)"]
+    return [f"{bar(tasks['done'], tasks['failed'], tasks['total'])} {tasks['settled']}/{tasks['total']}",
+            f"progress {tasks['settled']}/{tasks['total']}: {tasks['done']} done, {tasks['failed']} failed, "
+            f"{tasks['processing']} processing, {tasks['pending']} pending"]
 
 
 def render_json(status: dict) -> str:

@@ -496,12 +496,14 @@ def worker_token_prefix(pid: int) -> str:
     return f"{socket.gethostname()}:{pid}:"
 
 
-def claim_namespace(queue, store, layout, who: str) -> None:
+def claim_namespace(queue, store, layout, who: str, record: bool = True) -> str:
     """A namespace serves one store: the first master or worker records the store's identity in the
-    queue; one whose store differs refuses to start (ConfigError, exit 78), naming both."""
+    queue; one whose store differs refuses to start (ConfigError, exit 78), naming both. Returns the
+    identity (`batchd check` looks without recording)."""
     identity = f"{store.identity()} table {layout.table}"
-    other = queue.claim_namespace(identity)
+    other = queue.claim_namespace(identity, record)
     if other is not None:
         raise ConfigError(f"namespace {queue.namespace!r} serves {other}, but this {who}'s store is {identity}: "
                           "give each store its own NAMESPACE (if the data really moved, delete the namespace's "
                           f"store record: the key {queue.namespace}:store in Redis)")
+    return identity

@@ -119,17 +119,33 @@ def test_status_shows_the_batch_the_queue_and_the_workers(mysql_backend, site, p
     assert gone["hosts"] == []             # a supervisor that stopped takes its snapshot with it
 
 
-def test_status_with_the_database_unreachable_exits_69(mysql_backend):
+def test_status_with_the_database_unreachable_shows_what_redis_knows_and_exits_69(mysql_backend, site, procs):
+    mysql_backend.create_tasks([site.url(f"/page/{n}") for n in range(1, 6)])
+    proc = start_batchd(procs, mysql_backend, "run", "--workers", "1")
+    wait_for(lambda: status_field(mysql_backend, "batch_is_done") == b"1", message="the snapshot: batch finished")
     result = batchd("status", SEED, backend=mysql_backend, env={"BATCHD_MYSQL_URL": "mysql://root@127.0.0.1:1/x"})
     assert result.returncode == 69
-    assert "unreachable" in one_error_line(result)
+    assert "MISSING  MySQL root@127.0.0.1:1/x unreachable" in result.stdout, result.stdout
+    assert "batch    1, finished" in result.stdout and "progress 5/5 (the master's figures" in result.stdout
+    assert "queue    0 waiting, 0 leased" in result.stdout
+    proc.send(signal.SIGTERM)
+    assert proc.wait(30) == 0
+
+
+def status_field(backend, name):
+    """A field of the (only) supervisor snapshot in the backend's namespace, or None."""
+    import redis
+    client = redis.Redis.from_url(backend.redis_url)
+    key = next(iter(client.scan_iter(f"{backend.namespace}:status:*")), None)
+    return client.hget(key, name) if key else None
 
 
 def test_check_reports_each_item_and_fails_on_any(mysql_backend):
     no_table = batchd("check", SEED, backend=mysql_backend)
     assert no_table.returncode == 78
     assert "FAIL  task table  task table `crawl_task` not found" in no_table.stdout
-    assert "SKIP  index" in no_table.stdout and "OK    redis" in no_table.stdout
+    assert "SKIP  index" in no_table.stdout and "OK    queue       Redis redis://" in no_table.stdout
+    assert "OK    store       MySQL root@127.0.0.1:3306/" in no_table.stdout
 
     mysql_backend.create_tasks(["http://x.invalid/1"], index=False)
     no_index = batchd("check", SEED, backend=mysql_backend)
@@ -138,10 +154,53 @@ def test_check_reports_each_item_and_fails_on_any(mysql_backend):
 
     mysql_backend.sql("ALTER TABLE `crawl_task` ADD INDEX `idx_batch_status` (`batch_status`)")
     good = batchd("check", SEED, backend=mysql_backend)
-    assert good.returncode == 0 and good.stdout.count("OK    ") == 5, good.stdout
+    assert good.returncode == 0 and good.stdout.count("OK    ") == 6, good.stdout
+    assert f"OK    namespace   {mysql_backend.namespace} serves MySQL " in good.stdout
 
     no_redis = batchd("check", SEED, backend=mysql_backend, env={"BATCHD_REDIS_URL": "redis://127.0.0.1:1/0"})
-    assert no_redis.returncode == 69 and "FAIL  redis" in no_redis.stdout
+    assert no_redis.returncode == 69 and "FAIL  queue" in no_redis.stdout
+
+
+def test_check_works_on_an_sqlite_store_and_names_it(tmp_path):
+    store = f"sqlite:///{tmp_path}/crawl.db"
+    assert batchd("tasks", "add", "http://x.invalid/1", "--spider", SEED, "--store", store).returncode == 0
+    result = batchd("check", SEED, "--store", store)
+    assert "Traceback" not in result.stdout + result.stderr
+    assert f"OK    store       SQLite {tmp_path}/crawl.db" in result.stdout, result.stdout
+    assert f"OK    queue       SQLite queue {tmp_path}/crawl.db" in result.stdout
+    assert result.returncode == 0, result.stdout
+
+
+def test_a_namespace_serves_one_store(mysql_backend, mysql_url, procs):
+    """Two task tables of the same name in two databases, one Redis namespace: the second store's master
+    and workers refuse to start (78), naming both stores; `batchd check` says so."""
+    from taskdb import MysqlBackend
+    mysql_backend.create_tasks(["http://x.invalid/1"])
+    assert batchd("check", SEED, backend=mysql_backend).returncode == 0
+    first = start_batchd(procs, mysql_backend, "master")
+    wait_for(lambda: lines_with(first, "master of namespace"), message="the first master")
+    import uuid
+    other_db = f"batchd_t_{uuid.uuid4().hex[:12]}"
+    mysql_backend.sql(f"CREATE DATABASE `{other_db}`")
+    try:
+        other = MysqlBackend(mysql_url.rsplit("/", 1)[0] + "/" + other_db, mysql_backend.redis_url,
+                             mysql_backend.failed_items_path)
+        other.namespace = mysql_backend.namespace
+        other.create_tasks(["http://y.invalid/1"])
+        for verb in ("master", "worker"):
+            crossed = start_batchd(procs, other, verb, "--workers" if verb == "worker" else "--once", *(["1"] if verb == "worker" else []))
+            assert crossed.wait(60) == 78, crossed.output()
+            refused = lines_with(crossed, "serves MySQL")
+            assert refused and f"/{mysql_backend.mysql_url.rsplit('/', 1)[1]} table crawl_task" in refused[0]
+            assert f"/{other_db} table crawl_task" in refused[0]
+        check = batchd("check", SEED, backend=other)
+        assert check.returncode == 78 and "FAIL  namespace" in check.stdout
+        assert other.states() == {1: 0}, "the other store's task was never touched"
+        other.close()
+    finally:
+        mysql_backend.sql(f"DROP DATABASE `{other_db}`")
+    first.send(signal.SIGTERM)
+    assert first.wait(30) == 0
 
 
 def failed_item(task_id: int, table: str = "crawl_task_item") -> dict:

@@ -57,9 +57,10 @@ class TaskQueue(abc.ABC):
         """A cheap round trip; raises BackendUnavailable while the backend is down."""
 
     @abc.abstractmethod
-    def claim_namespace(self, identity: str) -> Optional[str]:
+    def claim_namespace(self, identity: str, record: bool = True) -> Optional[str]:
         """Record `identity` (the store's, never a password) as the one store this namespace serves, if
-        none is recorded yet; return None when it is ours, else the identity recorded by someone else."""
+        none is recorded yet (and `record`: `batchd check` only looks); return None when it is ours or
+        unclaimed, else the identity recorded by someone else."""
 
     @abc.abstractmethod
     def give_back(self, leases: Sequence[Lease]) -> int:

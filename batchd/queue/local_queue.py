@@ -46,10 +46,11 @@ class LocalQueue(TaskQueue):
         self._statuses: dict = {}     # key -> (fields, expiry)
         self._identity: Optional[str] = None
 
-    def claim_namespace(self, identity: str) -> Optional[str]:
+    def claim_namespace(self, identity: str, record: bool = True) -> Optional[str]:
         with self._cond:
-            self._identity = self._identity or identity
-            return None if self._identity == identity else self._identity
+            if record:
+                self._identity = self._identity or identity
+            return None if self._identity in (None, identity) else self._identity
 
     def give_back(self, leases: Sequence[Lease]) -> int:
         with self._cond:

@@ -261,13 +261,11 @@ class RedisQueue(TaskQueue):
         self.redis.ping()
 
     @translated
-    def claim_namespace(self, identity: str) -> Optional[str]:
-        with self.redis.pipeline(transaction=True) as pipe:
-            pipe.set(self.keys.store, identity, nx=True)
-            pipe.get(self.keys.store)
-            _, recorded = pipe.execute()
-        recorded = recorded.decode() if recorded else identity
-        return None if recorded == identity else recorded
+    def claim_namespace(self, identity: str, record: bool = True) -> Optional[str]:
+        if record:
+            self.redis.set(self.keys.store, identity, nx=True)
+        recorded = self.redis.get(self.keys.store)
+        return None if recorded is None or recorded.decode() == identity else recorded.decode()
 
     @translated
     def give_back(self, leases: Sequence[Lease]) -> int:

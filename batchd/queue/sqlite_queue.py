@@ -93,12 +93,13 @@ class SqliteQueue(TaskQueue):
     def ping(self) -> None:
         self.db.rows("SELECT 1")
 
-    def claim_namespace(self, identity: str) -> Optional[str]:
-        self.db.change("INSERT INTO batchd_flag (namespace, name, value) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-                       (self.namespace, STORE_FLAG, identity))
+    def claim_namespace(self, identity: str, record: bool = True) -> Optional[str]:
+        if record:
+            self.db.change("INSERT INTO batchd_flag (namespace, name, value) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+                           (self.namespace, STORE_FLAG, identity))
         recorded = self.db.rows("SELECT value FROM batchd_flag WHERE namespace = ? AND name = ?",
-                                (self.namespace, STORE_FLAG))[0][0]
-        return None if recorded == identity else recorded
+                                (self.namespace, STORE_FLAG))
+        return None if not recorded or recorded[0][0] == identity else recorded[0][0]
 
     def give_back(self, leases: Sequence[Lease]) -> int:
         if not leases:
