@@ -28,14 +28,37 @@ ignored, before the route answers):
   /enc/<case>        an HTML page whose bytes and declarations follow ENCODING_CASES
                      below; its <p> holds ENCODING_CASES[case].text.
   /drop              closes the connection without answering (a connection error).
+  /bytes/<n>[?chunked=1]
+                     n bytes of "x" as text/plain, with a Content-Length, or with chunked=1 in
+                     chunked transfer encoding (no length announced).
+  /compressed/<case> COMPRESSIBLE_PAGE content-coded as COMPRESSED_CASES[case] says (gzip, zlib
+                     deflate, raw deflate, two gzip members, deflate then gzip).
+  /gzip-bomb         gzip_bomb(): BOMB_DECODED (200 MB) of zeros gzipped into about 200 KB,
+                     with Content-Encoding: gzip.
+  /trickle?part=body|headers[&every=S]
+                     part=body (the default): headers announcing TRICKLE_BYTES, then one body byte
+                     every S seconds (default 0.05); part=headers: the status line, then one byte of
+                     a header every S seconds. Either way until the client hangs up.
+  /stall?length=N&sent=K
+                     headers announcing a body of N bytes (default 100), K of them (default 10),
+                     then silence until the client hangs up (at most HANG_UP_WAIT seconds).
+  /reset[?fin=1]     headers announcing 1000 bytes, 100 of them, then a TCP reset (with fin=1,
+                     an orderly close: a body cut short).
 
+HEAD reaches every route too, and is answered without a body.
 Anything else answers 404. The server speaks HTTP/1.1 with keep-alive and logs nothing.
 """
+import functools
+import gzip
 import json
+import os
 import re
+import socket
+import struct
 import sys
 import threading
 import time
+import zlib
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import NamedTuple
@@ -78,6 +101,43 @@ def encoded_page(case):
     return html.encode(case.codec)
 
 
+# About 190 KB decoded: several decompression steps of the downloader, a few KB compressed.
+COMPRESSIBLE_PAGE = ("<html><head><title>compressed</title></head><body>"
+                     + "<p>the same words, again and again</p>" * 5000 + "</body></html>").encode()
+
+
+def _raw_deflate(data):
+    packer = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+    return packer.compress(data) + packer.flush()
+
+
+def _two_gzip_members(data):
+    half = len(data) // 2
+    return gzip.compress(data[:half]) + gzip.compress(data[half:])
+
+
+# case -> (Content-Encoding header, how the body is encoded)
+COMPRESSED_CASES = {
+    "gzip": ("gzip", gzip.compress),
+    "deflate": ("deflate", zlib.compress),
+    "raw-deflate": ("deflate", _raw_deflate),  # what some servers send as "deflate"
+    "gzip-members": ("gzip", _two_gzip_members),
+    "deflate-gzip": ("deflate, gzip", lambda data: gzip.compress(zlib.compress(data))),
+}
+
+BOMB_DECODED = 200 * 1024 * 1024
+TRICKLE_BYTES = 100_000
+HANG_UP_WAIT = 30.0
+
+
+@functools.cache
+def gzip_bomb():
+    """BOMB_DECODED zero bytes, gzipped; built once, a megabyte at a time."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    zeros = bytes(1024 * 1024)
+    return b"".join([packer.compress(zeros) for _ in range(BOMB_DECODED // len(zeros))] + [packer.flush()])
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, so connection pooling is observable
     # Headers and body leave in separate writes; with Nagle on, the client's delayed ACK adds
@@ -95,16 +155,24 @@ class _Handler(BaseHTTPRequestHandler):
                 return route(self, *found.groups())
         return self.reply(404, b"no such route", "text/plain")
 
-    do_POST = do_PUT = do_PATCH = do_DELETE = do_GET
+    do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = do_GET
 
     def reply(self, status, body, content_type, headers=()):
+        self.send_head(status, content_type, len(body), headers)
+        self.send_body(body)
+
+    def send_head(self, status, content_type, length=None, headers=()):
         self.send_response(status)
         self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
+        if length is not None:
+            self.send_header("Content-Length", str(length))
         for name, value in headers:
             self.send_header(name, value)
         self.end_headers()
-        self.wfile.write(body)
+
+    def send_body(self, body):
+        if self.command != "HEAD":
+            self.wfile.write(body)
 
     def reply_html(self, html, status=200, headers=()):
         self.reply(status, html.encode("utf-8"), "text/html; charset=utf-8", headers)
@@ -160,6 +228,60 @@ class _Handler(BaseHTTPRequestHandler):
     def drop(self):
         self.close_connection = True  # the socket closes with nothing written
 
+    def some_bytes(self, count):
+        body = b"x" * int(count)
+        if self.query.get("chunked") != "1":
+            return self.reply(200, body, "text/plain")
+        self.send_head(200, "text/plain", headers=[("Transfer-Encoding", "chunked")])
+        for start in range(0, len(body), 4096):
+            piece = body[start:start + 4096]
+            self.send_body(b"%x\r\n%s\r\n" % (len(piece), piece))
+        self.send_body(b"0\r\n\r\n")
+
+    def compressed(self, case):
+        if case not in COMPRESSED_CASES:
+            return self.reply(404, b"no such compressed case", "text/plain")
+        coding, encode = COMPRESSED_CASES[case]
+        self.reply(200, encode(COMPRESSIBLE_PAGE), "text/html; charset=utf-8", [("Content-Encoding", coding)])
+
+    def bomb(self):
+        self.reply(200, gzip_bomb(), "text/html", [("Content-Encoding", "gzip")])
+
+    def trickle(self):
+        every = float(self.query.get("every", 0.05))
+        if self.query.get("part") == "headers":
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nX-Trickle: ")
+        else:
+            self.send_head(200, "text/plain", TRICKLE_BYTES)
+        self.close_connection = True
+        for _ in range(TRICKLE_BYTES):  # a write after the client hung up ends this (ConnectionError)
+            time.sleep(every)
+            self.wfile.write(b"x")
+
+    def stall(self):
+        self.send_head(200, "text/plain", int(self.query.get("length", 100)))
+        self.send_body(b"x" * int(self.query.get("sent", 10)))
+        self.wait_for_hang_up()
+
+    def wait_for_hang_up(self):
+        self.close_connection = True
+        self.connection.settimeout(HANG_UP_WAIT)
+        try:
+            self.rfile.read(1)  # the client sends nothing more: this returns when it closes
+        except OSError:
+            pass  # reset by the client, or HANG_UP_WAIT passed
+
+    def reset(self):
+        self.send_head(200, "text/plain", 1000)
+        self.send_body(b"x" * 100)
+        self.close_connection = True
+        if self.query.get("fin") == "1":
+            return
+        # With linger 0, closing sends a reset. Close the descriptor itself: the request's file
+        # objects would keep the socket open, and the server would end it with a FIN instead.
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        os.close(self.connection.detach())
+
     def log_message(self, format, *args):
         pass  # the suite's output is for test results
 
@@ -175,6 +297,12 @@ _ROUTES = [
     (re.compile(r"/echo"), _Handler.echo),
     (re.compile(r"/enc/([^/]+)"), _Handler.encoding),
     (re.compile(r"/drop"), _Handler.drop),
+    (re.compile(r"/bytes/(\d+)"), _Handler.some_bytes),
+    (re.compile(r"/compressed/([^/]+)"), _Handler.compressed),
+    (re.compile(r"/gzip-bomb"), _Handler.bomb),
+    (re.compile(r"/trickle"), _Handler.trickle),
+    (re.compile(r"/stall"), _Handler.stall),
+    (re.compile(r"/reset"), _Handler.reset),
 ]
 
 

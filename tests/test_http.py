@@ -2,14 +2,18 @@
 import json
 import threading
 import time
+import tracemalloc
 from email.utils import formatdate
 
 import pytest
 import requests
 
 from batchd.http import Downloader, Request, RequestFailed, Response
-from tests.httpserver import ENCODING_CASES
+from batchd.threads import guard, start_thread
+from tests.harness import wait_for
+from tests.httpserver import BOMB_DECODED, COMPRESSED_CASES, COMPRESSIBLE_PAGE, ENCODING_CASES, gzip_bomb
 
+MB = 1024 * 1024
 
 
 @pytest.fixture
@@ -192,6 +196,150 @@ def test_a_redirect_not_followed_is_not_retried(site, make_downloader):
     assert failure.reason == "HTTP 302"
     assert site.hits("/redirect") == 1
     assert site.hits("/page/2") == 0
+
+
+# --- DOWNLOAD_TIMEOUT and DOWNLOAD_MAXSIZE ---------------------------------------------
+
+
+@pytest.mark.parametrize("part", ["body", "headers"])
+def test_a_trickle_fails_at_the_download_timeout_and_is_retried_like_a_timeout(site, make_downloader, part):
+    downloader = make_downloader(download_timeout=1.0, max_retry_times=1)
+    started = time.monotonic()
+    failure = fail(downloader, Request(site.url(f"/trickle?part={part}&every=0.05")))
+    elapsed = time.monotonic() - started
+
+    assert failure.reason == "DownloadTimeout after 2 attempts: download took longer than DOWNLOAD_TIMEOUT (1 s)"
+    assert isinstance(failure.response_or_exception, requests.Timeout)
+    assert site.hits("/trickle") == 2
+    assert 2.0 <= elapsed < 10.0  # two deadlines; no read ever waits the 5 s read timeout
+
+
+def test_a_stall_after_the_headers_is_a_read_timeout(site, make_downloader):
+    downloader = make_downloader(timeout=0.3, max_retry_times=1)
+    failure = fail(downloader, Request(site.url("/stall?length=100&sent=10")))
+
+    assert isinstance(failure.response_or_exception, requests.ReadTimeout)
+    assert failure.reason.startswith("ReadTimeout after 2 attempts: ")
+    assert site.hits("/stall") == 2
+
+
+@pytest.mark.parametrize("query", ["", "?fin=1"])
+def test_a_body_cut_short_by_a_reset_or_a_close_is_retried_as_a_transient_error(site, make_downloader, query):
+    failure = fail(make_downloader(max_retry_times=2), Request(site.url(f"/reset{query}")))
+
+    assert isinstance(failure.response_or_exception,
+                      (requests.ConnectionError, requests.exceptions.ChunkedEncodingError))
+    assert " after 3 attempts: " in failure.reason
+    assert "\n" not in failure.reason
+    assert site.hits("/reset") == 3
+
+
+def test_a_content_length_over_the_limit_fails_at_once_without_reading_the_body(site, make_downloader):
+    # The announced body never comes: reading it would end in a read timeout, not in this failure.
+    recorder = SleepRecorder()
+    downloader = make_downloader(maxsize=MB, timeout=2.0, sleep=recorder)
+    failure = fail(downloader, Request(site.url(f"/stall?length={MB + 1}&sent=0")))
+
+    assert failure.reason == f"ResponseTooLarge: Content-Length {MB + 1} exceeds DOWNLOAD_MAXSIZE ({MB} bytes)"
+    assert failure.attempts == 1
+    assert recorder.waits == []
+    assert site.hits("/stall") == 1
+
+
+@pytest.mark.parametrize("chunked, too_large", [
+    (0, "Content-Length 100001 exceeds DOWNLOAD_MAXSIZE (100000 bytes)"),
+    (1, "decoded body exceeds DOWNLOAD_MAXSIZE (100000 bytes)"),
+])
+def test_a_body_of_maxsize_passes_and_one_byte_more_fails(site, make_downloader, chunked, too_large):
+    downloader = make_downloader(maxsize=100_000)
+
+    assert downloader.fetch(Request(site.url(f"/bytes/100000?chunked={chunked}"))).content == b"x" * 100_000
+    failure = fail(downloader, Request(site.url(f"/bytes/100001?chunked={chunked}")))
+    assert failure.reason == f"ResponseTooLarge: {too_large}"
+    assert failure.attempts == 1
+
+
+@pytest.mark.parametrize("case", sorted(COMPRESSED_CASES))
+def test_compressed_bodies_are_decoded_and_the_limit_counts_decoded_bytes(site, make_downloader, case):
+    size = len(COMPRESSIBLE_PAGE)
+    response = make_downloader(maxsize=size).fetch(Request(site.url(f"/compressed/{case}")))
+
+    assert response.content == COMPRESSIBLE_PAGE
+    assert response.css("title::text").get() == "compressed"
+    failure = fail(make_downloader(maxsize=size - 1), Request(site.url(f"/compressed/{case}")))
+    assert failure.reason == f"ResponseTooLarge: decoded body exceeds DOWNLOAD_MAXSIZE ({size - 1} bytes)"
+
+
+@pytest.mark.parametrize("maxsize", [MB, 64 * MB])
+def test_a_decompression_bomb_fails_at_once_in_bounded_memory(site, make_downloader, maxsize):
+    bomb = gzip_bomb()  # built before measuring: the site's copy is not the downloader's memory
+    downloader = make_downloader(maxsize=maxsize)
+    tracemalloc.start()
+    try:
+        failure = fail(downloader, Request(site.url("/gzip-bomb")))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+    assert failure.reason == f"ResponseTooLarge: decoded body exceeds DOWNLOAD_MAXSIZE ({maxsize} bytes)"
+    assert failure.attempts == 1
+    assert site.hits("/gzip-bomb") == 1
+    assert len(bomb) < BOMB_DECODED // 500
+    assert peak < maxsize + 8 * MB  # what was kept up to the limit, not the 200 MB it expands to
+
+
+def test_limits_leave_normal_pages_and_pooled_connections_alone(site, make_downloader):
+    downloader = make_downloader(download_timeout=1.0, maxsize=2000)
+    ports = {echo(site, downloader)["client_port"] for _ in range(20)}
+
+    assert len(ports) == 1  # every body was read to its end, so the connection went back to the pool
+    assert downloader.fetch(Request(site.url("/redirect?to=/page/2"))).css("h1::text").get() == "Title 2"
+    assert downloader.fetch(Request(site.url("/enc/gbk-header"))).encoding == "gb18030"
+
+
+def test_a_head_request_is_not_held_to_its_content_length(site, make_downloader):
+    response = make_downloader(maxsize=1000).fetch(Request(site.url("/bytes/5000"), method="HEAD"))
+
+    assert response.headers["Content-Length"] == "5000"
+    assert response.content == b""
+
+
+def test_one_guarded_deadline_thread_per_downloader_until_close(site, make_downloader):
+    def deadline_threads():
+        return [thread for thread in threading.enumerate() if thread.name == "batchd-deadlines"]
+
+    before = len(deadline_threads())
+    downloader = make_downloader()
+    fetchers = [threading.Thread(target=lambda: [downloader.fetch(Request(site.url(f"/page/{n}")))
+                                                 for n in range(10)]) for _ in range(4)]
+    for thread in fetchers:
+        thread.start()
+    for thread in fetchers:
+        thread.join()
+
+    assert len(deadline_threads()) == before + 1
+    assert "batchd-deadlines" not in [name for name, _late in guard.stale(0.0)]  # it promised its next check-in
+    downloader.close()
+    assert len(deadline_threads()) == before
+
+
+def test_a_guarded_thread_promises_each_attempt_within_the_deadline(site, make_downloader):
+    downloader = make_downloader(download_timeout=1.0, max_retry_times=0)
+    failures = []
+
+    def fetch_the_trickle():
+        try:
+            downloader.fetch(Request(site.url("/trickle")))
+        except RequestFailed as failure:
+            failures.append(failure)
+
+    fetcher = start_thread(fetch_the_trickle, "test-fetch")
+    wait_for(lambda: site.hits("/trickle") == 1, timeout=10, message="the trickle's first hit")
+
+    assert "test-fetch" not in [name for name, _late in guard.stale(0.0)]
+    fetcher.join(10)
+    assert [failure.reason for failure in failures] == \
+        ["DownloadTimeout: download took longer than DOWNLOAD_TIMEOUT (1 s)"]
 
 
 # --- decoding and parsing ------------------------------------------------------------
