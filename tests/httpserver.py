@@ -316,17 +316,19 @@ class _Server(ThreadingHTTPServer):
 
 
 class TestSite:
-    """The server, run in a daemon thread for the life of a `with` block."""
+    """The server, run in a daemon thread for the life of a `with` block, on `host` (another
+    address than 127.0.0.1 for clients in a network namespace: tests/netns.py)."""
 
     __test__ = False  # a helper, not a test class, whatever its name says to pytest
 
-    def __init__(self):
+    def __init__(self, host="127.0.0.1"):
+        self.host = host
         self._hits = Counter()
         self._hits_lock = threading.Lock()
         self._server = None
 
     def __enter__(self):
-        self._server = _Server(("127.0.0.1", 0), _Handler)
+        self._server = _Server((self.host, 0), _Handler)
         self._server.site = self
         threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
                          name="test-site", daemon=True).start()
@@ -337,7 +339,7 @@ class TestSite:
         self._server.server_close()
 
     def url(self, path="/"):
-        return f"http://127.0.0.1:{self._server.server_port}{path}"
+        return f"http://{self.host}:{self._server.server_port}{path}"
 
     def record_hit(self, path):
         with self._hits_lock:

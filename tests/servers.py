@@ -6,6 +6,7 @@ or Redis (127.0.0.1:6379), which every other test is using.
         db.stop(); ...; db.start()        # the same data comes back
     with PrivateRedis() as r:             # redis-server on a spare port, no persistence
         r.url(3); r.stop(); r.start()
+    PrivateRedis(host=net.host_ip)        # bound elsewhere (tests/netns.py): URLs name that address
 
 Both need their server binaries (mariadbd + mariadb-install-db, redis-server): the machine's
 packages, which .ci/run installs.
@@ -21,9 +22,9 @@ import uuid
 START_TIMEOUT = 60.0
 
 
-def spare_port() -> int:
+def spare_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
 
 
@@ -37,20 +38,22 @@ def _wait_until(ready, what: str, log_path: str, timeout: float = START_TIMEOUT)
         raise RuntimeError(f"{what} did not come up within {timeout} s:\n{f.read()[-2000:]}")
 
 
-def _port_open(port: int) -> bool:
+def _port_open(host: str, port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.2)
-        return s.connect_ex(("127.0.0.1", port)) == 0
+        return s.connect_ex((host, port)) == 0
 
 
 class _Server:
-    """A server process on a spare port and a scratch directory, stopped and removed at exit."""
+    """A server process on a spare port of `host` and a scratch directory, stopped and removed
+    at exit."""
 
     name = "server"
 
-    def __init__(self):
+    def __init__(self, host: str = "127.0.0.1"):
+        self.host = host
         self.dir = tempfile.mkdtemp(prefix=f"batchd-{self.name}-")
-        self.port = spare_port()
+        self.port = spare_port(host)
         self.log_path = os.path.join(self.dir, f"{self.name}.log")
         self.process = None
 
@@ -58,7 +61,7 @@ class _Server:
         raise NotImplementedError
 
     def ready(self) -> bool:
-        return _port_open(self.port)
+        return _port_open(self.host, self.port)
 
     def start(self) -> None:
         with open(self.log_path, "ab") as log:
@@ -90,11 +93,13 @@ class PrivateRedis(_Server):
     name = "redis"
 
     def command(self) -> list:
-        return ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                "--appendonly", "no", "--dir", self.dir]
+        # Protected mode refuses clients from any address but loopback when there is no password,
+        # and clients in a network namespace come from one; the server is private either way.
+        return ["redis-server", "--port", str(self.port), "--bind", self.host, "--protected-mode", "no",
+                "--save", "", "--appendonly", "no", "--dir", self.dir]
 
     def url(self, db: int = 0) -> str:
-        return f"redis://127.0.0.1:{self.port}/{db}"
+        return f"redis://{self.host}:{self.port}/{db}"
 
 
 class PrivateMariaDB(_Server):
@@ -104,18 +109,29 @@ class PrivateMariaDB(_Server):
         self.datadir = os.path.join(self.dir, "data")
         with open(self.log_path, "ab") as log:
             subprocess.run(["mariadb-install-db", "--no-defaults", f"--datadir={self.datadir}", "--user=root",
-                            "--auth-root-authentication-method=normal", "--skip-test-db"],
+                            "--auth-root-authentication-method=normal", "--skip-test-db",
+                            f"--extra-file={self._root_from_anywhere()}"],
                            stdout=log, stderr=subprocess.STDOUT, check=True, timeout=120)
+
+    def _root_from_anywhere(self) -> str:
+        """SQL letting root in from any address: mariadb-install-db admits it only from localhost,
+        127.0.0.1 and ::1, and a client in a network namespace connects from another address.
+        (The bootstrap runs without grant tables: FLUSH PRIVILEGES loads them, or CREATE USER fails.)"""
+        path = os.path.join(self.dir, "root-from-anywhere.sql")
+        with open(path, "w") as f:
+            f.write("FLUSH PRIVILEGES;\nCREATE USER 'root'@'%';\n"
+                    "GRANT ALL PRIVILEGES ON *.* TO 'root'@'%' WITH GRANT OPTION;\n")
+        return path
 
     def command(self) -> list:
         return ["mariadbd", "--no-defaults", f"--datadir={self.datadir}", "--user=root",
-                f"--port={self.port}", "--bind-address=127.0.0.1",
+                f"--port={self.port}", f"--bind-address={self.host}",
                 f"--socket={os.path.join(self.dir, 'mysqld.sock')}",
                 f"--pid-file={os.path.join(self.dir, 'mysqld.pid')}",
                 "--skip-log-bin", "--innodb-buffer-pool-size=16M", "--skip-name-resolve"]
 
     def ready(self) -> bool:
-        if not _port_open(self.port):
+        if not _port_open(self.host, self.port):
             return False
         try:
             self.connect().close()
@@ -125,7 +141,7 @@ class PrivateMariaDB(_Server):
 
     def connect(self, database: str = ""):
         import MySQLdb
-        return MySQLdb.connect(host="127.0.0.1", port=self.port, user="root", passwd="", db=database,
+        return MySQLdb.connect(host=self.host, port=self.port, user="root", passwd="", db=database,
                                autocommit=True, connect_timeout=2)
 
     def create_database(self) -> str:
@@ -136,4 +152,4 @@ class PrivateMariaDB(_Server):
         return self.url(name)
 
     def url(self, database: str) -> str:
-        return f"mysql://root@127.0.0.1:{self.port}/{database}"
+        return f"mysql://root@{self.host}:{self.port}/{database}"
