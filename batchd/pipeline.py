@@ -140,11 +140,6 @@ class Pipeline:
         with self._cond:
             return [run.lease for run in self._runs if not run.released and not run.timed_out]
 
-    def running(self) -> list:
-        """The runs whose requests are still going (TASK_TIMEOUT watches them)."""
-        with self._cond:
-            return [run for run in self._runs if not run.requests_finished]
-
     def in_flight(self) -> int:
         with self._cond:
             return len(self._runs) + len(self._buffer)

@@ -114,12 +114,11 @@ class ThreadGuard:
             self._pulses.pop(threading.get_ident() if ident is None else ident, None)
 
     def stale(self, limit: float, now: Optional[float] = None) -> list:
-        """(name, seconds late) of every watched thread silent past max(limit, its promise)."""
+        """(name, seconds silent) of every watched thread silent past max(limit, its promise)."""
         now = time.monotonic() if now is None else now
         with self._lock:
             pulses = list(self._pulses.values())
-        late = [(p.name, p.silent_for(now, limit)) for p in pulses]
-        return [(name, seconds) for name, seconds in late if seconds is not None]
+        return [(p.name, now - p.at) for p in pulses if p.silent_for(now, limit) is not None]
 
     def _after_fork(self) -> None:
         # Only the forking thread lives on in a child: the parent's pulses and hooks are not its own.
@@ -142,8 +141,8 @@ class Heart:
             name, seconds = late[0]
             if self._silenced_by != name:
                 self._silenced_by = name
-                log.error("thread %s has made no progress for %.0f s beyond its allowance; the heartbeat stops "
-                          "so that this process is replaced", name, seconds)
+                log.error("thread %s has made no progress for %.0f s; the heartbeat stops so that this process "
+                          "is replaced", name, seconds)
             return
         self._silenced_by = None
         self._beat()

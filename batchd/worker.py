@@ -140,6 +140,7 @@ class Worker:
         self._low_water = max(1, settings.BATCH_PUSH_LIMIT // 4)
         self._last_empty_wake = 0.0
         self._leasing = threading.Event()
+        self._in_hand: dict = {}                # fetch thread ident -> the TaskRun it is processing
         self._given_up_threads: set = set()     # idents of fetch threads stuck past TASK_TIMEOUT
         self._failure: Optional[tuple] = None  # (reason, exit code) that ends this worker
         self.pipeline: Optional[Pipeline] = None
@@ -178,7 +179,8 @@ class Worker:
     def _serve(self, stop: StopFlag) -> None:
         self.downloader = Downloader(max_retry_times=self.settings.SPIDER_MAX_RETRY_TIMES,
                                      timeout=self.settings.REQUEST_TIMEOUT, pool_size=self.thread_count,
-                                     sleep=stop.wait_cold)
+                                     download_timeout=self.settings.DOWNLOAD_TIMEOUT,
+                                     maxsize=self.settings.DOWNLOAD_MAXSIZE, sleep=stop.wait_cold)
         table, kind = self.spider.layout.item_destination
         self.pipeline = Pipeline(self.store, self.queue, self.ledger, self.settings, table, kind, self.watch,
                                  on_written=self._after_write_back)
@@ -241,6 +243,7 @@ class Worker:
             while (thread.is_alive() and thread.ident not in self._given_up_threads and not stop.cold
                    and time.monotonic() < deadline):
                 self.heart()
+                self._enforce_task_timeout(stop)
                 thread.join(WATCH_EVERY)
         abandon = stop.cold or time.monotonic() >= deadline
         try:
@@ -276,7 +279,7 @@ class Worker:
         if not limit:
             return
         now = time.monotonic()
-        for run in self.pipeline.running():
+        for run in list(self._in_hand.values()):
             overdue = now - run.started - limit
             if overdue > 0 and not run.timed_out:
                 self._time_out(run, limit)
@@ -352,7 +355,11 @@ class Worker:
         limit = self.settings.TASK_TIMEOUT
         # The task may take up to its timeout and the grace: a wait by design, not a stall.
         check_in(within=limit + timeout_grace(limit) + 1 if limit else float("inf"))
-        self.process(run, stop)
+        self._in_hand[run.thread_ident] = run
+        try:
+            self.process(run, stop)
+        finally:
+            del self._in_hand[run.thread_ident]
 
     def _next_token(self) -> str:
         return f"{self.token_prefix}{next(self._lease_numbers)}"

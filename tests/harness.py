@@ -7,6 +7,7 @@ exit. `wait_for` polls a condition read straight from the backend.
 import threading
 import time
 
+from batchd.errors import BatchdError
 from batchd.lifecycle import StopFlag
 
 
@@ -31,6 +32,7 @@ class InProcessBatch:
         self.spider_factory = spider_factory
         self.worker_count, self.with_master = workers, master
         self.loops = []       # (name, StopFlag, thread, loop object)
+        self.errors = []      # (name, BatchdError) of a loop that ended on one (its run() raised it)
 
     def __enter__(self):
         if self.with_master:
@@ -49,7 +51,14 @@ class InProcessBatch:
 
     def _start(self, name, loop, body):
         stop = StopFlag()
-        thread = threading.Thread(target=body, args=(stop,), name=f"test-{name}", daemon=True)
+
+        def run(stop):
+            try:
+                body(stop)
+            except BatchdError as e:
+                self.errors.append((name, e))
+
+        thread = threading.Thread(target=run, args=(stop,), name=f"test-{name}", daemon=True)
         thread.start()
         self.loops.append((name, stop, thread, loop))
         return loop

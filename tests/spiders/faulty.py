@@ -1,0 +1,43 @@
+"""The seed spider with one fault each, chosen by the environment, for the fault tests:
+
+    SpinningCrawlTask   TEST_FAULT_TASK=<id>: parse() of that task spins in Python code for ever
+    BlockedCrawlTask    TEST_FAULT_TASK=<id>: parse() of that task blocks outside Python code for ever
+    WedgingCrawlTask    TEST_FAULT_FLAG=<path>: the first task_requests() of any worker process, while
+                        <path> does not exist, starts a guarded thread that never checks in again
+"""
+import os
+import threading
+
+from batchd.threads import start_thread
+from spiders.seed import CrawlTask
+
+
+def is_the_faulty_task(task) -> bool:
+    return str(task["id"]) == os.environ.get("TEST_FAULT_TASK")
+
+
+class SpinningCrawlTask(CrawlTask):
+    def parse(self, request, response, task):
+        spins = 0
+        while is_the_faulty_task(task):
+            spins += 1
+        yield from super().parse(request, response, task)
+
+
+RELEASE = threading.Event()     # a test run in-process lets the blocked thread go at its end
+
+
+class BlockedCrawlTask(CrawlTask):
+    def parse(self, request, response, task):
+        if is_the_faulty_task(task):
+            RELEASE.wait(3600)       # a lock acquire in C: no asynchronous exception lands there
+        yield from super().parse(request, response, task)
+
+
+class WedgingCrawlTask(CrawlTask):
+    def task_requests(self, task):
+        flag = os.environ["TEST_FAULT_FLAG"]
+        if not os.path.exists(flag):
+            open(flag, "w").close()
+            start_thread(threading.Event().wait, "wedged")
+        return super().task_requests(task)
