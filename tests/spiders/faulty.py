@@ -41,3 +41,28 @@ class WedgingCrawlTask(CrawlTask):
             open(flag, "w").close()
             start_thread(threading.Event().wait, "wedged")
         return super().task_requests(task)
+
+
+class MixedFaultsCrawlTask(CrawlTask):
+    """TEST_BAD_ITEM_TASK=<id> yields a set (no item table can store it), TEST_BLOCKED_TASK=<id> blocks outside
+    Python code, TEST_SPINNING_TASK=<id> spins in Python code: among good tasks, each fails alone."""
+
+    def parse(self, request, response, task):
+        task_id = str(task["id"])
+        if task_id == os.environ.get("TEST_BAD_ITEM_TASK"):
+            yield {"url": task["url"], "tags": {"a", "b"}}
+        if task_id == os.environ.get("TEST_BLOCKED_TASK"):
+            RELEASE.wait(3600)
+        while task_id == os.environ.get("TEST_SPINNING_TASK"):
+            pass
+        yield from super().parse(request, response, task)
+
+
+class ManyItemsCrawlTask(CrawlTask):
+    """TEST_ITEMS_PER_TASK items per task (its title, then numbered copies)."""
+
+    def parse(self, request, response, task):
+        title = response.css("h1::text").get()
+        for n in range(int(os.environ.get("TEST_ITEMS_PER_TASK", "1"))):
+            yield {"url": task["url"], "title": title, "n": n}
+        self.update_task(task["id"], ok=True)
