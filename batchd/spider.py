@@ -20,6 +20,7 @@ from .store import store_from_settings
 from .store.base import BatchStore, TaskLayout
 from .systemd import set_thread_role, setup_logging
 from .task import mark_move
+from .threads import start_thread
 from .worker import Worker, current_run, settle_current_task
 
 log = logging.getLogger("batchd")
@@ -155,8 +156,7 @@ class BatchSpider:
                 ended.append(e)
                 stop.request_cold()
 
-        thread = threading.Thread(target=serve, name="batchd-worker", daemon=True)
-        thread.start()
+        thread = start_thread(serve, "batchd-worker")
         try:
             set_thread_role("master")
             self.make_master().run(stop, once=once)

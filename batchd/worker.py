@@ -206,6 +206,7 @@ class Worker:
         """The watching thread: heartbeat, TASK_TIMEOUT, and the end of the worker."""
         once_outage: Optional[float] = None
         while not stop.wait(WATCH_EVERY):
+            check_in()          # (only where this loop runs in a guarded thread: an in-process worker)
             self.heart()
             self._enforce_task_timeout(stop)
             if not any(t.is_alive() for t in fetchers):
@@ -242,12 +243,14 @@ class Worker:
         for thread in fetchers:
             while (thread.is_alive() and thread.ident not in self._given_up_threads and not stop.cold
                    and time.monotonic() < deadline):
+                check_in()
                 self.heart()
                 self._enforce_task_timeout(stop)
                 thread.join(WATCH_EVERY)
         abandon = stop.cold or time.monotonic() >= deadline
         try:
-            landed = self.pipeline.stop(max(0.0, deadline - time.monotonic()), abandon=abandon)
+            with guard.waiting(self.settings.STOP_TIMEOUT + 10):
+                landed = self.pipeline.stop(max(0.0, deadline - time.monotonic()), abandon=abandon)
         finally:
             keeper_stop.set()
             keeper.join(5)
