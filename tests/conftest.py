@@ -105,6 +105,16 @@ def mysql_backend(mysql_url, redis_url, failed_items_path):
 
 
 @pytest.fixture
+def private_mysql(redis_url, failed_items_path):
+    """(server, backend): a mariadbd of the test's own (tests/servers.py), for tests that stop it."""
+    from servers import PrivateMariaDB
+    with PrivateMariaDB() as db:
+        backend = MysqlBackend(db.create_database(), redis_url, failed_items_path)
+        yield db, backend
+        backend.close()
+
+
+@pytest.fixture
 def procs():
     from procs import Procs
     started = Procs()

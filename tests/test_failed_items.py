@@ -13,9 +13,7 @@ import pytest
 
 from batchd.failed_items import REFUSALS_LOGGED, FailedItemsFile, ReplayResult
 from batchd.store.base import COLUMNS_ITEM_KIND, DEFAULT_ITEM_KIND, ItemRow
-from servers import PrivateMariaDB
 from spiders.seed import CrawlTask
-from taskdb import MysqlBackend
 
 NAN = float("nan")
 DEFAULT_TABLE = "crawl_task_item"
@@ -197,14 +195,6 @@ def test_a_torn_line_is_moved_aside_once(backend, caplog):
 
 
 # -- an outage in the middle of a replay
-@pytest.fixture
-def private_mysql(redis_url, failed_items_path):
-    with PrivateMariaDB() as db:
-        backend = MysqlBackend(db.create_database(), redis_url, failed_items_path)
-        yield db, backend
-        backend.close()
-
-
 def test_an_outage_mid_replay_puts_back_what_was_not_stored(private_mysql, caplog):
     db, backend = private_mysql
     backend.create_tasks(["http://x.invalid/1"])

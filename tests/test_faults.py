@@ -8,14 +8,11 @@ import os
 import re
 import signal
 
-import pytest
 
 from batchd.task import TaskState
 from harness import InProcessBatch, wait_for
-from servers import PrivateMariaDB
 from spiders.faulty import RELEASE, BlockedCrawlTask, SpinningCrawlTask
 from supervised import NotifySocket, lines_with, slow_urls, start_batchd
-from taskdb import MysqlBackend
 
 D, F, P, R = TaskState.DONE, TaskState.FAILED, TaskState.PENDING, TaskState.PROCESSING
 FAULTY = "spiders/faulty.py:{}"
@@ -137,14 +134,6 @@ def workers_in_snapshot(backend) -> list:
 
 
 # -- outages of a private MariaDB
-@pytest.fixture
-def private_mysql(redis_url, failed_items_path):
-    with PrivateMariaDB() as db:
-        backend = MysqlBackend(db.create_database(), redis_url, failed_items_path)
-        yield db, backend
-        backend.close()
-
-
 def test_once_waits_out_a_short_outage_after_start(private_mysql, site, procs):
     db, backend = private_mysql
     backend.create_tasks(slow_urls(site, 30, seconds=0.3))

@@ -7,11 +7,10 @@ import os
 import resource
 import threading
 
-import pytest
 
 from batchd.task import TaskState
 from harness import InProcessBatch, wait_for
-from servers import PrivateMariaDB, PrivateRedis
+from servers import PrivateRedis
 from spiders.seed import CrawlTask
 from taskdb import MysqlBackend
 
@@ -25,14 +24,6 @@ class GatedSpider(CrawlTask):
     def parse(self, request, response, task):
         GATE.wait(60)
         yield from super().parse(request, response, task)
-
-
-@pytest.fixture
-def private_mysql(redis_url, failed_items_path):
-    with PrivateMariaDB() as db:
-        backend = MysqlBackend(db.create_database(), redis_url, failed_items_path)
-        yield db, backend
-        backend.close()
 
 
 def factory(backend, cls, **settings):
