@@ -87,3 +87,27 @@ def test_a_redis_that_comes_back_empty_loses_no_task(mysql_url, site, failed_ite
             assert sorted(i["title"] for i in backend.items()) == [f"Title {i}" for i in range(1, 9)]
         finally:
             backend.close()
+
+
+def test_items_dumped_during_a_long_outage_are_replayed_by_the_worker_once_the_database_is_back(
+        private_mysql, site, caplog):
+    db, backend = private_mysql
+    backend.create_tasks([site.url(f"/page/{i}") for i in range(1, 6)])
+    GATE.clear()
+    with caplog.at_level(logging.INFO, logger="batchd"):
+        with InProcessBatch(factory(backend, GatedSpider, SPIDER_THREAD_COUNT=5, ITEM_FLUSH_GIVE_UP=1)) as batch:
+            worker = next(loop for name, _, _, loop in batch.loops if name.startswith("worker"))
+            wait_for(lambda: worker.pipeline is not None and worker.pipeline.in_flight() == 5,
+                     message="every task leased")
+            backend.conn.close()
+            db.stop()
+            GATE.set()
+            wait_for(lambda: "written to" in caplog.text, timeout=30, message="the items dumped after ITEM_FLUSH_GIVE_UP")
+            db.start()
+            backend.reconnect()
+            wait_for(lambda: set(backend.states().values()) == {D}, timeout=30, message="tasks done")
+            wait_for(lambda: len(backend.items()) == 5, timeout=30, message="the dump replayed by the worker")
+    dumped = [r.getMessage() for r in caplog.records if "written to" in r.getMessage()]
+    assert dumped and "ITEM_FLUSH_GIVE_UP=1 s" in dumped[0] and "this worker stores them once the database" in dumped[0]
+    path = backend.failed_items_path
+    assert not os.path.exists(path) or open(path).read() == "", "the file keeps only what still fails: nothing"
