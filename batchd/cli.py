@@ -3,6 +3,7 @@
     batchd run [SPIDER]      supervisor + master + N workers on this host
     batchd master [SPIDER]   supervisor + master          (batchd-master.service)
     batchd worker [SPIDER]   supervisor + N workers       (batchd-worker@.service: --instance %i)
+    batchd reload --pid PID  check the config and the spider, then SIGHUP the supervisor (ExecReload=)
     batchd status [SPIDER]   where the batch stands (--json for scripts)
     batchd check [SPIDER]    config, connections, task table and columns, index
     batchd retry --items     store the items dumped to FAILED_ITEMS_PATH
@@ -20,14 +21,17 @@ arguments and handler (a handler returns the exit code).
 import argparse
 import fcntl
 import logging
+import multiprocessing
 import os
 import re
+import signal
 import sys
 import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
 from . import __version__
+from .child import probe
 from .config import DEFAULT_CONFIG_FILE, ENV_CONFIG, Settings, check_identifier, load_settings
 from .errors import BatchdError, ConfigError, ExitCode
 from .loader import SpiderSource, absolute_spider_path, build_spider, choose_store, load_spider_class
@@ -37,7 +41,7 @@ from .store import store_url
 from .tasks import add_urls, import_csv
 from .status import gather_status, render_json, render_status
 from .supervisor import Plan, Supervisor
-from .systemd import setup_logging, under_systemd
+from .systemd import set_process_role, setup_logging, under_systemd
 from .worker import claim_namespace
 
 log = logging.getLogger("batchd")
@@ -191,6 +195,121 @@ def master_verb(args: argparse.Namespace) -> int:
                              "worker-NAME.toml beside the config file"))
 def worker_verb(args: argparse.Namespace) -> int:
     return supervise("worker", args)
+
+
+# -- reload: check first, then signal (as `nginx -t` before `nginx -s reload`)
+SUPERVISOR_VERBS = ("run", "master", "worker")
+TITLE_PREFIX = "batchd: "              # every process title batchd sets (setproctitle)
+SUPERVISOR_TITLE = "batchd: supervisor"
+
+
+class NotASupervisor(BatchdError):
+    """--pid names no running batchd supervisor: nothing is signalled."""
+
+    exit_code = ExitCode.UNAVAILABLE
+
+
+def process_id(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text}: not a process id")
+    return value
+
+
+def reload_arguments(parser: argparse.ArgumentParser) -> None:
+    spider_and_config(parser)
+    parser.add_argument("--instance", type=instance_name, metavar="NAME",
+                        help="the worker instance: worker-NAME.toml beside the config file is checked too")
+    parser.add_argument("--pid", type=process_id, required=True, metavar="PID",
+                        help="the supervisor to reload (under systemd: $MAINPID)")
+
+
+@verb("reload", "check the config and the spider as the supervisor would load them, and only then send it "
+                "SIGHUP (ExecReload=; exit 0 signalled, 78 configuration error, 69 PID is no batchd supervisor)",
+      reload_arguments)
+def reload_verb(args: argparse.Namespace) -> int:
+    """The supervisor checks a SIGHUP's config too, but it can only say so in the journal: checking
+    here first makes `systemctl reload` itself fail on a bad config, and leaves the supervisor alone.
+
+    It does not wait for the supervisor's reload: the supervisor tells systemd itself (RELOADING=1,
+    then READY=1 once the new children run), and this command has no channel back from it to tell
+    a finished reload from a slow one."""
+    set_process_role("reload")
+    setup_logging()
+    pidfd = open_supervisor(args.pid)
+    try:
+        namespace = checked_for_reload(args)
+        try:
+            signal.pidfd_send_signal(pidfd, signal.SIGHUP)
+        except OSError as e:       # it exited since open_supervisor, or is another user's
+            raise NotASupervisor(f"pid {args.pid}: {e.strerror}; nothing signalled") from None
+    finally:
+        os.close(pidfd)
+    log.info("configuration and spider load (namespace %r): SIGHUP sent to the supervisor (pid %d), "
+             "which replaces its children gracefully", namespace, args.pid)
+    return ExitCode.OK
+
+
+def checked_for_reload(args: argparse.Namespace) -> str:
+    """The namespace of the spider the supervisor would load, from the same config files (with the
+    instance's overlay), environment and spider path it resolves at start. The spider is loaded by
+    the supervisor's own probe, in a child: the same checks and the same one-line errors, and a user
+    module that exits, hangs or crashes at import cannot end this command with 0."""
+    try:
+        source, _ = spider_source(args, config_files(args, instance=args.instance), {})
+        _, namespace = probe(multiprocessing.get_context("fork"), source, forget=lambda: None, tick=lambda: None)
+    except ConfigError as e:
+        raise ConfigError(f"reload refused, supervisor {args.pid} keeps its children: {e}") from None
+    return namespace
+
+
+def open_supervisor(pid: int) -> int:
+    """A pidfd on PID once its command line shows a batchd supervisor. The signal goes through the
+    pidfd, so a supervisor that exits meanwhile and leaves its pid to another process is never
+    mistaken for it."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError as e:
+        raise NotASupervisor(f"pid {pid}: {e.strerror}; nothing signalled") from None
+    if not is_batchd_supervisor(pid):
+        os.close(pidfd)
+        shown = " ".join(command_line(pid))[:100] or "its command line is hidden from this user"
+        raise NotASupervisor(f"pid {pid} is not a batchd supervisor ({shown}); nothing signalled")
+    return pidfd
+
+
+def is_batchd_supervisor(pid: int) -> bool:
+    argv = command_line(pid)
+    if len(argv) == 1 and argv[0].startswith(TITLE_PREFIX):     # the title batchd gave it
+        return argv[0].startswith(SUPERVISOR_TITLE)
+    # Without setproctitle a process shows its command, and a forked child its supervisor's.
+    return batchd_verb(argv) in SUPERVISOR_VERBS and command_line(parent_of(pid)) != argv
+
+
+def batchd_verb(argv: list) -> Optional[str]:
+    """VERB of `batchd VERB ...`, `python3 /usr/bin/batchd VERB ...` or `python -m batchd VERB ...`."""
+    for i, arg in enumerate(argv[:-1]):
+        if os.path.basename(arg) == "batchd":
+            return argv[i + 1]
+    return None
+
+
+def command_line(pid: int) -> list:
+    """The arguments /proc shows for PID (its title, once batchd set one); [] when it is gone or hidden."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return []
+    return [arg.decode(errors="replace") for arg in raw.split(b"\0") if arg]
+
+
+def parent_of(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 # -- --daemon, for hosts without systemd

@@ -1,6 +1,6 @@
 """The `batchd` command: --version and --help, where SPIDER comes from, the spider loader's errors,
-status (text and --json), check, retry --items, --daemon with a pid file, and a worker instance's
-own config file. Real MariaDB, Redis and processes throughout."""
+status (text and --json), check, retry --items, --daemon with a pid file, a worker instance's
+own config file, and reload. Real MariaDB, Redis and processes throughout."""
 import json
 import os
 import signal
@@ -19,8 +19,8 @@ from batchd.store.base import ItemRow
 from harness import wait_for
 from procs import HERE, Procs
 from spiders.seed import CrawlTask
-from supervised import (DAEMON_SETTINGS, SEED, alive, batchd_command, lines_with, slow_urls, start_batchd,
-                        title, workers_of)
+from supervised import (DAEMON_SETTINGS, SEED, alive, batchd_command, children_of, lines_with, slow_urls,
+                        start_batchd, title, workers_of)
 
 
 @pytest.fixture
@@ -274,3 +274,105 @@ def test_a_worker_instance_reads_its_own_config_file(mysql_backend, site, procs,
     assert lines_with(proc, "worker 1@7 started")
     proc.send(signal.SIGTERM)
     assert proc.wait(30) == 0
+
+
+# -- reload: the config is checked before the supervisor hears of it
+def reload_supervisor(pid, backend, *args) -> subprocess.CompletedProcess:
+    """`batchd reload ARGS --pid PID` in the environment start_batchd gives a supervisor."""
+    return batchd("reload", *args, "--pid", str(pid), backend=backend, env=backend.env(**DAEMON_SETTINGS))
+
+
+def test_reload_refuses_a_bad_config_and_leaves_the_children_alone(mysql_backend, site, procs, tmp_path):
+    mysql_backend.create_tasks([site.url("/page/1")])
+    spider, config = tmp_path / "spider.py", tmp_path / "batchd.toml"
+    spider.write_text(open(os.path.join(HERE, SEED.split(":")[0])).read())
+    good = f'SPIDER = "{spider}:CrawlTask"\nWORKERS = 1\n'
+    config.write_text(good)
+    proc = start_batchd(procs, mysql_backend, "run", "--config", str(config), spider=None)
+    wait_for(lambda: lines_with(proc, "ready: "), message="the supervisor ready")
+    children = children_of(proc.pid)
+    assert len(children) == 2
+
+    (tmp_path / "broken.py").write_text("import batchd\nraise RuntimeError('half-edited')\n")
+    bad_configs = [
+        (good + 'LOG_LEVEL = "INFO\n', f"config file {config}: invalid TOML"),
+        (good + "WORKES = 2\n", f"unknown setting 'WORKES' in {config}"),
+        (good.replace(str(spider), str(tmp_path / "broken.py")),
+         f"spider '{tmp_path}/broken.py:CrawlTask': cannot import {tmp_path}/broken.py: RuntimeError: half-edited"),
+    ]
+    for text, culprit in bad_configs:
+        config.write_text(text)
+        refused = reload_supervisor(proc.pid, mysql_backend, "--config", str(config))
+        assert refused.returncode == 78, refused.stderr
+        line = one_error_line(refused)
+        assert f"reload refused, supervisor {proc.pid} keeps its children: {culprit}" in line, line
+        assert children_of(proc.pid) == children
+    # The spider's own file, half-edited: what the supervisor would load on SIGHUP does not import.
+    config.write_text(good)
+    spider.write_text(spider.read_text() + "\n    def broken(self:\n")
+    refused = reload_supervisor(proc.pid, mysql_backend, "--config", str(config))
+    assert refused.returncode == 78
+    assert f"spider '{spider}:CrawlTask': cannot import {spider}: SyntaxError" in one_error_line(refused)
+    assert children_of(proc.pid) == children
+
+    spider.write_text(open(os.path.join(HERE, SEED.split(":")[0])).read())
+    config.write_text(good.replace("WORKERS = 1", "WORKERS = 2"))
+    reloaded = reload_supervisor(proc.pid, mysql_backend, "--config", str(config))
+    assert reloaded.returncode == 0, reloaded.stderr
+    assert f"SIGHUP sent to the supervisor (pid {proc.pid})" in reloaded.stderr
+    wait_for(lambda: lines_with(proc, "reloaded: "), timeout=60, message="the supervisor reloaded")
+    wait_for(lambda: len(workers_of(proc.pid)) == 2 and not set(children_of(proc.pid)) & set(children),
+             timeout=60, message="the children replaced, with the new WORKERS")
+    # Signals are handled in order: a SIGHUP sent by a refused reload would have been logged by now.
+    assert len(lines_with(proc, "SIGHUP: reloading")) == 1, proc.output()
+    proc.send(signal.SIGTERM)
+    assert proc.wait(60) == 0
+
+
+def pending_signals(pid: int) -> int:
+    """The signals sent to PID that it has not taken yet (it blocks them), as a bit mask."""
+    with open(f"/proc/{pid}/status") as f:
+        fields = dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+    return int(fields["ShdPnd"], 16) | int(fields["SigPnd"], 16)
+
+
+def test_reload_signals_nothing_but_a_batchd_supervisor(procs):
+    """69 and no signal: a process that is no batchd at all (it blocks SIGHUP, so a signal sent would
+    still be pending), and a pid that is gone. The pid is checked before the config is."""
+    from procs import Proc
+    holder = procs.add(Proc([sys.executable, "-c", "import signal, time\n"
+                             "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})\n"
+                             "print('blocking SIGHUP', flush=True)\ntime.sleep(300)\n"]))
+    holder.wait_output("blocking SIGHUP")
+    refused = batchd("reload", SEED, "--pid", str(holder.pid))
+    assert refused.returncode == 69
+    assert f"pid {holder.pid} is not a batchd supervisor ({sys.executable} -c import signal" in one_error_line(refused)
+    assert pending_signals(holder.pid) & (1 << (signal.SIGHUP - 1)) == 0 and holder.alive()
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    refused = batchd("reload", SEED, "--pid", str(gone.pid))
+    assert refused.returncode == 69
+    assert f"pid {gone.pid}: No such process; nothing signalled" in one_error_line(refused)
+
+
+def test_reload_knows_a_supervisor_without_process_titles(mysql_backend, site, procs, tmp_path):
+    """Without setproctitle every process shows its command line, and a forked child its supervisor's:
+    the supervisor is told apart from its children by its parent."""
+    mysql_backend.create_tasks([site.url("/page/1")])
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    (hidden / "setproctitle.py").write_text("raise ImportError('hidden by the test')\n")
+    proc = start_batchd(procs, mysql_backend, "run", "--workers", "1", env={"PYTHONPATH": f"{hidden}:{HERE}"})
+    wait_for(lambda: lines_with(proc, "ready: "), message="the supervisor ready")
+    assert not title(proc.pid).startswith("batchd: ")
+    children = children_of(proc.pid)
+    assert title(children[0]) == title(proc.pid)
+
+    refused = reload_supervisor(children[0], mysql_backend, SEED)
+    assert refused.returncode == 69
+    assert f"pid {children[0]} is not a batchd supervisor ({sys.executable} -m batchd run" in one_error_line(refused)
+    assert reload_supervisor(proc.pid, mysql_backend, SEED).returncode == 0
+    wait_for(lambda: lines_with(proc, "reloaded: "), timeout=60, message="the supervisor reloaded")
+    proc.send(signal.SIGTERM)
+    assert proc.wait(60) == 0

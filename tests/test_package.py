@@ -460,3 +460,52 @@ def check_journal_entries(built, box, site, backend):
     assert [entry for entry in entries if entry["_TRANSPORT"] != "journal"] == []
     lines = [line.removeprefix("  | ") for entry in entries for line in entry["MESSAGE"].split("\n")]
     assert not [line for line in lines if line.startswith("X-Injected")]
+
+
+# -- systemctl reload checks the configuration first ------------------------------------
+
+def test_reload_with_a_broken_config_fails_and_keeps_the_children(built, box, site, mysql_url, redis_url, tmp_path):
+    """`systemctl reload` runs `batchd reload` in the unit's sandbox: a broken batchd.toml fails the
+    reload, with the error in `systemctl status`, and the supervisor keeps its child; once the file
+    is fixed, the reload goes through and the child is replaced."""
+    backend = MysqlBackend(mysql_url, redis_url, str(tmp_path / "unused.jsonl"))
+    try:
+        check_reload_checks_first(built, box, site, backend)
+    finally:
+        print(box.run("journalctl", "--no-pager", "-u", "batchd-master", check=False).stdout[-8000:])
+        backend.conn.close()
+
+
+def check_reload_checks_first(built, box, site, backend):
+    with open(built.deb, "rb") as f:
+        subprocess.run([SDBOX, "run", box.name, "sh", "-c", "cat > /root/batchd.deb"], stdin=f, check=True)
+    box.run("apt-get", "install", "-y", "/root/batchd.deb", timeout=300)
+    backend.create_tasks([site.url(f"/page/{n}") for n in range(1, 4)])
+    config = box_config(backend)
+    box.write("/etc/batchd/batchd.toml", config)
+    box.write("/etc/batchd/spiders/paced.py", SPIDER)
+    box.run("systemctl", "start", "batchd-master")
+
+    def master_children() -> set:
+        return {pid for pid, _, args in box.unit_processes("batchd-master") if args.startswith("batchd: master ")}
+    children = wait_for(master_children, timeout=30, message="the master child")
+    before = box.show("batchd-master")
+
+    box.write("/etc/batchd/batchd.toml", config + 'LOG_LEVEL = "INFO\n')      # an unterminated string
+    refused = box.run("systemctl", "reload", "batchd-master", check=False)
+    assert refused.returncode != 0, refused.stdout + refused.stderr
+    status = box.run("systemctl", "status", "--no-pager", "--full", "-n", "20", "batchd-master", check=False).stdout
+    assert "reload refused, supervisor " in status and "config file /etc/batchd/batchd.toml: invalid TOML" in status, \
+        status
+    after = box.show("batchd-master")
+    assert (after["MainPID"], after["ActiveState"], after["NRestarts"]) == \
+        (before["MainPID"], "active", before["NRestarts"])
+    assert master_children() == children
+
+    box.write("/etc/batchd/batchd.toml", config)
+    box.run("systemctl", "reload", "batchd-master")
+    wait_for(lambda: master_children() and not master_children() & children, timeout=60,
+             message="the master child replaced after the reload")
+    after = box.show("batchd-master")
+    assert (after["MainPID"], after["ActiveState"]) == (before["MainPID"], "active")
+    box.run("systemctl", "stop", "batchd-master", timeout=STOP_TIMEOUT_SEC + 30)

@@ -113,7 +113,6 @@ def test_unit_runs_a_supervised_notify_service(path):
     assert one("Restart") == "on-failure"
     assert one("RestartPreventExitStatus") == str(int(ExitCode.CONFIG))
     assert one("KillMode") == "mixed"
-    assert one("ExecReload") == "/bin/kill -HUP $MAINPID"
     assert (one("User"), one("Group")) == ("batchd", "batchd")
     assert one("StateDirectory") == "batchd"
     assert one("ConfigurationDirectory") == "batchd"
@@ -135,11 +134,27 @@ def test_worker_instance_name_reaches_the_worker():
     assert unit_settings(MASTER)[("Service", "ExecStart")] == ["/usr/bin/batchd master"]
 
 
+def test_reload_checks_the_config_before_it_signals():
+    """`batchd reload` resolves the config as the supervisor does (the same arguments: --instance reads
+    worker-NAME.toml) and signals $MAINPID only if it loads; a plain kill -HUP would not fail a reload."""
+    assert unit_settings(MASTER)[("Service", "ExecReload")] == ["/usr/bin/batchd reload --pid $MAINPID"]
+    assert unit_settings(WORKER)[("Service", "ExecReload")] == ["/usr/bin/batchd reload --instance %i --pid $MAINPID"]
+    for path in (MASTER, WORKER):
+        unit = unit_settings(path)
+        _, _, start_arguments = unit[("Service", "ExecStart")][0].partition(" ")[2].partition(" ")
+        assert unit[("Service", "ExecReload")] == [" ".join(["/usr/bin/batchd reload", *start_arguments.split(),
+                                                             "--pid $MAINPID"])]
+        # The reload runs in a user namespace of its own: with PrivateUsers=yes, ProtectProc=invisible
+        # would hide the main process from it and every reload would fail (69).
+        assert (unit[("Service", "PrivateUsers")], unit[("Service", "ProtectProc")]) == (["no"], ["invisible"])
+
+
 def test_both_units_run_the_same_way():
-    """The units differ only in what they start; hardening and timings must not drift apart."""
+    """The units differ only in what they start (and reload); hardening and timings must not drift apart."""
     def service(path):
         unit = unit_settings(path)
-        return {k: v for k, v in unit.items() if k[0] != "Unit" and k != ("Service", "ExecStart")}
+        return {k: v for k, v in unit.items() if k[0] != "Unit" and k not in (("Service", "ExecStart"),
+                                                                             ("Service", "ExecReload"))}
     assert service(MASTER) == service(WORKER)
 
 
