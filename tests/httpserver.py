@@ -44,6 +44,12 @@ ignored, before the route answers):
                      then silence until the client hangs up (at most HANG_UP_WAIT seconds).
   /reset[?fin=1]     headers announcing 1000 bytes, 100 of them, then a TCP reset (with fin=1,
                      an orderly close: a body cut short).
+  /flap/<n>?seed=S&rate=P
+                     a flapping site: each hit of this path is faulty with probability P (default 0.3),
+                     as flap_fault(S, n, hit) decides (a random seeded with S, n and the hit's number,
+                     so a test can tell afterwards what every hit got); the fault is one of FLAP_FAULTS:
+                     "drop" as /drop, "503" (a 503 page), "stall" as /stall (part of the body, then
+                     silence), "reset" as /reset (a TCP reset mid-body). Other hits answer /page/<n>.
 
 HEAD reaches every route too, and is answered without a body.
 Anything else answers 404. The server speaks HTTP/1.1 with keep-alive and logs nothing.
@@ -52,6 +58,7 @@ import functools
 import gzip
 import json
 import os
+import random
 import re
 import socket
 import struct
@@ -124,6 +131,16 @@ COMPRESSED_CASES = {
     "gzip-members": ("gzip", _two_gzip_members),
     "deflate-gzip": ("deflate, gzip", lambda data: gzip.compress(zlib.compress(data))),
 }
+
+FLAP_FAULTS = ("drop", "503", "stall", "reset")
+
+
+def flap_fault(seed, n, hit, rate=0.3):
+    """What /flap/<n> answers its hit-th hit with: one of FLAP_FAULTS, or None (the page). The same
+    in every run and every process: a string seed does not depend on PYTHONHASHSEED."""
+    chance = random.Random(f"{seed}:{n}:{hit}")
+    return chance.choice(FLAP_FAULTS) if chance.random() < rate else None
+
 
 BOMB_DECODED = 200 * 1024 * 1024
 TRICKLE_BYTES = 100_000
@@ -282,6 +299,15 @@ class _Handler(BaseHTTPRequestHandler):
         self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         os.close(self.connection.detach())
 
+    def flap(self, number):
+        hit = self.server.site.hits(urlsplit(self.path).path)
+        fault = flap_fault(self.query.get("seed", ""), int(number), hit, float(self.query.get("rate", 0.3)))
+        if fault == "503":
+            return self.reply_html("<html><body>try again later</body></html>", 503)
+        self.query = {}   # /stall and /reset with their defaults
+        answer = {None: lambda: self.page(number), "drop": self.drop, "stall": self.stall, "reset": self.reset}
+        return answer[fault]()
+
     def log_message(self, format, *args):
         pass  # the suite's output is for test results
 
@@ -303,6 +329,7 @@ _ROUTES = [
     (re.compile(r"/trickle"), _Handler.trickle),
     (re.compile(r"/stall"), _Handler.stall),
     (re.compile(r"/reset"), _Handler.reset),
+    (re.compile(r"/flap/(\d+)"), _Handler.flap),
 ]
 
 
