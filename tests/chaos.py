@@ -23,6 +23,8 @@ from batchd.task import TaskState
 from harness import wait_for
 from supervised import start_batchd
 
+VERDICTS: list = []     # every CHAOS line of this run: conftest.py prints them in pytest's summary
+
 # Leases short enough that a lost one comes back within a scenario; flushes and patrols quick.
 CHAOS_SETTINGS = {"BATCH_LOST_TASK_STALE": 8.0, "CHILD_TIMEOUT": 10.0, "STOP_TIMEOUT": 30.0,
                   "BATCH_MONITOR_INTERVAL": 1.0, "ITEM_FLUSH_INTERVAL": 0.2, "STATUS_INTERVAL": 1.0,
@@ -88,6 +90,7 @@ class ChaosBatch:
                           duplicates=self._duplicate_rows(), seconds=time.monotonic() - self.started,
                           figures=figures)
         print(verdict.line())
+        VERDICTS.append(verdict.line())
         return verdict
 
     def _tasks_with_items(self) -> set:

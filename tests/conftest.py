@@ -120,3 +120,12 @@ def procs():
     started = Procs()
     yield started
     started.close()
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The chaos scenarios' figures, one CHAOS line each, whatever pytest captured (README quotes them)."""
+    from chaos import VERDICTS
+    if VERDICTS:
+        terminalreporter.section("chaos figures")
+        for line in VERDICTS:
+            terminalreporter.write_line(line)
