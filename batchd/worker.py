@@ -34,7 +34,8 @@ from contextlib import contextmanager
 from typing import Callable, Optional
 
 from .errors import BackendUnavailable, BatchdError, ConfigError, ExitCode
-from .http import Downloader, Request, RequestFailed
+from .downloader import Downloader
+from .http import Request, RequestFailed
 from .items import BadItem
 from .ledger import LocalLedger
 from .lifecycle import Backoff, StopFlag

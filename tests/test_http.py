@@ -1,4 +1,4 @@
-"""batchd.http against a real local HTTP server (tests/httpserver.py)."""
+"""batchd.http and batchd.downloader against a real local HTTP server (tests/httpserver.py)."""
 import json
 import threading
 import time
@@ -8,7 +8,8 @@ from email.utils import formatdate
 import pytest
 import requests
 
-from batchd.http import Downloader, Request, RequestFailed, Response
+from batchd.downloader import Downloader
+from batchd.http import Request, RequestFailed, Response
 from batchd.threads import guard, start_thread
 from tests.harness import wait_for
 from tests.httpserver import BOMB_DECODED, COMPRESSED_CASES, COMPRESSIBLE_PAGE, ENCODING_CASES, gzip_bomb

@@ -1,0 +1,470 @@
+"""The downloader: one Request in, a 2xx Response or RequestFailed out.
+
+`Downloader.fetch` owns the retry loop: network errors, timeouts, 5xx, 408 and
+429 are retried with jittered exponential backoff (or the server's Retry-After);
+anything else that is not a 2xx fails at once with `RequestFailed`.
+
+Two limits hold every attempt, redirects included. DOWNLOAD_TIMEOUT bounds the whole
+response, where requests' timeout only bounds the wait for each read: one thread per
+Downloader (`_DeadlineWatch`) shuts down the socket of a download past its deadline, and
+the attempt fails with `DownloadTimeout`, retried like any timeout. DOWNLOAD_MAXSIZE bounds
+the decoded body: a larger Content-Length fails before the body is read, and the body is
+read and decompressed here, in pieces, so that a compression bomb fails with
+`ResponseTooLarge` (not retried) once it has produced DOWNLOAD_MAXSIZE bytes.
+"""
+import random
+import re
+import socket
+import threading
+import time
+import zlib
+from datetime import timezone
+from email.utils import parsedate_to_datetime
+from functools import cache
+
+import requests
+import urllib3.exceptions
+from requests.adapters import HTTPAdapter
+from requests.exceptions import (ChunkedEncodingError, ContentDecodingError, InvalidSchema, InvalidURL,
+                                 MissingSchema, ReadTimeout, SSLError)
+
+from .http import RequestFailed, Response
+from .threads import check_in, guard, start_thread
+
+MALFORMED_URL_ERRORS = (MissingSchema, InvalidSchema, InvalidURL)
+TRANSIENT_ERRORS = (requests.ConnectionError, requests.Timeout, ChunkedEncodingError)
+RETRY_AFTER_STATUSES = frozenset({429, 503})
+
+BODY_PIECE = 64 * 1024         # bytes per read from the socket, and most bytes per decompression step
+GZIP_WBITS = 16 + zlib.MAX_WBITS
+ACCEPT_ENCODING = "gzip, deflate"  # what _decoded() decodes, within bounds; nothing else is asked for
+WATCH_IDLE_TICK = 5.0          # the deadline thread looks at least this often, so it can check in
+WATCH_RECUT = 0.2              # a download cut while it had no socket (still connecting) is cut again this often
+CHECK_IN_SLACK = 5.0           # beyond a promised wait: scheduling delays on a loaded machine
+
+
+class DownloadTimeout(requests.Timeout):
+    """The whole response did not arrive within DOWNLOAD_TIMEOUT: retried like any timeout."""
+
+
+class ResponseTooLarge(requests.RequestException):
+    """The decoded body is larger than DOWNLOAD_MAXSIZE: not retried, it would be as large again."""
+
+
+def _sleep_without_stop(seconds):
+    time.sleep(seconds)
+    return False
+
+
+class Downloader:
+    """Fetches requests over one pooled requests.Session per thread, retrying what may heal,
+    each attempt within `download_timeout` seconds and `maxsize` decoded bytes."""
+
+    def __init__(self, max_retry_times=3, timeout=30.0, pool_size=10, backoff_base=0.5,
+                 backoff_max=30.0, headers=None, sleep=None, download_timeout=180.0,
+                 maxsize=64 * 1024 * 1024):
+        self.max_retry_times = max_retry_times
+        self.timeout = timeout
+        self.pool_size = pool_size
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self.headers = dict(headers or {})
+        self.sleep = sleep or _sleep_without_stop
+        self.download_timeout = download_timeout
+        self.maxsize = maxsize
+        self._deadlines = _DeadlineWatch()
+        self._local = threading.local()
+        self._sessions = []
+        self._sessions_lock = threading.Lock()
+
+    def fetch(self, request):
+        """The 2xx Response for `request`, or RequestFailed."""
+        retries = self.max_retry_times if request.max_retry_times is None else request.max_retry_times
+        attempts = 0
+        while True:
+            attempts += 1
+            with guard.waiting(self._attempt_bound(request)):
+                outcome = self._attempt(request, attempts)
+            if _succeeded(outcome):
+                return outcome
+            if attempts > retries:
+                raise RequestFailed(request, outcome, _failure_reason(outcome, attempts), attempts)
+            wait = self._wait_before_retry(outcome, attempts)
+            with guard.waiting(wait + CHECK_IN_SLACK):
+                if self.sleep(wait):
+                    raise RequestFailed(request, outcome, "stopped", attempts)
+
+    def _attempt_bound(self, request):
+        """Seconds one attempt may block a (guarded) thread: its deadline, or a connect that
+        outlasts it (a socket still connecting cannot be cut), and some slack."""
+        timeout = self.timeout if request.timeout is None else request.timeout
+        connect = timeout[0] if isinstance(timeout, tuple) else timeout
+        return max(self.download_timeout, connect or 0.0) + WATCH_RECUT + CHECK_IN_SLACK
+
+    def _attempt(self, request, attempts):
+        """A 2xx or retryable Response, or a transient exception; RequestFailed for the rest."""
+        try:
+            raw, body = self._send(request)
+            response = Response(raw, request, body)
+        except MALFORMED_URL_ERRORS as exc:
+            raise RequestFailed(request, exc, f"invalid URL: {request.url!r} ({_one_line(exc)})", attempts) from exc
+        except SSLError as exc:
+            # A certificate that fails verification will fail the same way in a few seconds.
+            raise RequestFailed(request, exc, _failure_reason(exc, attempts), attempts) from exc
+        except TRANSIENT_ERRORS as exc:
+            return exc
+        except requests.RequestException as exc:  # too large, too many redirects, bad header values...
+            raise RequestFailed(request, exc, _failure_reason(exc, attempts), attempts) from exc
+        if not (_succeeded(response) or _retryable_status(response.status_code)):
+            raise RequestFailed(request, response, _failure_reason(response, attempts), attempts)
+        return response
+
+    def _send(self, request):
+        """(requests' final response, its decoded body), or DownloadTimeout past the deadline."""
+        session = self._session()
+        # One session serves unrelated tasks in turn: cookies must not travel between them.
+        session.cookies.clear()
+        download = self._deadlines.begin(self.download_timeout)
+        _in_flight.download = download
+        reader = _BodyReader(download, self.maxsize)
+        try:
+            raw = session.request(
+                request.method, request.url, params=request.params, data=request.data,
+                json=request.json, headers=request.headers, cookies=request.cookies,
+                timeout=self.timeout if request.timeout is None else request.timeout,
+                allow_redirects=request.allow_redirects, proxies=request.proxies,
+                verify=request.verify, auth=request.auth,
+                **{**request.kwargs, "stream": True, "hooks": _hooks_with(reader, request.kwargs.get("hooks"))})
+        except Exception as exc:
+            if download.expired and not isinstance(exc, DownloadTimeout):
+                raise download.overdue() from exc  # whatever the cut socket made the read raise
+            raise
+        finally:
+            _in_flight.download = None
+            self._deadlines.end(download)
+        if download.expired:
+            raise download.overdue()
+        return raw, reader.body
+
+    def _wait_before_retry(self, outcome, attempts):
+        if isinstance(outcome, Response) and outcome.status_code in RETRY_AFTER_STATUSES:
+            asked = _retry_after_seconds(outcome.headers.get("Retry-After"))
+            if asked is not None:
+                return min(asked, self.backoff_max)
+        return self._backoff(attempts)
+
+    def _backoff(self, attempts):
+        # Full jitter: spreads out workers that failed together. The exponent is capped
+        # only so that a huge retry count cannot overflow the float.
+        ceiling = min(self.backoff_max, self.backoff_base * 2 ** min(attempts - 1, 64))
+        return random.uniform(0, ceiling)
+
+    def _session(self):
+        session = getattr(self._local, "session", None)
+        if session is None:
+            session = self._new_session()
+            self._local.session = session
+            with self._sessions_lock:
+                self._sessions.append(session)
+        return session
+
+    def _new_session(self):
+        session = requests.Session()
+        adapter = _TrackingAdapter(pool_connections=self.pool_size, pool_maxsize=self.pool_size)
+        session.mount("http://", adapter)
+        session.mount("https://", adapter)
+        session.headers["User-Agent"] = _user_agent()
+        session.headers["Accept-Encoding"] = ACCEPT_ENCODING
+        session.headers.update(self.headers)
+        return session
+
+    def close(self):
+        """Close every session this downloader opened and stop its deadline thread; a later fetch
+        opens fresh ones."""
+        with self._sessions_lock:
+            sessions, self._sessions = self._sessions, []
+            self._local = threading.local()
+        for session in sessions:
+            session.close()
+        self._deadlines.stop()
+
+
+# --- the deadline ----------------------------------------------------------------------
+
+_in_flight = threading.local()  # .download: the attempt this thread is making, for _TrackedPool
+
+
+class _Download:
+    """One attempt in flight, as the deadline thread sees it."""
+
+    __slots__ = ("seconds", "deadline", "connection", "expired")
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+        self.deadline = time.monotonic() + seconds
+        self.connection = None  # the urllib3 connection it is on, set by _TrackedPool
+        self.expired = False
+
+    def cut(self):
+        """Past the deadline: make the read the attempt is blocked in, if any, return at once."""
+        self.expired = True
+        sock = getattr(self.connection, "sock", None)
+        if isinstance(sock, socket.socket):
+            try:
+                # socket.socket's own shutdown, not SSLSocket's: that one also drops the TLS
+                # object the reading thread is using.
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+            except OSError:
+                pass  # closed meanwhile: the attempt has failed already
+
+    def overdue(self):
+        return DownloadTimeout(f"download took longer than DOWNLOAD_TIMEOUT ({self.seconds:g} s)")
+
+
+class _DeadlineWatch:
+    """The one thread of a Downloader that cuts off the downloads past their deadline.
+
+    A thread blocked in a socket read cannot be interrupted from inside, and requests' timeout
+    starts again with every byte received: this thread shuts down the socket of a download past
+    its deadline, so that its read returns at once. A download only adds itself to a set and
+    removes itself, under a lock; the thread wakes early only for a deadline nearer than its plan."""
+
+    def __init__(self):
+        self._changed = threading.Condition()
+        self._downloads = set()
+        self._thread = None
+        self._stop = None        # the running thread's own stop flag
+        self._next_look = 0.0    # when the thread will look next
+
+    def begin(self, seconds):
+        download = _Download(seconds)
+        with self._changed:
+            if self._thread is None or not self._thread.is_alive():  # first use, closed, or forked
+                self._start()
+            self._downloads.add(download)
+            if download.deadline < self._next_look:
+                self._changed.notify_all()
+        return download
+
+    def end(self, download):
+        """From now on the download's connections are never cut: they may serve the next request."""
+        with self._changed:
+            self._downloads.discard(download)
+
+    def stop(self):
+        with self._changed:
+            thread, self._thread = self._thread, None
+            if thread is None:
+                return
+            self._stop.set()
+            self._changed.notify_all()
+        thread.join(CHECK_IN_SLACK)
+
+    def _start(self):
+        self._stop = threading.Event()
+        self._next_look = 0.0  # the new thread looks at once
+        self._thread = start_thread(self._watch, "batchd-deadlines", self._stop)
+
+    def _watch(self, stop):
+        with self._changed:
+            while not stop.is_set():
+                now = time.monotonic()
+                for download in self._downloads:
+                    if download.deadline <= now:
+                        download.cut()
+                self._next_look = self._plan_next_look(now)
+                check_in(within=self._next_look - now + CHECK_IN_SLACK)
+                self._changed.wait(self._next_look - now)
+
+    def _plan_next_look(self, now):
+        soonest = now + WATCH_IDLE_TICK
+        for download in self._downloads:
+            # A download cut while still connecting had no socket to shut: cut it again soon.
+            soonest = min(soonest, now + WATCH_RECUT if download.expired else download.deadline)
+        return soonest
+
+
+class _TrackedPool:
+    """Mixed into urllib3's pool classes: tells the attempt in flight on this thread which
+    connection it was handed, so that the deadline thread can cut that connection's socket."""
+
+    def _get_conn(self, timeout=None):
+        connection = super()._get_conn(timeout=timeout)
+        download = getattr(_in_flight, "download", None)
+        if download is not None:
+            download.connection = connection
+        return connection
+
+
+@cache
+def _tracked(pool_class):
+    if issubclass(pool_class, _TrackedPool):
+        return pool_class
+    return type(f"Tracked{pool_class.__name__}", (_TrackedPool, pool_class), {})
+
+
+def _track_connections(manager):
+    """`manager` (urllib3's PoolManager, ProxyManager or SOCKSProxyManager), its new pools tracked."""
+    manager.pool_classes_by_scheme = {scheme: _tracked(pool_class)
+                                      for scheme, pool_class in manager.pool_classes_by_scheme.items()}
+    return manager
+
+
+class _TrackingAdapter(HTTPAdapter):
+    def init_poolmanager(self, *args, **kwargs):
+        super().init_poolmanager(*args, **kwargs)
+        _track_connections(self.poolmanager)
+
+    def proxy_manager_for(self, proxy, **proxy_kwargs):
+        return _track_connections(super().proxy_manager_for(proxy, **proxy_kwargs))
+
+
+# --- the body ---------------------------------------------------------------------------
+
+
+def _hooks_with(reader, hooks):
+    """The request's own hooks with `reader` first among the response hooks: it reads the body
+    before another hook could (through .content, without limits)."""
+    hooks = dict(hooks or {})
+    theirs = hooks.get("response", [])
+    hooks["response"] = [reader, *([theirs] if callable(theirs) else theirs)]
+    return hooks
+
+
+class _BodyReader:
+    """The response hook that reads each body of an attempt (redirects too), decoded, within
+    DOWNLOAD_MAXSIZE and the attempt's deadline. `body` is the last one read: the final response's."""
+
+    def __init__(self, download, maxsize):
+        self.download = download
+        self.maxsize = maxsize
+        self.body = b""
+
+    def __call__(self, response, **_send_options):
+        try:
+            self.body = self._read(response)
+        except BaseException:
+            response.close()  # a half-read connection must not go back to the pool
+            raise
+
+    def _read(self, response):
+        declared = response.raw.length_remaining  # urllib3's reading of Content-Length (0 for HEAD)
+        if declared is not None and declared > self.maxsize:
+            raise ResponseTooLarge(f"Content-Length {declared} exceeds DOWNLOAD_MAXSIZE ({self.maxsize} bytes)")
+        pieces, size = [], 0
+        for piece in _decoded(self._chunks(response.raw), response.headers.get("Content-Encoding", "")):
+            size += len(piece)
+            if size > self.maxsize:
+                raise ResponseTooLarge(f"decoded body exceeds DOWNLOAD_MAXSIZE ({self.maxsize} bytes)")
+            pieces.append(piece)
+        return b"".join(pieces)
+
+    def _chunks(self, raw):
+        """The body as it came (content-coded), chunk by chunk."""
+        while True:
+            if self.download.expired:
+                raise self.download.overdue()
+            chunk = _read_chunk(raw)
+            if not chunk:
+                break
+            yield chunk
+        if raw.length_remaining:  # urllib3 1.26 leaves a short body unnoticed; 2.x raised already
+            raise ChunkedEncodingError(f"connection closed {raw.length_remaining} bytes short of the Content-Length")
+
+
+def _read_chunk(raw):
+    """Up to BODY_PIECE bytes of the body, undecoded; urllib3's errors become requests' ones."""
+    try:
+        return raw.read(BODY_PIECE, decode_content=False)
+    except urllib3.exceptions.ReadTimeoutError as exc:
+        raise ReadTimeout(exc) from exc
+    except urllib3.exceptions.SSLError as exc:
+        raise SSLError(exc) from exc
+    except urllib3.exceptions.HTTPError as exc:  # the connection broke mid-body
+        raise ChunkedEncodingError(exc) from exc
+
+
+def _decoded(chunks, content_encoding):
+    """`chunks` with their content codings undone, in pieces of at most BODY_PIECE bytes, so that
+    a compression bomb never grows in memory past what the caller keeps. A coding we did not ask
+    for (ACCEPT_ENCODING) leaves the body as it came, as urllib3 does."""
+    codings = [c for c in (part.strip().lower() for part in content_encoding.split(",")) if c not in ("", "identity")]
+    if not all(coding in ("gzip", "x-gzip", "deflate") for coding in codings):
+        return chunks
+    for coding in reversed(codings):  # the last one listed was applied last
+        chunks = _inflated(chunks, coding)
+    return chunks
+
+
+def _inflated(chunks, coding):
+    """`chunks` decompressed, in pieces of at most BODY_PIECE bytes."""
+    inflater = None
+    try:
+        for data in chunks:
+            held_back = False
+            while data or held_back:
+                if inflater is None:
+                    inflater = zlib.decompressobj(_wbits(coding, data))
+                elif inflater.eof:
+                    if coding == "deflate" or not data.startswith(b"\x1f\x8b"):
+                        break  # bytes after the compressed stream: ignored, as browsers do
+                    inflater = zlib.decompressobj(GZIP_WBITS)  # a gzip body may hold several members
+                piece = inflater.decompress(data, BODY_PIECE)
+                if piece:
+                    yield piece
+                held_back = len(piece) == BODY_PIECE and not inflater.eof  # output the bound kept in zlib
+                data = inflater.unused_data if inflater.eof else inflater.unconsumed_tail
+    except zlib.error as exc:
+        raise ContentDecodingError(f"cannot decode the {coding} body: {exc}") from exc
+
+
+def _wbits(coding, first_chunk):
+    if coding != "deflate":
+        return GZIP_WBITS
+    # "deflate" means a zlib stream (RFC 9110), but some servers send raw deflate.
+    zlib_header = len(first_chunk) >= 2 and first_chunk[0] & 0x0F == 8 and \
+        int.from_bytes(first_chunk[:2], "big") % 31 == 0
+    return zlib.MAX_WBITS if zlib_header else -zlib.MAX_WBITS
+
+
+def _succeeded(outcome):
+    return isinstance(outcome, Response) and 200 <= outcome.status_code < 300
+
+
+def _retryable_status(status):
+    return 500 <= status < 600 or status in (408, 429)
+
+
+def _retry_after_seconds(value):
+    """Seconds asked for by a Retry-After header (delay or HTTP-date), or None if unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    if re.fullmatch(r"\d+(\.\d+)?", value):
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)  # HTTP-dates are always GMT
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _failure_reason(outcome, attempts):
+    after = f" after {attempts} attempts" if attempts > 1 else ""
+    if isinstance(outcome, Response):
+        return f"HTTP {outcome.status_code}{after}"
+    return f"{type(outcome).__name__}{after}: {_one_line(outcome)}"
+
+
+def _one_line(exc):
+    return " ".join(str(exc).split())
+
+
+def _user_agent():
+    try:
+        from batchd import __version__
+    except ImportError:
+        return "batchd"
+    return f"batchd/{__version__}"
