@@ -6,9 +6,11 @@ with jitter, capped at BACKOFF_CAP. The log says one WARNING when an outage of a
 starts, at most one reminder a minute, and one INFO with its length when it ends.
 
 While a backend is down, the waiting threads probe it (one cheap ping per PROBE_EVERY
-for the whole process, whichever thread's turn it is); the first sign of life, a probe or
-any real call that works again (`ok(backend)`), wakes every waiter at once, so postponed
-write-backs land as soon as the backend is back instead of at the end of a long backoff.
+for the whole process, whichever thread's turn it is). A probe that answers wakes every
+waiter at once to try again, so postponed write-backs land as soon as the backend is back
+instead of at the end of a long backoff; but only a real call that works (`ok(backend)`)
+ends the outage: a server that answers pings but refuses writes (read-only during a
+failover) stays one outage, with its one WARNING, however often the probe answers.
 
 A listener (the ledger row of a supervised child) hears every change, so that systemd's
 STATUS= line can say "waiting for MySQL since 12:01:07 (reason)".
@@ -41,6 +43,8 @@ class Outage:
     reminded: float
     probed: float = 0.0   # when a probe last went out
     probes: int = 0
+    answered: bool = False  # a probe answered since the last failure: time to try again
+    quiet: bool = False     # began within REMIND_EVERY of the last one's end: a flapping backend, one story
 
     def started_at(self) -> str:
         return time.strftime("%H:%M:%S", time.localtime(self.since_wall))
@@ -55,17 +59,20 @@ class OutageWatch:
         self.listener, self.beat = listener, beat
         self._cond = threading.Condition()
         self._down: dict = {}       # backend -> Outage
+        self._ended: dict = {}      # backend -> when its last outage ended (time.monotonic())
 
     def failed(self, error: BackendUnavailable) -> None:
         backend, reason, now = error.backend, str(error), time.monotonic()
         with self._cond:
             outage = self._down.get(backend)
             if outage is None:
-                self._down[backend] = Outage(backend, reason, now, time.time(), now)
-                log.warning("%s; waiting for it (retries back off up to %.0f s)", reason, BACKOFF_CAP)
+                quiet = now - self._ended.get(backend, -REMIND_EVERY) < REMIND_EVERY
+                self._down[backend] = Outage(backend, reason, now, time.time(), now, quiet=quiet)
+                if not quiet:
+                    log.warning("%s; waiting for it (retries back off up to %.0f s)", reason, BACKOFF_CAP)
                 self._tell()
                 return
-            outage.reason = reason
+            outage.reason, outage.answered = reason, False
             if now - outage.reminded >= REMIND_EVERY:
                 outage.reminded = now
                 log.warning("still waiting for %s, down for %.0f s: %s", backend, now - outage.since, reason)
@@ -78,7 +85,9 @@ class OutageWatch:
             outage = self._down.pop(backend, None)
             if outage is None:
                 return
-            log.info("%s is back after %.0f s", backend, time.monotonic() - outage.since)
+            self._ended[backend] = time.monotonic()
+            if not outage.quiet:
+                log.info("%s is back after %.0f s", backend, time.monotonic() - outage.since)
             self._tell()
             self._cond.notify_all()
 
@@ -97,11 +106,12 @@ class OutageWatch:
             check_in(within=STEP + 1)
             self.beat()
             left = deadline - time.monotonic()
-            if left <= 0 or not self.is_down(backend):
+            outage = self._down.get(backend)
+            if left <= 0 or outage is None or outage.answered:
                 return False
             self._probe_if_due(backend)
             with self._cond:
-                if backend in self._down:
+                if backend in self._down and not self._down[backend].answered:
                     self._cond.wait(min(left, STEP))
         return True
 
@@ -118,7 +128,9 @@ class OutageWatch:
                 probe()
         except BackendUnavailable:
             return
-        self.ok(backend)
+        with self._cond:
+            outage.answered = True
+            self._cond.notify_all()
 
     def _tell(self) -> None:
         self.listener(list(self._down.values()))

@@ -197,14 +197,14 @@ class Pipeline:
         if batch:
             self._land(batch)
         try:
-            self._write_ready()
+            written = self._write_ready()
             self._replay_if_due()
         except BackendUnavailable as e:     # the write-backs stay queued for the next turn
             self.watch.failed(e)
             if self.watch.wait(backoff.next_delay(), e.backend, self._no_waiting):
                 raise Abandoned() from None
             return
-        if backoff.failures:
+        if written and backoff.failures:    # the write-backs that failed went through at last
             backoff.reset()
             self.watch.ok(self.store.backend_name)
             self.watch.ok(self.queue.backend_name)
@@ -347,18 +347,19 @@ class Pipeline:
             run.slot = -1
 
     # -- write-backs
-    def _write_ready(self) -> None:
-        """Write back the runs waiting; BackendUnavailable leaves them queued for the next turn."""
+    def _write_ready(self) -> int:
+        """Write back the runs waiting (how many); BackendUnavailable leaves them queued for the next turn."""
         with self._cond:
             runs = list(self._writebacks)
         if not runs:
-            return
+            return 0
         self._release_leases([r for r in runs if not r.released])
         for outcome in (TaskState.DONE, TaskState.FAILED, TaskState.PENDING):
             owned = [r for r in runs if r.outcome == outcome and not r.lease_lost]
             if owned:
                 self.store.move(settling_move(outcome), [r.task_id for r in owned])
         self._forget(runs)
+        return len(runs)
 
     def _release_leases(self, runs: list) -> None:
         owned = set(map(id, self.queue.release([r.lease for r in runs])))

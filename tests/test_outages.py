@@ -5,6 +5,7 @@ one when it ends) and cheaply (no CPU spent waiting); a Redis that comes back em
 import logging
 import os
 import resource
+import time
 import threading
 
 
@@ -111,3 +112,27 @@ def test_items_dumped_during_a_long_outage_are_replayed_by_the_worker_once_the_d
     assert dumped and "ITEM_FLUSH_GIVE_UP=1 s" in dumped[0] and "this worker stores them once the database" in dumped[0]
     path = backend.failed_items_path
     assert not os.path.exists(path) or open(path).read() == "", "the file keeps only what still fails: nothing"
+
+
+def test_a_backend_that_answers_probes_but_refuses_work_stays_one_quiet_outage(caplog):
+    """A read-only server answers a ping yet refuses every write: each answered probe lets the waiters
+    try again (once per probe period, not in a spin), and only a real call that works ends the outage;
+    a backend flapping right after it came back is the same story, told once."""
+    from batchd.errors import BackendUnavailable
+    from batchd.outages import PROBE_EVERY, OutageWatch
+    watch = OutageWatch({"MySQL": lambda: None})     # the probe always answers
+    refused = BackendUnavailable("MySQL db unreachable: the server is read-only", "MySQL")
+    never, tries, started = threading.Event(), 0, time.monotonic()
+    with caplog.at_level(logging.INFO, logger="batchd"):
+        while time.monotonic() - started < 3 * PROBE_EVERY:
+            tries += 1
+            watch.failed(refused)
+            watch.wait(30.0, "MySQL", never)
+        watch.ok("MySQL")
+        for _ in range(3):
+            watch.failed(BackendUnavailable("MySQL db unreachable: gone", "MySQL"))
+            watch.ok("MySQL")
+    assert tries <= 5, f"{tries} retries in {3 * PROBE_EVERY} s: one per answered probe, not a spin"
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2 and lines[1].startswith("MySQL is back after"), lines
+    assert lines[0] == "MySQL db unreachable: the server is read-only; waiting for it (retries back off up to 30 s)"

@@ -223,7 +223,9 @@ class MysqlBatchStore(SqlBatchStore):
 
     # -- the dialect
     def ping(self) -> None:
-        self.fetch("SELECT 1")
+        """A round trip that also fails while the server refuses writes (read-only, a failover)."""
+        if self.fetch("SELECT @@read_only")[0][0]:
+            raise BackendUnavailable(f"{self.describe()} is read-only", self.backend_name)
 
     def identity(self) -> str:
         """The server as it names itself (the same from every host, whatever address reaches it)."""
