@@ -395,10 +395,10 @@ class Supervisor:
             self._give_back_leases_of(child)
         next_step, stop = self._after_end(child, code, now, served=bool(row.served))
         held = (f"; {lost.items} items of {len(lost.task_keys)} tasks lost from memory (tasks "
-                f"{', '.join(lost.task_keys)}): those tasks stay in processing and come back through their leases"
+                f"{', '.join(lost.task_keys)}): those tasks are not done, they come back through their leases"
                 if lost.task_keys else "")
         level = logging.INFO if (code == 0 and not lost.task_keys) else logging.WARNING
-        log.log(level, "%s %s%s%s", child.label, describe_exit(code), held, next_step)
+        log.log(level, "%s %s%s%s%s", child.label, describe_exit(code), _after_abort(child, code), held, next_step)
         self.block.clear(child.spec.row)
         child.process.close()
         if stop is not None:
@@ -617,6 +617,14 @@ class Supervisor:
             signal.signal(sig, signal.SIG_DFL)
         os.close(self._wake_r)
         os.close(self._wake_w)
+
+
+def _after_abort(child: Child, code: int) -> str:
+    """A child sent SIGABRT may die of another signal while faulthandler dumps its threads' stacks (it
+    walks them while they run again): say so, rather than leave a SIGSEGV unexplained."""
+    if child.aborted_since is None or code in (-signal.SIGABRT, -signal.SIGKILL) or code >= 0:
+        return ""
+    return " while dumping its stacks after SIGABRT"
 
 
 def _step(what: str, action) -> None:
