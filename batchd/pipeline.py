@@ -89,6 +89,7 @@ class Pipeline:
         self._abandon = False
         self._no_waiting = threading.Event()   # set by stop(): an outage is no longer waited out
         self._replay_due = False               # items were dumped: replay them once the database is back
+        self._disk_refused = False             # FAILED_ITEMS_PATH refused the last dump (said once)
         self._replay_after = 0.0
         self._thread: Optional[threading.Thread] = None
         self._columns = store.item_columns(item_table) if item_kind == COLUMNS_ITEM_KIND else None
@@ -197,17 +198,13 @@ class Pipeline:
         if batch:
             self._land(batch)
         try:
-            written = self._write_ready()
+            if self._write_ready():
+                backoff.reset()
             self._replay_if_due()
         except BackendUnavailable as e:     # the write-backs stay queued for the next turn
             self.watch.failed(e)
             if self.watch.wait(backoff.next_delay(), e.backend, self._no_waiting):
                 raise Abandoned() from None
-            return
-        if written and backoff.failures:    # the write-backs that failed went through at last
-            backoff.reset()
-            self.watch.ok(self.store.backend_name)
-            self.watch.ok(self.queue.backend_name)
 
     def _has_work(self, last_flush: float) -> bool:
         return bool(self._abandon or self._stopping or self._writebacks or self._flush_now
@@ -250,24 +247,31 @@ class Pipeline:
                 self._free_slot_if_empty(run)
 
     def _store_through_outages(self, batch: list) -> tuple:
-        """(entries landed, (entry, reason) refused): stored, or dumped once an outage outlasts
-        ITEM_FLUSH_GIVE_UP. Abandoned when a stop cuts the wait short (the batch is put back)."""
+        """(entries landed, (entry, reason) refused): stored, or, once an outage outlasts ITEM_FLUSH_GIVE_UP,
+        appended to FAILED_ITEMS_PATH: whichever of the database and the disk takes them first (a disk that
+        refuses too leaves the database tried again, with backoff). Abandoned when a stop cuts the wait
+        short (the batch is put back: its tasks are not written)."""
         backoff, since = Backoff(), None
         while True:
             try:
-                landed, refused = self._save_splitting(batch)
+                landed = self._save_splitting(batch)
             except BackendUnavailable as e:
                 self.watch.failed(e)
                 since = since or time.monotonic()
-                if time.monotonic() - since >= self.give_up and not self._no_waiting.is_set():
-                    return self._dump(batch, f"{e} (for more than ITEM_FLUSH_GIVE_UP={self.give_up:g} s)"), []
-                if self._no_waiting.is_set() or self.watch.wait(backoff.next_delay(), e.backend, self._no_waiting):
-                    self._put_back(batch)
-                    raise Abandoned() from None
+                if self._no_waiting.is_set():
+                    self._give_up_on(batch)
+                if time.monotonic() - since >= self.give_up and self._dumped(batch, f"{e} (for more than "
+                                                                                    f"ITEM_FLUSH_GIVE_UP={self.give_up:g} s)"):
+                    return batch, []
+                if self.watch.wait(backoff.next_delay(), e.backend, self._no_waiting):
+                    self._give_up_on(batch)
                 continue
-            if since is not None:
-                self.watch.ok(self.store.backend_name)
-            return landed, refused
+            self.watch.ok(self.store.backend_name)
+            return landed
+
+    def _give_up_on(self, batch: list) -> None:
+        self._put_back(batch)
+        raise Abandoned()
 
     def _save_splitting(self, entries: list, retried: bool = False) -> tuple:
         """Store `entries` in one transaction; when the database refuses the group, halve it until the
@@ -294,29 +298,26 @@ class Pipeline:
         self.record_outcome(run, ok=False)
         self._free_slot_if_empty(run)
 
-    def _dump(self, batch: list, error: str) -> list:
-        """Append the items to FAILED_ITEMS_PATH (they count as landed), retrying while the disk refuses;
-        a stop gives up on them (Abandoned: their tasks stay unwritten and come back through their leases)."""
+    def _dumped(self, batch: list, error: str) -> bool:
+        """Append the items to FAILED_ITEMS_PATH (they count as landed); False when the disk refuses them
+        (one line until it takes items again): they stay in memory, their tasks unwritten."""
         records = [FailedItemsFile.record(self.item_table, self.item_kind, row, error) for _, row in batch]
-        backoff, complained = Backoff(), False
-        while True:
-            try:
-                self.failed_items.append(records)
-                break
-            except OSError as e:
-                if not complained:
-                    complained = True
-                    log.error("cannot append %d items to %s: %s; their tasks wait, and the items stay in memory",
-                              len(records), self.failed_items.path, e)
-                check_in(within=backoff.cap + 1)
-                if self._no_waiting.wait(backoff.next_delay()):
-                    self._put_back(batch)
-                    raise Abandoned() from None
+        try:
+            self.failed_items.append(records)
+        except OSError as e:
+            if not self._disk_refused:
+                self._disk_refused = True
+                log.error("cannot append %d items to %s: %s; their tasks wait, the items stay in memory, and the "
+                          "database is tried again meanwhile", len(records), self.failed_items.path, e)
+            return False
+        if self._disk_refused:
+            self._disk_refused = False
+            log.info("%s takes items again", self.failed_items.path)
         tasks = len({id(run) for run, _ in batch})
         log.error("%d items of %d tasks written to %s instead (%s); this worker stores them once the database "
                   "is back (or run: batchd retry --items)", len(records), tasks, self.failed_items.path, error)
         self._replay_due = True
-        return batch
+        return True
 
     def _replay_if_due(self) -> None:
         """Items dumped during an outage are stored by the worker itself once the database is back
@@ -353,11 +354,15 @@ class Pipeline:
             runs = list(self._writebacks)
         if not runs:
             return 0
-        self._release_leases([r for r in runs if not r.released])
+        unreleased = [r for r in runs if not r.released]
+        if unreleased:
+            self._release_leases(unreleased)
+            self.watch.ok(self.queue.backend_name)      # a write that worked: an outage still open is over
         for outcome in (TaskState.DONE, TaskState.FAILED, TaskState.PENDING):
             owned = [r for r in runs if r.outcome == outcome and not r.lease_lost]
             if owned:
                 self.store.move(settling_move(outcome), [r.task_id for r in owned])
+                self.watch.ok(self.store.backend_name)  # (and the replay of dumped items may start)
         self._forget(runs)
         return len(runs)
 
