@@ -3,8 +3,14 @@
 Precedence (SPEC Part 3): defaults < the spider's `__custom_setting__` < the TOML file
 < `BATCHD_<NAME>` in the environment < the command line (or `settings=` in code).
 Every name below is the name an operator writes in any of those places.
+
+Each setting is declared once, in `Settings`: its type (the annotation), its default, its
+one-line meaning and what values it takes. `validate()` checks values from the declarations
+alone, README.md's settings table is `settings_table()` verbatim, and
+etc/batchd/batchd.toml is checked against them (tests/test_config.py, tests/test_units.py).
 """
 import dataclasses
+import json
 import math
 import os
 import re
@@ -29,57 +35,81 @@ KB, MB, GB = 1024, 1024 ** 2, 1024 ** 3
 DAY = 86400.0
 
 
-def setting(default, meaning: str, low=None, high=None):
-    """One setting's whole declaration: its default, its one-line meaning and, for a number, the
-    bounds `validate()` holds it to (inclusive; None: no bound on that side)."""
-    return dataclasses.field(default=default, metadata={"meaning": meaning, "low": low, "high": high})
+def setting(default, meaning: str, low=None, high=None, *, choices: tuple = (), ignore_case: bool = False,
+            identifier: bool = False, pattern: Optional[re.Pattern] = None, may_hold: str = "",
+            default_text: str = ""):
+    """One setting's whole declaration; `validate()` and `settings_table()` read nothing else.
+
+    meaning       one line for an operator, shown as written in README.md's table
+    low, high     for a number: the inclusive bounds (None: no bound on that side)
+    choices       for a text: the values it may take (ignore_case: compared in upper case)
+    identifier    for a text: an SQL table or column name, checked like every identifier
+    pattern       for a text: a regular expression it must match, with `may_hold` saying in
+                  words what it allows (the error and the README show those words)
+    default_text  for a default of None: what an unset value means, in words
+    """
+    if pattern is not None and not may_hold:
+        raise TypeError("a pattern needs may_hold=, the words its error message says")
+    return dataclasses.field(default=default, metadata={
+        "meaning": meaning, "low": low, "high": high, "choices": tuple(choices), "ignore_case": ignore_case,
+        "identifier": identifier, "pattern": pattern, "may_hold": may_hold, "default_text": default_text})
 
 
 @dataclass(frozen=True)
 class Settings:
+    # -- what to run, and where the data lives
+    MYSQL_URL: Optional[str] = setting(None, "the MySQL or MariaDB database of the task table: "
+                                             "mysql://user:pass@host:3306/db")
+    STORE: Optional[str] = setting(None, "the task store as a URL: mysql://... or sqlite:///PATH",
+                                   default_text="MYSQL_URL")
+    REDIS_URL: Optional[str] = setting(None, "Redis for the queue, the leases and the master lock: "
+                                             "redis://host:6379/0")
+    SPIDER: Optional[str] = setting(None, "the spider class: path/file.py:Class or module:Class")
     # -- the batch (SPEC Part 1)
-    BATCH_INTERVAL: int = setting(7, "a new batch opens this many days (hours) after the last one", 1, 10000)
-    BATCH_INTERVAL_UNIT: str = setting("day", "day or hour")
+    BATCH_INTERVAL: int = setting(7, "a new batch opens on the date (or at the hour) this many days (hours) "
+                                     "after the last one's", 1, 10000)
+    BATCH_INTERVAL_UNIT: str = setting("day", "the unit of BATCH_INTERVAL", choices=INTERVAL_UNITS)
     BATCH_MONITOR_INTERVAL: float = setting(10.0, "seconds between two patrols of the master", 0.05, 3600)
-    BATCH_LOST_TASK_STALE: float = setting(600.0, "the lease: seconds a task's holder may go without renewing it",
-                                           0.1, 7 * DAY)
+    BATCH_LOST_TASK_STALE: float = setting(600.0, "the lease: seconds a task's holder may go without renewing it "
+                                                  "before the task goes back to pending", 0.1, 7 * DAY)
     BATCH_PUSH_LIMIT: int = setting(5000, "most tasks waiting in the queue", 1, 1_000_000)
-    BATCH_TASK_ID_FIELD: str = setting("id", "the task table's primary key column")
-    BATCH_TASK_STATE_FIELD: str = setting("batch_status", "the task table's state column")
-    BATCH_TASK_TIME_FIELD: str = setting("update_time", "the task table's update-time column")
-    BATCH_TASK_MAX_ATTEMPTS: int = setting(10, "leases of one task in one batch before it is failed", 1, 1000)
+    BATCH_TASK_ID_FIELD: str = setting("id", "the task table's primary key column", identifier=True)
+    BATCH_TASK_STATE_FIELD: str = setting("batch_status", "the task table's state column", identifier=True)
+    BATCH_TASK_TIME_FIELD: str = setting("update_time", "the task table's update-time column", identifier=True)
+    BATCH_TASK_MAX_ATTEMPTS: int = setting(10, "leases of one task in one batch before it is marked failed",
+                                           1, 1000)
     BATCH_RESET_CHUNK: int = setting(5000, "rows set back to pending per statement when a batch opens",
                                      1, 1_000_000)
-    NAMESPACE: Optional[str] = setting(None, "prefix of every queue key (default: the task table)")
+    NAMESPACE: Optional[str] = setting(None, "prefix of every queue key", default_text="the task table",
+                                       pattern=NAMESPACE_PATTERN, may_hold="letters, digits and _ . : -")
     # -- crawling
     SPIDER_THREAD_COUNT: int = setting(4, "download threads per worker process", 1, 256)
     SPIDER_MAX_RETRY_TIMES: int = setting(3, "retries of a failing request", 0, 100)
     REQUEST_TIMEOUT: float = setting(30.0, "seconds to connect, and between two reads of an answer", 0.1, 3600)
     DOWNLOAD_TIMEOUT: float = setting(180.0, "seconds a whole download (headers and body) may take", 0.1, DAY)
-    DOWNLOAD_MAXSIZE: int = setting(64 * MB, "bytes of a decoded response body, at most", 1 * KB, 16 * GB)
+    DOWNLOAD_MAXSIZE: int = setting(64 * MB, "bytes of a response body, counted after decompression, at most",
+                                    1 * KB, 16 * GB)
     TASK_TIMEOUT: float = setting(300.0, "seconds a task may be processed before it is failed (0: no limit)",
                                   0, 7 * DAY)
     REQUEST_FILTER_ENABLE: bool = setting(False, "drop a request already made in this batch")
     # -- items
     ITEM_FLUSH_SIZE: int = setting(500, "items per flush, at most", 1, 100_000)
     ITEM_FLUSH_INTERVAL: float = setting(1.0, "seconds between two flushes, at most", 0.01, 3600)
+    FAILED_ITEMS_PATH: Optional[str] = setting(None, "where items the database will not take are kept",
+                                               default_text="failed_items.jsonl in $STATE_DIRECTORY, "
+                                                            "else in the working directory")
     ITEM_FLUSH_GIVE_UP: float = setting(120.0, "seconds a flush waits out an outage before its items go to "
                                                "FAILED_ITEMS_PATH", 0, DAY)
-    FAILED_ITEMS_PATH: Optional[str] = setting(None, "where items the database will not take are kept")
-    # -- connections and processes
-    STORE: Optional[str] = setting(None, "the task store: mysql://... or sqlite:///PATH (default: MYSQL_URL)")
-    MYSQL_URL: Optional[str] = setting(None, "mysql://user:pass@host:3306/db")
-    REDIS_URL: Optional[str] = setting(None, "redis://host:6379/0")
-    SPIDER: Optional[str] = setting(None, "path/file.py:Class or module:Class")
-    WORKERS: Optional[int] = setting(None, "worker processes per supervisor (default: the CPU count)", 0, 1024)
-    OUTAGE_TIMEOUT: float = setting(600.0, "--once: seconds an outage after start is waited out before exit 69",
+    # -- processes
+    WORKERS: Optional[int] = setting(None, "worker processes per supervisor", 0, 1024, default_text="the CPU count")
+    OUTAGE_TIMEOUT: float = setting(600.0, "--once: seconds an outage after the start is waited out before exit 69",
                                     1, 7 * DAY)
     MASTER_LOCK_TIMEOUT: float = setting(30.0, "seconds the master's lock outlives a master that stopped "
                                                "renewing it", 1, 3600)
     CHILD_TIMEOUT: float = setting(60.0, "seconds a child may go without progress before it is replaced", 1, 3600)
     STOP_TIMEOUT: float = setting(90.0, "seconds a warm stop may take", 0.1, DAY)
     STATUS_INTERVAL: float = setting(5.0, "seconds between a supervisor's STATUS= lines and snapshots", 0.1, 3600)
-    LOG_LEVEL: str = setting("INFO", "DEBUG, INFO, WARNING or ERROR")
+    LOG_LEVEL: str = setting("INFO", "the least severe messages logged", choices=LOG_LEVELS, ignore_case=True)
 
     def namespace_for(self, task_table: str) -> str:
         return self.NAMESPACE or task_table
@@ -199,17 +229,26 @@ def _convert(base, raw):
 
 
 def validate(s: Settings) -> None:
-    for name in ("BATCH_TASK_ID_FIELD", "BATCH_TASK_STATE_FIELD", "BATCH_TASK_TIME_FIELD"):
-        check_identifier(getattr(s, name), name)
-    if s.BATCH_INTERVAL_UNIT not in INTERVAL_UNITS:
-        raise ConfigError(f"setting BATCH_INTERVAL_UNIT: {s.BATCH_INTERVAL_UNIT!r} is not one of "
-                          + ", ".join(INTERVAL_UNITS))
-    if s.NAMESPACE is not None and not NAMESPACE_PATTERN.match(s.NAMESPACE):
-        raise ConfigError(f"setting NAMESPACE: {s.NAMESPACE!r} may hold only letters, digits and _ . : -")
-    if s.LOG_LEVEL.upper() not in LOG_LEVELS:
-        raise ConfigError(f"setting LOG_LEVEL: {s.LOG_LEVEL!r} is not one of " + ", ".join(LOG_LEVELS))
+    """Hold every value to its declaration; the first that fails (in declaration order) is a ConfigError."""
     for f in dataclasses.fields(Settings):
-        check_bounds(f.name, getattr(s, f.name), f.metadata)
+        check_setting(f.name, getattr(s, f.name), f.metadata)
+
+
+def check_setting(name: str, value, declaration: Mapping) -> None:
+    """One value against its setting's declaration (see `setting()`); an unset optional passes."""
+    if value is None and SETTING_TYPES[name][1]:
+        return
+    if declaration.get("identifier"):
+        check_identifier(value, name)
+    choices = declaration.get("choices")
+    if choices:
+        folded = value.upper() if declaration.get("ignore_case") and isinstance(value, str) else value
+        if folded not in choices:
+            raise ConfigError(f"setting {name}: {value!r} is not one of " + ", ".join(choices))
+    pattern = declaration.get("pattern")
+    if pattern is not None and not (isinstance(value, str) and pattern.match(value)):
+        raise ConfigError(f"setting {name}: {value!r} may hold only {declaration['may_hold']}")
+    check_bounds(name, value, declaration)
 
 
 def check_bounds(name: str, value, declaration: Mapping) -> None:
@@ -243,3 +282,47 @@ def redact_url(url: Optional[str]) -> str:
     netloc = parts.netloc.rsplit("@", 1)[1]
     user = parts.username or ""
     return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+
+
+def settings_table() -> str:
+    """README.md's settings table, one row per setting in declaration order. README.md holds this text
+    verbatim (tests/test_config.py fails when they differ); after changing a declaration, paste in the
+    output of `python -c 'from batchd.config import settings_table; print(settings_table(), end="")'`."""
+    rows = ["| setting | default | values | meaning |", "| --- | --- | --- | --- |"]
+    for f in dataclasses.fields(Settings):
+        rows.append(f"| `{f.name}` | {shown_default(f)} | {shown_values(f)} | {f.metadata['meaning']} |")
+    return "\n".join(rows) + "\n"
+
+
+def shown_default(f: dataclasses.Field) -> str:
+    """The default as it is written in a TOML file, or the declaration's words for an unset one."""
+    if f.default is None:
+        return f.metadata["default_text"] or "—"
+    return f"`{toml_value(f.default)}`"
+
+
+def toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)   # a TOML basic string, for the plain texts of defaults
+    return repr(value)
+
+
+def shown_values(f: dataclasses.Field) -> str:
+    """What `check_setting()` lets through, in words."""
+    declaration, base = f.metadata, SETTING_TYPES[f.name][0]
+    if declaration["identifier"]:
+        return "a column name"
+    if declaration["choices"]:
+        *rest, last = [f"`{choice}`" for choice in declaration["choices"]]
+        words = f"{', '.join(rest)} or {last}" if rest else last
+        return words + " (any case)" if declaration["ignore_case"] else words
+    if declaration["pattern"] is not None:
+        return declaration["may_hold"]
+    if base is bool:
+        return "`true` or `false`"
+    if base in (int, float):
+        integer = "integer " if base is int else ""
+        return f"{integer}{declaration['low']!r} to {declaration['high']!r}"
+    return "text"

@@ -1,8 +1,16 @@
 """Settings as SPEC Part 3 fixes them: names, BATCHD_* environment, TOML file, precedence."""
+import dataclasses
+import inspect
+import os
+import re
+
 import pytest
 
-from batchd.config import SETTING_TYPES, Settings, load_settings, redact_url
+from batchd import config
+from batchd.config import SETTING_TYPES, Settings, load_settings, redact_url, settings_table
 from batchd.errors import ConfigError
+
+README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
 
 
 def write(tmp_path, text, name="batchd.toml"):
@@ -76,13 +84,62 @@ def test_bad_values_name_the_setting(environ, message):
         load_settings(environ=environ)
 
 
+@pytest.mark.parametrize("environ, message", [
+    ({"BATCHD_BATCH_INTERVAL_UNIT": "Day"}, "setting BATCH_INTERVAL_UNIT: 'Day' is not one of day, hour"),
+    ({"BATCHD_LOG_LEVEL": "verbose"}, "setting LOG_LEVEL: 'verbose' is not one of DEBUG, INFO, WARNING, ERROR"),
+    ({"BATCHD_NAMESPACE": "a b"}, "setting NAMESPACE: 'a b' may hold only letters, digits and _ . : -"),
+    ({"BATCHD_BATCH_TASK_ID_FIELD": "1d"}, "BATCH_TASK_ID_FIELD: '1d' is not a valid table or column name "
+                                            "(letters, digits and _, at most 64, not starting with a digit)"),
+    ({"BATCHD_WORKERS": "2000"}, "setting WORKERS: must be at most 1024, got 2000"),
+])
+def test_messages_of_the_declared_checks_are_exact(environ, message):
+    with pytest.raises(ConfigError) as error:
+        load_settings(environ=environ)
+    assert str(error.value) == message
+
+
+def test_log_level_is_any_case_and_unset_optionals_pass():
+    s = load_settings(environ={"BATCHD_LOG_LEVEL": "debug"})
+    assert (s.LOG_LEVEL, s.NAMESPACE, s.WORKERS) == ("debug", None, None)
+
+
+def test_validation_reads_only_the_declarations():
+    """No setting is named in the checks: a new setting is checked by what its declaration says."""
+    code = inspect.getsource(config.validate) + inspect.getsource(config.check_setting)
+    named = [f.name for f in dataclasses.fields(Settings) if re.search(rf"\b{f.name}\b", code)]
+    assert named == []
+
+
 def test_every_number_is_declared_with_bounds_and_every_setting_with_a_meaning():
-    import dataclasses
     for f in dataclasses.fields(Settings):
-        assert f.metadata["meaning"], f.name
-        if SETTING_TYPES[f.name][0] in (int, float):
-            assert f.metadata["low"] is not None and f.metadata["high"] is not None, f.name
-            assert f.metadata["low"] <= (f.default if f.default is not None else f.metadata["low"]) <= f.metadata["high"]
+        declared, (base, optional) = f.metadata, SETTING_TYPES[f.name]
+        assert declared["meaning"] and "\n" not in declared["meaning"] and "|" not in declared["meaning"], f.name
+        if base in (int, float):
+            assert declared["low"] is not None and declared["high"] is not None, f.name
+            assert declared["low"] <= (f.default if f.default is not None else declared["low"]) <= declared["high"]
+        else:
+            assert declared["low"] is None and declared["high"] is None, f.name
+        if declared["choices"] or declared["identifier"] or declared["pattern"] is not None:
+            assert base is str, f.name
+        assert (f.default is None) == optional, f.name   # None is "unset", and only an optional is unset
+        assert not declared["default_text"] or f.default is None, f.name
+    config.validate(Settings())   # every default passes its own declaration
+
+
+def readme_settings_table() -> str:
+    """The table rows of README.md's "## Settings" section."""
+    with open(README, encoding="utf-8") as f:
+        section = f.read().split("\n## Settings\n", 1)[1].split("\n## ", 1)[0]
+    return "".join(line + "\n" for line in section.splitlines() if line.startswith("|"))
+
+
+def test_readmes_settings_table_is_the_declarations():
+    """README.md shows settings_table() verbatim: every setting, its default, values and meaning."""
+    readme, declared = readme_settings_table(), settings_table()
+    listed = {re.match(r"\| `(\w+)`", row).group(1) for row in readme.splitlines()[2:]}
+    names = {f.name for f in dataclasses.fields(Settings)}
+    assert {"missing": names - listed, "unknown": listed - names} == {"missing": set(), "unknown": set()}
+    assert readme == declared, "README.md's settings table differs from batchd/config.py; paste this in:\n" + declared
 
 
 def test_numbers_from_a_toml_file_are_held_to_their_bounds_too(tmp_path):

@@ -173,6 +173,25 @@ def test_default_config_lists_every_setting_with_its_default():
             assert (listed[name], type(listed[name])) == (default, type(default)), name
 
 
+def commented_paragraphs() -> dict:
+    """Each setting of batchd.toml and the words of its paragraph (the comment lines above it)."""
+    setting_line = re.compile(r"^# ?([A-Z_]+) = ")
+    with open(CONFIG, encoding="utf-8") as f:
+        paragraphs = [p.splitlines() for p in f.read().split("\n\n")]
+    return {m.group(1): " ".join(line.lstrip("# ") for line in lines if not setting_line.match(line))
+            for lines in paragraphs for m in map(setting_line.match, lines) if m}
+
+
+def test_default_config_explains_every_setting_and_names_its_choices():
+    """The comments are the operator's guide, written by hand and longer than the declared one-line
+    meanings (README.md's table shows those): every setting has some, and they name every choice."""
+    words = commented_paragraphs()
+    for f in dataclasses.fields(Settings):
+        assert words[f.name].strip(), f"{f.name} has no comment above it in batchd.toml"
+        for choice in f.metadata["choices"]:
+            assert choice in words[f.name], f"batchd.toml does not name {f.name}'s choice {choice}"
+
+
 def test_default_config_loads_to_the_defaults():
     assert load_settings(config_files=CONFIG, environ={}) == Settings()
 
