@@ -35,7 +35,7 @@ from typing import Callable
 from .config import Settings
 from .errors import BatchdError, ConfigError, ExitCode
 from .lifecycle import StopFlag
-from .loader import SpiderSource, build_spider
+from .loader import SpiderSource, build_runtime
 from .systemd import set_process_role, set_process_title, setup_logging
 from .threads import guard
 from .worker import SLOTS_PER_THREAD
@@ -122,16 +122,16 @@ def _exit_code_of(body: Callable[[], None]) -> int:
 
 
 def _run_role(spec: ChildSpec, source: SpiderSource, block, stop: StopFlag) -> None:
-    spider = build_spider(source, keep_alive=spec.keep_alive)
-    setup_logging(spider.settings.LOG_LEVEL)
+    runtime = build_runtime(source, keep_alive=spec.keep_alive)
+    setup_logging(runtime.settings.LOG_LEVEL)
     if spec.role == "master":
-        master = spider.make_master()
+        master = runtime.master()
         block.mark_running(spec.row)
         master.run(stop, lambda: block.master_beat(spec.row, master), once=spec.once,
                    on_outages=lambda outages: block.set_outages(spec.row, outages))
         return
-    ledger = block.worker_ledger(spec.row, spider.settings.SPIDER_THREAD_COUNT * SLOTS_PER_THREAD)
-    worker = spider.make_worker(ledger=ledger, name=spec.name, keep_alive=spec.keep_alive)
+    ledger = block.worker_ledger(spec.row, runtime.settings.SPIDER_THREAD_COUNT * SLOTS_PER_THREAD)
+    worker = runtime.worker(ledger=ledger, name=spec.name, keep_alive=spec.keep_alive)
     block.mark_running(spec.row)
     worker.run(stop, ledger.beat)
 
@@ -142,8 +142,8 @@ def probe_main(source: SpiderSource, writer, supervisor_pid: int, forget: Callab
     enter_child(supervisor_pid, forget)
     set_process_title("batchd: probe")
     try:
-        spider = build_spider(source)
-        message = {"settings": dataclasses.asdict(spider.settings), "namespace": spider.namespace}
+        runtime = build_runtime(source)
+        message = {"settings": dataclasses.asdict(runtime.settings), "namespace": runtime.namespace}
     except ConfigError as e:
         message = {"error": str(e)}
     writer.send_bytes(json.dumps(message).encode())

@@ -34,15 +34,16 @@ from . import __version__
 from .child import probe
 from .config import DEFAULT_CONFIG_FILE, ENV_CONFIG, Settings, check_identifier, load_settings
 from .errors import BatchdError, ConfigError, ExitCode
-from .loader import SpiderSource, absolute_spider_path, build_spider, choose_store, load_spider_class
+from .backends import open_store, store_url
+from .loader import SpiderSource, absolute_spider_path, build_runtime, load_spider_class
 from .failed_items import FailedItemsFile
 from .starter import next_steps, write_starter
-from .store import store_url
 from .tasks import add_urls, import_csv
 from .status import gather_status, render_json, render_status
 from .supervisor import Plan, Supervisor
 from .systemd import set_process_role, setup_logging, under_systemd
-from .worker import claim_namespace
+from .ports import claim_namespace
+from .runtime import Runtime
 
 log = logging.getLogger("batchd")
 
@@ -128,10 +129,10 @@ def with_store(args: argparse.Namespace, files: list, overrides: dict) -> dict:
     return dict(overrides, STORE=embedded)
 
 
-def spider_from_args(args: argparse.Namespace):
+def runtime_from_args(args: argparse.Namespace) -> Runtime:
     source, settings = spider_source(args, config_files(args), {})
     setup_logging(settings.LOG_LEVEL)
-    return build_spider(source)
+    return build_runtime(source)
 
 
 # -- run, master, worker
@@ -377,15 +378,15 @@ def run_daemonized(args: argparse.Namespace, plan: Plan, source: SpiderSource, s
                       parser.add_argument("--watch", nargs="?", type=float, const=2.0, metavar="SECONDS",
                                           help="refresh every SECONDS (default 2) until Ctrl-C")))
 def status_verb(args: argparse.Namespace) -> int:
-    spider = spider_from_args(args)
+    runtime = runtime_from_args(args)
     render = render_json if args.json else render_status
     if not args.watch:
-        status = gather_status(spider)
+        status = gather_status(runtime)
         print(render(status))
         return ExitCode.UNAVAILABLE if status["unreachable"] else ExitCode.OK
     clear = "\033[H\033[J" if sys.stdout.isatty() else ""
     while True:          # Ctrl-C ends it (main() turns KeyboardInterrupt into 130)
-        text = render(gather_status(spider))
+        text = render(gather_status(runtime))
         print(f"{clear}{text}\n(every {args.watch:g} s; Ctrl-C to stop)", flush=True)
         time.sleep(args.watch)
 
@@ -416,45 +417,46 @@ class Checklist:
 def check_verb(args: argparse.Namespace) -> int:
     logging.getLogger("batchd.store").setLevel(logging.ERROR)    # the index line says it, once
     checks = Checklist()
-    spider = checks.item("config", lambda: _checked_spider(args))
-    reached = checks.item("store", lambda: (True, _reach_store(spider)), needs=spider)
-    queue = checks.item("queue", lambda: (True, _reach_queue(spider)), needs=spider)
-    opened = checks.item("task table", lambda: (True, _open_task_table(spider)), needs=reached)
-    checks.item("index", lambda: (True, _state_index(spider)), needs=opened)
-    checks.item("namespace", lambda: (True, _namespace_owner(spider)), needs=opened and queue)
+    runtime = checks.item("config", lambda: _checked_runtime(args))
+    reached = checks.item("store", lambda: (True, _reach_store(runtime)), needs=runtime)
+    queue = checks.item("queue", lambda: (True, _reach_queue(runtime)), needs=runtime)
+    opened = checks.item("task table", lambda: (True, _open_task_table(runtime)), needs=reached)
+    checks.item("index", lambda: (True, _state_index(runtime)), needs=opened)
+    checks.item("namespace", lambda: (True, _namespace_owner(runtime)), needs=opened and queue)
     return checks.exit_code
 
 
-def _checked_spider(args: argparse.Namespace) -> tuple:
-    spider = spider_from_args(args)
-    return spider, (f"{type(spider).__name__}: task table {spider.layout.table}, "
-                    f"namespace {spider.namespace}")
+def _checked_runtime(args: argparse.Namespace) -> tuple:
+    runtime = runtime_from_args(args)
+    return runtime, (f"{type(runtime.spider).__name__}: task table {runtime.layout.table}, "
+                     f"namespace {runtime.namespace}")
 
 
-def _reach_store(spider) -> str:
-    spider.store.ping()
-    return spider.store.describe()
+def _reach_store(runtime: Runtime) -> str:
+    runtime.store.ping()
+    return runtime.store.describe()
 
 
-def _reach_queue(spider) -> str:
-    spider.queue.ping()
-    return spider.queue.describe()
+def _reach_queue(runtime: Runtime) -> str:
+    runtime.backend.leases.ping()
+    return runtime.backend.leases.describe()
 
 
-def _open_task_table(spider) -> str:
-    layout = spider.layout
-    spider.store.open(layout)
+def _open_task_table(runtime: Runtime) -> str:
+    layout = runtime.layout
+    runtime.store.open(layout)
     return f"`{layout.table}` with `{layout.id_field}`, `{layout.state_field}`, `{layout.time_field}`"
 
 
-def _namespace_owner(spider) -> str:
-    identity = claim_namespace(spider.queue, spider.store, spider.layout, "check", record=False)
-    return f"{spider.namespace} serves {identity}"
+def _namespace_owner(runtime: Runtime) -> str:
+    identity = claim_namespace(runtime.backend.namespaces, runtime.store, runtime.layout, runtime.namespace,
+                               "check", record=False)
+    return f"{runtime.namespace} serves {identity}"
 
 
-def _state_index(spider) -> str:
-    layout = spider.layout
-    fix = spider.store.missing_state_index(layout)
+def _state_index(runtime: Runtime) -> str:
+    layout = runtime.layout
+    fix = runtime.store.missing_state_index(layout)
     if fix:
         raise BatchdError(f"`{layout.state_field}` has no index, so every patrol scans the whole table; run: {fix}")
     return f"`{layout.state_field}` is indexed"
@@ -473,7 +475,7 @@ def retry_verb(args: argparse.Namespace) -> int:
         settings = source.settings(load_spider_class(source.path))
     setup_logging(settings.LOG_LEVEL)
     path = settings.failed_items_path() if args.items is FROM_SETTINGS else args.items
-    store = choose_store(settings)
+    store = open_store(settings)
     store.now()       # unreachable: exit 69 now, before the file is claimed
     result = FailedItemsFile(path).replay(store)     # it logs its own summary, in one line
     if result.disk_error:
@@ -521,11 +523,11 @@ def tasks_arguments(parser: argparse.ArgumentParser) -> None:
 @verb("tasks", "load tasks into the spider's task table (created if missing): add URL..., import FILE.csv",
       tasks_arguments)
 def tasks_verb(args: argparse.Namespace) -> int:
-    spider = spider_from_args(args)
+    runtime = runtime_from_args(args)
     if args.action == "add":
-        add_urls(spider, args.urls, column=check_identifier(args.column, "--column"))
+        add_urls(runtime, args.urls, column=check_identifier(args.column, "--column"))
     else:
-        import_csv(spider, args.file)
+        import_csv(runtime, args.file)
     return ExitCode.OK
 
 

@@ -21,7 +21,7 @@ from typing import Iterator, Optional
 
 from .codec import dumps, loads
 from .errors import BackendUnavailable
-from .store.base import ItemRow
+from .model import ItemRow
 
 log = logging.getLogger("batchd.failed_items")
 

@@ -20,7 +20,7 @@ from typing import Optional
 from .config import Settings, load_settings
 from .errors import ConfigError
 from .spider import BatchSpider
-from .store import store_from_settings
+from .runtime import Runtime
 
 SPIDER_FORMS = "path/file.py:Class or module:Class"
 
@@ -105,17 +105,11 @@ def _where(error: Exception, path: Optional[str]) -> str:
     return f"{text} ({os.path.basename(ours[-1].filename)} line {ours[-1].lineno})" if ours else text
 
 
-def choose_store(settings: Settings):
-    """The one place that picks the task store for the `batchd` command (the queue follows from the
-    store: its embedded queue, else Redis)."""
-    return store_from_settings(settings)
-
-
-def build_spider(source: SpiderSource, keep_alive: bool = True) -> BatchSpider:
-    """Import the class, resolve its settings, give it the store `choose_store` picks."""
+def build_runtime(source: SpiderSource, keep_alive: bool = True) -> Runtime:
+    """Import the class, make the spider and its runtime on the settings the source names. A class without
+    a valid __task_table__, or settings that name no store or a bad one, raise their ConfigError here,
+    not mid-loop (the store object is made, not yet connected: batchd/backends/ picks it)."""
     spider_class = load_spider_class(source.path)
-    settings = source.settings(spider_class)
-    spider = spider_class(keep_alive=keep_alive, batch_store=choose_store(settings),
-                          settings=source.overrides, config_file=list(source.config_files))
-    spider.layout   # a class without a valid __task_table__ raises its ConfigError here, not mid-loop
-    return spider
+    spider = spider_class(keep_alive=keep_alive, settings=source.overrides, config_file=list(source.config_files))
+    spider.runtime.store
+    return spider.runtime

@@ -22,14 +22,15 @@ import time
 from datetime import datetime
 from typing import Callable, Optional
 
+from .config import Settings
 from .errors import BackendUnavailable, ConfigError, MasterLockHeld
 from .lifecycle import StopFlag
+from .model import BatchRecord, Progress, TaskLayout
 from .outages import OutageWatch, retry_through_outages
+from .ports import BatchStore, LeaseQueue, MasterLocks, NamespaceRecord, WakeChannel, claim_namespace
 from .schedule import is_due, next_due
-from .store.base import BatchRecord, Progress
 from .task import Move
 from .threads import Heart, check_in, start_thread
-from .worker import claim_namespace
 
 log = logging.getLogger("batchd.master")
 
@@ -107,9 +108,10 @@ class ProgressRate:
 
 
 class Master:
-    def __init__(self, spider, settings, store, queue, owner: Optional[str] = None):
-        self.spider, self.settings, self.store, self.queue = spider, settings, store, queue
-        self.layout = spider.layout
+    def __init__(self, settings: Settings, layout: TaskLayout, store: BatchStore, leases: LeaseQueue,
+                 locks: MasterLocks, wake: WakeChannel, namespaces: NamespaceRecord, owner: Optional[str] = None):
+        self.settings, self.layout, self.store = settings, layout, store
+        self.leases, self.locks, self.wake, self.namespaces = leases, locks, wake, namespaces
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}"
         self.rate = ProgressRate()
         self.last_progress: Optional[Progress] = None
@@ -126,7 +128,7 @@ class Master:
         """`heartbeat` counts only while every thread makes progress; `on_outages` hears each change of
         the backends that are down (a supervised child puts them in its ledger row, for STATUS=)."""
         self._heartbeat = Heart(heartbeat, self.settings.CHILD_TIMEOUT / 2)
-        self.watch = OutageWatch({self.store.backend_name: self.store.ping, self.queue.backend_name: self.queue.ping},
+        self.watch = OutageWatch({self.store.backend_name: self.store.ping, self.leases.backend_name: self.leases.ping},
                                  listener=on_outages, beat=self._heartbeat)
         self._give_up_after = self.settings.OUTAGE_TIMEOUT if once else None
         if not self._start(stop, once):
@@ -146,26 +148,26 @@ class Master:
         a resident master waits it out; False if stopped meanwhile."""
         def start() -> bool:
             self.store.open(self.layout)
-            claim_namespace(self.queue, self.store, self.layout, "master")
+            claim_namespace(self.namespaces, self.store, self.layout, self.leases.namespace, "master")
             return True
         return start() if once else self._through_outages(start, stop) is not None
 
     def _take_lock(self, stop: StopFlag, once: bool) -> Optional[LockKeeper]:
         ttl = self.settings.MASTER_LOCK_TIMEOUT
-        lock = self.queue.master_lock(self.owner, ttl)
+        lock = self.locks.master_lock(self.owner, ttl)
         logged = False
         while not stop.is_set():
             if self._through_outages(lock.acquire, stop):
-                log.info("master of namespace %r (%s, lock TTL %.0f s)", self.queue.namespace,
+                log.info("master of namespace %r (%s, lock TTL %.0f s)", self.leases.namespace,
                          self.owner, ttl)
                 keeper = LockKeeper(lock, ttl)
                 keeper.start()
                 return keeper
-            holder = self._through_outages(self.queue.lock_holder, stop)
+            holder = self._through_outages(self.locks.lock_holder, stop)
             if once:
-                raise MasterLockHeld(f"another master holds namespace {self.queue.namespace!r} ({holder})")
+                raise MasterLockHeld(f"another master holds namespace {self.leases.namespace!r} ({holder})")
             if not logged:
-                log.info("waiting: %s is master of namespace %r", holder, self.queue.namespace)
+                log.info("waiting: %s is master of namespace %r", holder, self.leases.namespace)
                 logged = True
             self._heartbeat()
             stop.wait(LOCK_POLL)
@@ -197,7 +199,7 @@ class Master:
             if left <= 0:
                 return
             try:
-                woken = self.queue.wait_for_wake(min(left, 1.0))
+                woken = self.wake.wait_for_wake(min(left, 1.0))
             except BackendUnavailable as e:
                 self.watch.failed(e)          # the patrol itself retries with backoff
                 woken = stop.wait(min(left, 1.0))
@@ -252,7 +254,7 @@ class Master:
         mid-way leaves no record, so the next one sees the batch still due and resets again:
         chunks already at pending change nothing, the rest are finished."""
         log.info("opening a new batch: resetting every task of `%s` to pending", self.layout.table)
-        self.queue.clear_batch()
+        self.leases.clear_batch()
         reset = 0
         for count in self.store.reset_tasks(self.settings.BATCH_RESET_CHUNK):
             reset += count
@@ -268,14 +270,14 @@ class Master:
         return batch
 
     def reclaim(self) -> None:
-        expired = self.queue.reclaim_expired(ORPHAN_SCAN_LIMIT)
+        expired = self.leases.reclaim_expired(ORPHAN_SCAN_LIMIT)
         if expired:
             moved = self.store.move(Move.REQUEUE, expired)
             log.warning("reclaimed %d tasks whose lease expired (holder gone or stalled): %s",
                         moved, _some(expired))
         stale = self.store.stale_processing(self.settings.BATCH_LOST_TASK_STALE, ORPHAN_SCAN_LIMIT)
         if stale:
-            known = self.queue.known([str(task_id) for task_id in stale])
+            known = self.leases.known([str(task_id) for task_id in stale])
             orphans = [task_id for task_id in stale if str(task_id) not in known]
             if orphans:
                 # Some may have been written back since they were read: the move skips those.
@@ -285,14 +287,14 @@ class Master:
                                 "among: %s", moved, _some(orphans))
 
     def refill(self, batch: BatchRecord) -> int:
-        room = self.settings.BATCH_PUSH_LIMIT - self.queue.pending_count()
+        room = self.settings.BATCH_PUSH_LIMIT - self.leases.pending_count()
         if room <= 0:
             return 0
         rows = self.store.claim(room)
         if not rows:
             return 0
         id_field = self.layout.id_field
-        attempts = self.queue.count_attempts([row[id_field] for row in rows])
+        attempts = self.leases.count_attempts([row[id_field] for row in rows])
         limit = self.settings.BATCH_TASK_MAX_ATTEMPTS
         worn = [row[id_field] for row, n in zip(rows, attempts) if n > limit]
         for task_id in worn:
@@ -301,7 +303,7 @@ class Master:
         if worn:
             self.store.move(Move.FINISH_FAILED, worn)
         fresh = [row for row, n in zip(rows, attempts) if n <= limit]
-        self.queue.push(batch.id, fresh, id_field)
+        self.leases.push(batch.id, fresh, id_field)
         return len(fresh)
 
     def check_progress(self, batch: BatchRecord) -> bool:
@@ -310,14 +312,14 @@ class Master:
         self.store.update_batch(batch.id, progress, is_done=finished)
         self.rate.add(progress.settled)
         self.last_progress = progress
-        queued = self.queue.pending_count()
+        queued = self.leases.pending_count()
         log.info("批次进度 %d/%d  batch %d: done %d, failed %d, processing %d, pending %d, queued %d; "
                  "%.1f tasks/s, ETA %s", progress.settled, progress.total, batch.id, progress.done,
                  progress.failed, progress.processing, progress.pending, queued, self.rate.per_second(),
                  self.rate.eta(progress.total - progress.settled))
         if finished:
             batch.is_done = True
-            self.queue.set_done(batch.id)
+            self.leases.set_done(batch.id)
             self._idle_announced = batch.id
             log.info("batch %d finished: %d done, %d failed of %d; the next is due at %s", batch.id,
                      progress.done, progress.failed, progress.total,

@@ -26,8 +26,8 @@ from .errors import BackendUnavailable, ConfigError
 from .failed_items import FailedItemsFile
 from .items import check_item
 from .lifecycle import Backoff
-from .queue.base import Lease
-from .store.base import COLUMNS_ITEM_KIND, ItemRow
+from .model import COLUMNS_ITEM_KIND, ItemRow, Lease
+from .ports import BatchStore, LeaseQueue
 from .task import TaskState, settling_move
 from .threads import check_in, start_thread
 
@@ -71,9 +71,9 @@ class Abandoned(Exception):
 
 
 class Pipeline:
-    def __init__(self, store, queue, ledger, settings, item_table: str, item_kind: str, watch,
+    def __init__(self, store: BatchStore, leases: LeaseQueue, ledger, settings, item_table: str, item_kind: str, watch,
                  on_written=lambda runs: None):
-        self.store, self.queue, self.ledger, self.watch = store, queue, ledger, watch
+        self.store, self.leases, self.ledger, self.watch = store, leases, ledger, watch
         self.flush_size = settings.ITEM_FLUSH_SIZE
         self.flush_interval = settings.ITEM_FLUSH_INTERVAL
         self.give_up = settings.ITEM_FLUSH_GIVE_UP
@@ -357,7 +357,7 @@ class Pipeline:
         unreleased = [r for r in runs if not r.released]
         if unreleased:
             self._release_leases(unreleased)
-            self.watch.ok(self.queue.backend_name)      # a write that worked: an outage still open is over
+            self.watch.ok(self.leases.backend_name)      # a write that worked: an outage still open is over
         for outcome in (TaskState.DONE, TaskState.FAILED, TaskState.PENDING):
             owned = [r for r in runs if r.outcome == outcome and not r.lease_lost]
             if owned:
@@ -367,7 +367,7 @@ class Pipeline:
         return len(runs)
 
     def _release_leases(self, runs: list) -> None:
-        owned = set(map(id, self.queue.release([r.lease for r in runs])))
+        owned = set(map(id, self.leases.release([r.lease for r in runs])))
         for run in runs:
             run.released = True
             if id(run.lease) not in owned:

@@ -23,7 +23,8 @@ import time
 from typing import Optional
 
 from .errors import BackendUnavailable
-from .store import sqlite_path, store_url
+from .backends import open_supervisor_ports
+from .ports import SupervisorPorts
 
 log = logging.getLogger("batchd.status")
 
@@ -52,50 +53,41 @@ def eta(remaining: int, rate: Optional[float]) -> Optional[float]:
 
 # -- the supervisor's side
 
-def status_queue(settings, namespace: str):
-    """The queue whose status board this namespace uses (Redis, or the SQLite file), with short
-    timeouts: the supervisor's loop must never wait long on it. None when there is neither."""
-    path = sqlite_path(store_url(settings))
-    if path:
-        from .queue.sqlite_queue import SqliteQueue
-        from .store.sqlite import SqliteFile
-        return SqliteQueue(SqliteFile(path, busy_timeout=PUBLISH_TIMEOUT), namespace)
-    if settings.REDIS_URL:
-        from .queue.redis_queue import RedisQueue, connect_redis
-        return RedisQueue(settings.REDIS_URL, namespace,
-                          client=connect_redis(settings.REDIS_URL, timeout=PUBLISH_TIMEOUT))
-    return None
+def supervisor_ports(settings, namespace: str) -> Optional[SupervisorPorts]:
+    """The ports a supervisor publishes on and gives leases back through (Redis, or the SQLite file), with
+    short timeouts: its loop must never wait long on them. None when there are none."""
+    return open_supervisor_ports(settings, namespace, PUBLISH_TIMEOUT)
 
 
 class SnapshotPublisher:
     """Writes one supervisor's snapshot on the board; an outage costs a log line, never the supervisor."""
 
-    def __init__(self, queue, host: str, instance: str, interval: float):
-        self.queue = queue
+    def __init__(self, ports: SupervisorPorts, host: str, instance: str, interval: float):
+        self.ports = ports
         self.key = f"{host}:{instance}"
         self.ttl = snapshot_ttl(interval)
         self._failing = False
 
     def publish(self, snapshot: dict) -> None:
         fields = {k: str(v) for k, v in snapshot.items() if v is not None}
-        self._guarded("publish the status snapshot", self.queue.write_status, self.key, fields, self.ttl)
+        self._guarded("publish the status snapshot", self.ports.board.write_status, self.key, fields, self.ttl)
 
     def master_view(self) -> Optional[dict]:
         """The batch as the master's supervisor last published it, wherever it runs."""
-        return freshest_master(self._guarded("read the master's snapshot", self.queue.read_statuses) or [])
+        return freshest_master(self._guarded("read the master's snapshot", self.ports.board.read_statuses) or [])
 
     def give_back_leases_of(self, token_prefix: str) -> int:
         """A dead worker's leases, due at once, and the master woken to requeue them."""
-        given = self._guarded("give back a dead worker's leases", self.queue.expire_leases_of, token_prefix) or 0
+        given = self._guarded("give back a dead worker's leases", self.ports.leases.expire_leases_of, token_prefix) or 0
         if given:
-            self._guarded("wake the master", self.queue.wake_master)
+            self._guarded("wake the master", self.ports.wake.wake_master)
         return given
 
     def withdraw(self) -> None:
-        self._guarded("remove the status snapshot", self.queue.delete_status, self.key)
+        self._guarded("remove the status snapshot", self.ports.board.delete_status, self.key)
 
     def close(self) -> None:
-        self.queue.close()
+        self.ports.close()
 
     def _guarded(self, what: str, action, *args):
         try:
@@ -141,20 +133,21 @@ def status_line(who: str, snapshot: dict, batch: Optional[dict]) -> str:
 
 # -- `batchd status`
 
-def gather_status(spider) -> dict:
+def gather_status(runtime) -> dict:
     """Everything `batchd status` shows, as plain data: the store's counts, the queue, the snapshots.
     A backend that cannot be reached is named under "unreachable" and the rest is still gathered: with
     MySQL down, the batch as the master's supervisor last published it in Redis."""
-    store, queue, layout = spider.store, spider.queue, spider.layout
+    store, layout, backend = runtime.store, runtime.layout, runtime.backend
     unreachable = []
     counts = _reached(unreachable, lambda: (store.open(layout), store.last_batch(), store.progress())[1:])
-    seen = _reached(unreachable, lambda: (queue.read_statuses(), queue.pending_count(), queue.leased_count()))
+    seen = _reached(unreachable, lambda: (backend.board.read_statuses(), backend.leases.pending_count(),
+                                          backend.leases.leased_count()))
     snapshots, waiting, leased = seen or ([], None, None)
     master = freshest_master(snapshots)
     rate = float(master["batch_rate"]) if master else None
     batch, tasks = _batch_and_tasks(counts, master)
     return {
-        "namespace": spider.namespace,
+        "namespace": runtime.namespace,
         "table": layout.table,
         "unreachable": unreachable,
         "batch": batch,

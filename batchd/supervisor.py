@@ -38,7 +38,7 @@ from .ledger import LedgerBlock, Phase
 from .lifecycle import Backoff
 from .loader import SpiderSource
 from .master import ProgressRate
-from .status import SnapshotPublisher, status_line, status_queue
+from .status import SnapshotPublisher, status_line, supervisor_ports
 from .systemd import Notifier, set_process_role, set_process_title, watchdog_usec
 from .worker import SLOTS_PER_THREAD, worker_token_prefix
 
@@ -191,9 +191,9 @@ class Supervisor:
             else:
                 self.seats[role] = Seats(wanted=wanted)
         self._close_publisher()      # the namespace or the store may have changed with a reload
-        board = status_queue(settings, namespace)
-        if board is not None:
-            self.publisher = SnapshotPublisher(board, self.host, self.plan.instance_key, settings.STATUS_INTERVAL)
+        ports = supervisor_ports(settings, namespace)
+        if ports is not None:
+            self.publisher = SnapshotPublisher(ports, self.host, self.plan.instance_key, settings.STATUS_INTERVAL)
 
     def _wanted_workers(self, settings) -> int:
         wanted = settings.WORKERS if settings.WORKERS is not None else (os.cpu_count() or 1)

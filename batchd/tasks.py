@@ -16,17 +16,17 @@ log = logging.getLogger("batchd")
 CHUNK = 1000
 
 
-def add_urls(spider, urls: Iterable[str], column: str = "url") -> int:
-    return _load(spider, ({column: url} for url in urls), "the command line")
+def add_urls(runtime, urls: Iterable[str], column: str = "url") -> int:
+    return _load(runtime, ({column: url} for url in urls), "the command line")
 
 
-def import_csv(spider, path: str) -> int:
+def import_csv(runtime, path: str) -> int:
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
             reader = csv.DictReader(f)
             if not reader.fieldnames:
                 raise ConfigError(f"{path}: empty, or no header row naming the task table's columns")
-            return _load(spider, _csv_rows(reader, path), path)
+            return _load(runtime, _csv_rows(reader, path), path)
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file") from None
     except UnicodeDecodeError as e:
@@ -42,8 +42,8 @@ def _csv_rows(reader: csv.DictReader, path: str) -> Iterator[dict]:
         yield {name: value for name, value in row.items() if value not in (None, "")}
 
 
-def _load(spider, rows: Iterable[dict], source: str) -> int:
-    store, layout = spider.store, spider.layout
+def _load(runtime, rows: Iterable[dict], source: str) -> int:
+    store, layout = runtime.store, runtime.layout
     store.create_task_table(layout)
     added, chunk = 0, []
     for row in rows:

@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from contextlib import contextmanager
 from typing import Callable, Optional
 
+from .config import Settings
 from .errors import BackendUnavailable, BatchdError, ConfigError, ExitCode
 from .downloader import Downloader
 from .http import Request, RequestFailed
@@ -40,7 +41,9 @@ from .items import BadItem
 from .ledger import LocalLedger
 from .lifecycle import Backoff, StopFlag
 from .outages import OutageWatch, retry_through_outages
+from .model import TaskLayout, task_key
 from .pipeline import Pipeline, TaskRun
+from .ports import BatchStore, LeaseQueue, NamespaceRecord, SeenFilter, WakeChannel, claim_namespace
 from .schedule import is_due
 from .systemd import set_thread_role
 from .threads import Heart, check_in, guard, start_thread
@@ -53,8 +56,6 @@ WATCH_EVERY = 0.2            # the watching thread's rhythm: heartbeat, timeouts
 EMPTY_WAKE_GAP = 5.0         # an idle worker reminds the master at most this often
 ERRORS_REMEMBERED = 10000    # distinct (task, error) pairs whose traceback was logged
 
-_processing = threading.local()
-
 
 class TaskTimedOut(BaseException):
     """Raised inside a fetch thread running the spider's code past TASK_TIMEOUT. A BaseException, so
@@ -65,22 +66,6 @@ class WorkerRecycled(BatchdError):
     """A task's thread would not come back after TASK_TIMEOUT, or a thread of the worker died."""
 
     exit_code = ExitCode.SOFTWARE
-
-
-def current_run() -> Optional[TaskRun]:
-    """The task this thread is processing, if it is a worker's fetch thread inside a task."""
-    return getattr(_processing, "run", None)
-
-
-def settle_current_task(task_id, ok: bool) -> bool:
-    """update_task() from inside the processing of that very task: hand it to the gate.
-    False when this thread is not processing that task (the caller writes at once)."""
-    run = current_run()
-    if run is None or str(run.task_id) != str(task_id):
-        return False
-    with _outside_user_code(run):
-        _processing.pipeline.record_outcome(run, ok)
-    return True
 
 
 _set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
@@ -128,9 +113,11 @@ def _outside_user_code(run: TaskRun):
 
 
 class Worker:
-    def __init__(self, spider, settings, store, queue, ledger=None, name: str = "worker",
-                 keep_alive: bool = True):
-        self.spider, self.settings, self.store, self.queue = spider, settings, store, queue
+    def __init__(self, spider, settings: Settings, layout: TaskLayout, store: BatchStore, leases: LeaseQueue,
+                 wake: WakeChannel, seen: SeenFilter, namespaces: NamespaceRecord, ledger=None,
+                 name: str = "worker", keep_alive: bool = True):
+        self.spider, self.settings, self.layout, self.store = spider, settings, layout, store
+        self.leases, self.wake, self.seen, self.namespaces = leases, wake, seen, namespaces
         self.name, self.keep_alive = name, keep_alive
         self.thread_count = settings.SPIDER_THREAD_COUNT
         self.ledger = ledger or LocalLedger(self.thread_count * SLOTS_PER_THREAD)
@@ -155,7 +142,7 @@ class Worker:
         alive is a once-mode run: a store it cannot reach at start is final (exit 69), an outage
         later is waited out for up to OUTAGE_TIMEOUT."""
         self.heart = Heart(heartbeat, self.settings.CHILD_TIMEOUT / 2)
-        self.watch = OutageWatch({self.store.backend_name: self.store.ping, self.queue.backend_name: self.queue.ping},
+        self.watch = OutageWatch({self.store.backend_name: self.store.ping, self.leases.backend_name: self.leases.ping},
                                  listener=self.ledger.set_outages, beat=self.heart)
         if not self._open(stop):
             return
@@ -172,8 +159,8 @@ class Worker:
         """Open the store and claim the namespace for it: in once mode an outage here is final (exit 69),
         a resident worker waits it out; False if stopped meanwhile."""
         def start() -> bool:
-            self.store.open(self.spider.layout)
-            claim_namespace(self.queue, self.store, self.spider.layout, self.name)
+            self.store.open(self.layout)
+            claim_namespace(self.namespaces, self.store, self.layout, self.leases.namespace, self.name)
             return True
         return start() if not self.keep_alive else retry_through_outages(start, self.watch, stop) is not None
 
@@ -182,8 +169,8 @@ class Worker:
                                      timeout=self.settings.REQUEST_TIMEOUT, pool_size=self.thread_count,
                                      download_timeout=self.settings.DOWNLOAD_TIMEOUT,
                                      maxsize=self.settings.DOWNLOAD_MAXSIZE, sleep=stop.wait_cold)
-        table, kind = self.spider.layout.item_destination
-        self.pipeline = Pipeline(self.store, self.queue, self.ledger, self.settings, table, kind, self.watch,
+        table, kind = self.layout.item_destination
+        self.pipeline = Pipeline(self.store, self.leases, self.ledger, self.settings, table, kind, self.watch,
                                  on_written=self._after_write_back)
         self.pipeline.start()
         keeper_stop = threading.Event()
@@ -192,7 +179,7 @@ class Worker:
         fetchers = [start_thread(self._fetch_loop, f"batchd-fetch-{n}", stop, n)
                     for n in range(1, self.thread_count + 1)]
         log.info("%s started: %d threads, %s, %s", self.name, self.thread_count, self.store.describe(),
-                 self.queue.describe())
+                 self.leases.describe())
         try:
             self._watch_until_finished(stop, fetchers)
         finally:
@@ -234,7 +221,7 @@ class Worker:
     def _nothing_left(self) -> bool:
         """Nothing in hand, nothing queued, and the batch done with no new one due (a due batch the
         master has not opened yet still has work for us, whatever the last batch's done flag says)."""
-        if self.pipeline.in_flight() or self.queue.pending_count() or not self.queue.is_done():
+        if self.pipeline.in_flight() or self.leases.pending_count() or not self.leases.is_done():
             return False
         return not is_due(self.store.last_batch(), self.store.now(), self.settings)
 
@@ -268,7 +255,7 @@ class Worker:
         if not leases:
             return
         try:
-            given = self.queue.give_back(leases)
+            given = self.leases.give_back(leases)
         except (BackendUnavailable, ConfigError) as e:
             log.warning("could not give back %d leases (%s): their tasks come back when the leases expire",
                         len(leases), e)
@@ -276,6 +263,29 @@ class Worker:
         log.info("gave back %d leases: the master requeues their tasks (not marked done) at its next patrol",
                  given)
         self._wake_master()
+
+    # -- update_task() and failed_request() of the spider, for the task this worker holds
+    def settle(self, task_id, ok: bool) -> bool:
+        """update_task() for a task one of this worker's threads is processing: hand it to the gate (done
+        waits for the task's items to land). False when this worker does not hold the task."""
+        run = self._holding(task_id)
+        if run is None:
+            return False
+        with _outside_user_code(run):
+            self.pipeline.record_outcome(run, ok)
+        return True
+
+    def failure_reason(self, task_id, response_or_exception) -> Optional[str]:
+        """The downloader's reason for the failure failed_request() was given for a task held here."""
+        run = self._holding(task_id)
+        failure = run.last_failure if run is not None else None
+        if failure is not None and failure.response_or_exception is response_or_exception:
+            return failure.reason
+        return None
+
+    def _holding(self, task_id) -> Optional[TaskRun]:
+        key = task_key(task_id)
+        return next((run for run in list(self._in_hand.values()) if run.lease.key == key), None)
 
     # -- TASK_TIMEOUT
     def _enforce_task_timeout(self, stop: StopFlag) -> None:
@@ -315,11 +325,11 @@ class Worker:
             if keeper_stop.wait(renew_every):
                 return
             try:
-                self.queue.renew(self.pipeline.held_leases(), self.lease_seconds)
+                self.leases.renew(self.pipeline.held_leases(), self.lease_seconds)
             except BackendUnavailable as e:
                 self.watch.failed(e)      # the next renewal is the retry: a lease outlives a short outage
                 continue
-            self.watch.ok(self.queue.backend_name)
+            self.watch.ok(self.leases.backend_name)
 
     # -- a fetch thread
     def _fetch_loop(self, stop: StopFlag, number: int) -> None:
@@ -333,14 +343,14 @@ class Worker:
                 stop.wait(0.05)
                 continue
             try:
-                lease = self.queue.lease(self._next_token(), self.lease_seconds)
+                lease = self.leases.lease(self._next_token(), self.lease_seconds)
             except BackendUnavailable as e:
                 self.ledger.release_slot(slot)
                 self.watch.failed(e)
                 self.watch.wait(outage.next_delay(), e.backend, stop)
                 continue
             outage.reset()
-            self.watch.ok(self.queue.backend_name)
+            self.watch.ok(self.leases.backend_name)
             if lease is None:
                 self.ledger.release_slot(slot)
                 self._wake_master_when_empty()
@@ -375,14 +385,14 @@ class Worker:
 
     def _wake_master(self) -> None:
         try:
-            self.queue.wake_master()
+            self.wake.wake_master()
         except BackendUnavailable:
             pass    # the master patrols on its own timer anyway
 
     def _after_write_back(self, runs: list) -> None:
         """The last write-backs of a batch may finish it: let the master see it now."""
         try:
-            if self.queue.pending_count() == 0:
+            if self.leases.pending_count() == 0:
                 self._wake_master()
         except BackendUnavailable:
             pass
@@ -390,7 +400,6 @@ class Worker:
     # -- one task
     def process(self, run: TaskRun, stop: StopFlag) -> None:
         task = run.lease.task
-        _processing.run, _processing.pipeline = run, self.pipeline
         try:
             with _user_code(run):
                 produced = self._as_requests(self.spider.task_requests(task), "task_requests")
@@ -404,10 +413,9 @@ class Worker:
             self.pipeline.record_outcome(run, ok=False)
         except Exception as e:   # the user's code failed: this task fails, the worker carries on
             log.error("task %s failed: %s: %s", run.task_id, type(e).__name__, e,
-                      exc_info=_first_time((self.queue.namespace, run.lease.batch_id, str(run.task_id)), e))
+                      exc_info=_first_time((self.leases.namespace, run.lease.batch_id, str(run.task_id)), e))
             self.pipeline.record_outcome(run, ok=False)
         finally:
-            _processing.run = _processing.pipeline = None
             if stop.cold:
                 log.info("task %s abandoned at a cold stop; its lease is given back", run.task_id)
             self.pipeline.finish_requests(run)
@@ -460,7 +468,7 @@ class Worker:
     def _is_duplicate(self, run: TaskRun, request: Request) -> bool:
         if not self.settings.REQUEST_FILTER_ENABLE or request.dont_filter:
             return False
-        if self.queue.first_seen(run.lease.batch_id, request.fingerprint()):
+        if self.seen.first_seen(run.lease.batch_id, request.fingerprint()):
             return False
         log.debug("task %s: %s dropped as a duplicate", run.task_id, request)
         return True
@@ -505,16 +513,3 @@ def worker_token_prefix(pid: int) -> str:
     """The start of every lease token of a worker process: its supervisor gives back a dead worker's
     leases by it (`expire_leases_of`)."""
     return f"{socket.gethostname()}:{pid}:"
-
-
-def claim_namespace(queue, store, layout, who: str, record: bool = True) -> str:
-    """A namespace serves one store: the first master or worker records the store's identity in the
-    queue; one whose store differs refuses to start (ConfigError, exit 78), naming both. Returns the
-    identity (`batchd check` looks without recording)."""
-    identity = f"{store.identity()} table {layout.table}"
-    other = queue.claim_namespace(identity, record)
-    if other is not None:
-        raise ConfigError(f"namespace {queue.namespace!r} serves {other}, but this {who}'s store is {identity}: "
-                          "give each store its own NAMESPACE (if the data really moved, delete the namespace's "
-                          f"store record: the key {queue.namespace}:store in Redis)")
-    return identity

@@ -51,7 +51,7 @@ def mysql_url():
 
 
 def _admin_args() -> dict:
-    from batchd.store.mysql import parse_mysql_url
+    from batchd.backends.mysql_redis.mysql import parse_mysql_url
     args = parse_mysql_url(MYSQL_URL.rstrip("/") + "/mysql")
     args.pop("db")
     return args

@@ -2,7 +2,9 @@
 
 `InProcessBatch` starts a resident master and workers as threads (each with its own
 StopFlag, exactly the loops the supervisor runs in children) and stops them warm on
-exit. `wait_for` polls a condition read straight from the backend.
+exit. `wait_for` polls a condition read straight from the backend; `stays_true` is its other
+half, for a window in which something must not happen; `patrol_until` patrols as a resident
+master would until a patrol has done what the test waits for.
 """
 import threading
 import time
@@ -27,6 +29,33 @@ def wait_for(predicate, timeout=30.0, interval=0.05, message="condition"):
     raise AssertionError(f"timed out after {timeout} s waiting for {message}")
 
 
+def stays_true(predicate, seconds, interval=0.05, message="condition", explain=None):
+    """Poll `predicate` for `seconds` and fail as soon as it is false: the window a test needs to
+    show that something does NOT happen (no SIGABRT, no second WARNING, the process still there),
+    named instead of a bare sleep, with the invariant checked all through it, first and last at
+    its two ends. `explain()` adds to the failure (a process's output, say)."""
+    started = time.monotonic()
+    deadline = started + seconds
+    while True:
+        if not predicate():
+            extra = f":\n{explain()}" if explain else ""
+            raise AssertionError(f"{message}: no longer so after {time.monotonic() - started:.1f} s "
+                                 f"of a {seconds} s window{extra}")
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(min(interval, left))
+
+
+def patrol_until(master, condition, timeout=10.0, message="condition"):
+    """One patrol after another (a resident master's rhythm, without its wait) until `condition()`
+    holds after one: for what takes time to become due, such as a lease's expiry."""
+    def patrolled():
+        master.patrol(StopFlag())
+        return condition()
+    return wait_for(patrolled, timeout=timeout, message=message)
+
+
 class InProcessBatch:
     def __init__(self, spider_factory, workers=1, master=True):
         self.spider_factory = spider_factory
@@ -42,11 +71,11 @@ class InProcessBatch:
         return self
 
     def start_master(self):
-        master = self.spider_factory().make_master()
+        master = self.spider_factory().runtime.master()
         return self._start("master", master, lambda stop: master.run(stop))
 
     def start_worker(self, name="worker"):
-        worker = self.spider_factory().make_worker(name=name, keep_alive=True)
+        worker = self.spider_factory().runtime.worker(name=name, keep_alive=True)
         return self._start(name, worker, lambda stop: worker.run(stop))
 
     def _start(self, name, loop, body):

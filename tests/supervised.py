@@ -5,7 +5,9 @@
     wait_for(lambda: len(workers_of(proc.pid)) == 3)
     with NotifySocket() as notify:          # env: notify.env(WATCHDOG_USEC=...)
         notify.wait_for("READY=1"); notify.senders() == {proc.pid}
+    status_snapshot(mysql_backend)          # what the supervisor publishes in Redis
 """
+import json
 import os
 import socket
 import struct
@@ -13,6 +15,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 
 from harness import wait_for
 from procs import Proc
@@ -83,6 +86,22 @@ def lines_with(proc, text: str) -> list:
     return [line for line in proc.output().splitlines() if text in line]
 
 
+# -- what the supervisor publishes
+def status_snapshot(backend) -> dict:
+    """The (only) supervisor snapshot in the backend's Redis namespace, as strings ({} before the first
+    one); its "workers" field decoded into a list."""
+    import redis
+    client = redis.Redis.from_url(backend.redis_url)
+    try:
+        key = next(iter(client.scan_iter(f"{backend.namespace}:status:*")), None)
+        fields = {k.decode(): v.decode() for k, v in client.hgetall(key).items()} if key else {}
+    finally:
+        client.close()
+    if "workers" in fields:
+        fields["workers"] = json.loads(fields["workers"])
+    return fields
+
+
 # -- systemd's side of sd_notify
 class NotifySocket:
     """An AF_UNIX datagram socket with SO_PASSCRED: every message is kept with its sender's pid
@@ -137,3 +156,13 @@ class NotifySocket:
     def wait_for(self, prefix: str, count: int = 1, timeout: float = 30.0) -> list:
         return wait_for(lambda: len(self.fields(prefix)) >= count and self.fields(prefix), timeout,
                         message=f"{count} x {prefix!r} on the notify socket")
+
+    def barrier(self, timeout: float = 30.0) -> None:
+        """Return once everything sent to the socket before this call has been received: a datagram
+        of the test's own joins the same receive queue behind it and is waited for (then dropped)."""
+        mark = f"X_TEST_MARK={uuid.uuid4().hex}"
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sender:
+            sender.sendto(mark.encode(), self.path)
+        self.wait_for(mark, timeout=timeout)
+        with self._lock:
+            self.messages = [m for m in self.messages if mark not in m[2]]

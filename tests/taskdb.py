@@ -8,7 +8,6 @@ import json
 import uuid
 
 import batchd
-from batchd.queue.redis_queue import RedisQueue
 
 TASK_TABLE_DDL = """CREATE TABLE `{table}` (
   `id` BIGINT NOT NULL AUTO_INCREMENT,
@@ -65,9 +64,6 @@ class MemoryBackend:
         from datetime import timedelta
         self._store.batches[-1].batch_date -= timedelta(days=days, hours=hours)
 
-    def queue(self, spider):
-        return spider.queue
-
 
 class MysqlBackend:
     kind = "mysql"
@@ -82,7 +78,7 @@ class MysqlBackend:
 
     def reconnect(self):
         import MySQLdb
-        from batchd.store.mysql import parse_mysql_url
+        from batchd.backends.mysql_redis.mysql import parse_mysql_url
         self.conn = MySQLdb.connect(autocommit=True, **parse_mysql_url(self.mysql_url))
 
     def close(self):
@@ -153,9 +149,6 @@ class MysqlBackend:
     def age_last_batch(self, days=0, hours=0):
         self.sql(f"UPDATE `{self.table}_batch_record` SET `batch_date` = `batch_date` - INTERVAL %s HOUR "
                  "ORDER BY `id` DESC LIMIT 1", (days * 24 + hours,))
-
-    def queue(self, spider):
-        return RedisQueue(self.redis_url, spider.namespace)
 
 
 SQLITE_TASK_TABLE_DDL = """CREATE TABLE "{table}" (
@@ -232,6 +225,3 @@ class SqliteBackend:
     def age_last_batch(self, days=0, hours=0):
         self.sql(f'UPDATE "{self.table}_batch_record" SET "batch_date" = datetime("batch_date", ?) '
                  f'WHERE "id" = (SELECT MAX("id") FROM "{self.table}_batch_record")', (f"-{days * 24 + hours} hours",))
-
-    def queue(self, spider):
-        return batchd.SqliteBatchStore(self.path).embedded_queue(spider.namespace, spider.settings)

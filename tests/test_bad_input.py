@@ -65,12 +65,12 @@ def test_a_state_column_without_index_warns_with_the_statement_to_run(mysql_back
     mysql_backend.create_tasks(["http://x.invalid/1"], index=False)
     spider = CrawlTask(batch_store=mysql_backend.store(), settings=mysql_backend.settings())
     with caplog.at_level(logging.WARNING, logger="batchd"):
-        spider.store.open(spider.layout)
+        spider.runtime.store.open(spider.runtime.layout)
     assert "ALTER TABLE `crawl_task` ADD INDEX `idx_batch_status` (`batch_status`)" in caplog.text
     caplog.clear()
     mysql_backend.sql("ALTER TABLE `crawl_task` ADD INDEX `idx_batch_status` (`batch_status`)")
     with caplog.at_level(logging.WARNING, logger="batchd"):
-        spider.store.open(spider.layout)
+        spider.runtime.store.open(spider.runtime.layout)
     assert "ADD INDEX" not in caplog.text
 
 

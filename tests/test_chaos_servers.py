@@ -53,7 +53,7 @@ def count(backend, state) -> int:
 def row_locked(backend, task_id):
     """A transaction of the test's own holding task `task_id`'s row lock (FOR UPDATE) until exit."""
     import MySQLdb
-    from batchd.store.mysql import parse_mysql_url
+    from batchd.backends.mysql_redis.mysql import parse_mysql_url
     conn = MySQLdb.connect(**parse_mysql_url(backend.mysql_url))
     try:
         conn.begin()

@@ -15,19 +15,12 @@ from batchd.cli import VERBS, main
 from batchd.errors import ConfigError
 from batchd.loader import load_spider_class
 from batchd.failed_items import FailedItemsFile
-from batchd.store.base import ItemRow
+from batchd.model import ItemRow
 from harness import wait_for
-from procs import HERE, Procs
+from procs import HERE
 from spiders.seed import CrawlTask
 from supervised import (DAEMON_SETTINGS, SEED, alive, batchd_command, children_of, lines_with, slow_urls,
-                        start_batchd, title, workers_of)
-
-
-@pytest.fixture
-def procs():
-    started = Procs()
-    yield started
-    started.close()
+                        start_batchd, status_snapshot, title, workers_of)
 
 
 def batchd(*args, backend=None, env=None, timeout=60) -> subprocess.CompletedProcess:
@@ -102,15 +95,17 @@ def test_a_spider_that_does_not_import_ends_with_one_line_and_78(mysql_backend, 
 def test_status_shows_the_batch_the_queue_and_the_workers(mysql_backend, site, procs):
     mysql_backend.create_tasks(slow_urls(site, 80, seconds=0.5))
     proc = start_batchd(procs, mysql_backend, "run", "--workers", "2", BATCH_PUSH_LIMIT=10)
-    wait_for(lambda: lines_with(proc, "ready: "), message="the supervisor ready")
-    time.sleep(1.5)                      # a few snapshots, a few patrols
+    wait_for(lambda: snapshot_shows(mysql_backend, batch_id=1, workers_alive=2, master_alive=1),
+             message="a snapshot with two workers and the master's figures of batch 1")
     status = json.loads(batchd("status", SEED, "--json", backend=mysql_backend).stdout)
     assert status["batch"]["id"] == 1 and not status["batch"]["is_done"]
     assert status["tasks"]["total"] == 80 and status["queue"]["waiting"] <= 10
     host, = status["hosts"]
     assert (host["host"], host["instance"], host["role"]) == (socket.gethostname(), "run", "run")
     assert (host["workers_alive"], host["master_alive"], host["pid"]) == (2, 1, proc.pid)
-    assert status["workers_alive"] == 2 and status["rate"] is not None and status["unflushed"] >= 0
+    assert status["workers_alive"] == 2 and status["rate"] is not None
+    assert sorted(w["pid"] for w in host["workers"]) == workers_of(proc.pid)
+    assert status["unflushed"] == host["unflushed"]              # the hosts' figures, summed (one host here)
     text = batchd("status", SEED, backend=mysql_backend).stdout
     assert "batch    1 opened" in text and "/80:" in text and f"{socket.gethostname()} 2 (run@run, master)" in text
     proc.send(signal.SIGTERM)
@@ -122,7 +117,7 @@ def test_status_shows_the_batch_the_queue_and_the_workers(mysql_backend, site, p
 def test_status_with_the_database_unreachable_shows_what_redis_knows_and_exits_69(mysql_backend, site, procs):
     mysql_backend.create_tasks([site.url(f"/page/{n}") for n in range(1, 6)])
     proc = start_batchd(procs, mysql_backend, "run", "--workers", "1")
-    wait_for(lambda: status_field(mysql_backend, "batch_is_done") == b"1", message="the snapshot: batch finished")
+    wait_for(lambda: snapshot_shows(mysql_backend, batch_is_done=1), message="the snapshot: batch finished")
     result = batchd("status", SEED, backend=mysql_backend, env={"BATCHD_MYSQL_URL": "mysql://root@127.0.0.1:1/x"})
     assert result.returncode == 69
     assert "MISSING  MySQL root@127.0.0.1:1/x unreachable" in result.stdout, result.stdout
@@ -132,12 +127,10 @@ def test_status_with_the_database_unreachable_shows_what_redis_knows_and_exits_6
     assert proc.wait(30) == 0
 
 
-def status_field(backend, name):
-    """A field of the (only) supervisor snapshot in the backend's namespace, or None."""
-    import redis
-    client = redis.Redis.from_url(backend.redis_url)
-    key = next(iter(client.scan_iter(f"{backend.namespace}:status:*")), None)
-    return client.hget(key, name) if key else None
+def snapshot_shows(backend, **fields) -> bool:
+    """The supervisor's snapshot in Redis has these values (compared as the strings it holds)."""
+    snapshot = status_snapshot(backend)
+    return all(snapshot.get(name) == str(value) for name, value in fields.items())
 
 
 def test_check_reports_each_item_and_fails_on_any(mysql_backend):
@@ -211,7 +204,7 @@ def failed_item(task_id: int, table: str = "crawl_task_item") -> dict:
 def test_retry_items_stores_what_it_can_and_says_so(mysql_backend):
     mysql_backend.create_tasks(["http://x.invalid/1", "http://x.invalid/2", "http://x.invalid/3"])
     spider = CrawlTask(batch_store=mysql_backend.store(), settings=mysql_backend.settings())
-    spider.store.open(spider.layout)                       # creates the item table
+    spider.runtime.store.open(spider.runtime.layout)                       # creates the item table
     dumped = FailedItemsFile(mysql_backend.failed_items_path)
     dumped.append([failed_item(1), failed_item(2)])
 

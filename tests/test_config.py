@@ -174,7 +174,7 @@ def test_passwords_never_reach_a_log_line():
 
 def test_the_store_is_chosen_by_store_else_mysql_url(tmp_path):
     from batchd import MysqlBatchStore, SqliteBatchStore
-    from batchd.store import store_from_settings
+    from batchd.backends import open_store as store_from_settings
     sqlite = store_from_settings(Settings(STORE=f"sqlite:///{tmp_path}/t.db", MYSQL_URL="mysql://u@h/db"))
     assert isinstance(sqlite, SqliteBatchStore) and sqlite.describe() == f"SQLite {tmp_path}/t.db"
     assert isinstance(store_from_settings(Settings(MYSQL_URL="mysql://u@h/db")), MysqlBatchStore)

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from batchd.failed_items import REFUSALS_LOGGED, FailedItemsFile, ReplayResult
-from batchd.store.base import COLUMNS_ITEM_KIND, DEFAULT_ITEM_KIND, ItemRow
+from batchd.model import COLUMNS_ITEM_KIND, DEFAULT_ITEM_KIND, ItemRow
 from spiders.seed import CrawlTask
 
 NAN = float("nan")
@@ -40,8 +40,8 @@ class BrokenRepr:
 def item_store(backend):
     """The store, with the seed spider's default item table created as a worker creates it."""
     spider = CrawlTask(batch_store=backend.store(), settings=backend.settings())
-    spider.store.open(spider.layout)
-    return spider.store
+    spider.runtime.store.open(spider.runtime.layout)
+    return spider.runtime.store
 
 
 def record(task_id, item=None, table=DEFAULT_TABLE, kind=DEFAULT_ITEM_KIND):

@@ -7,7 +7,7 @@ import sys
 
 
 from batchd.failed_items import FailedItemsFile
-from batchd.store.base import ItemRow
+from batchd.model import ItemRow
 from batchd.task import TaskState
 from harness import InProcessBatch, wait_for
 from spiders.seed import CrawlTask

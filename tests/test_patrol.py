@@ -6,7 +6,7 @@ import pytest
 
 from batchd.lifecycle import StopFlag
 from batchd.schedule import next_due
-from batchd.store.base import BatchRecord
+from batchd.model import BatchRecord
 from batchd.task import TaskState
 from spiders.seed import CrawlTask
 
@@ -15,8 +15,8 @@ P, D, R, F = TaskState.PENDING, TaskState.DONE, TaskState.PROCESSING, TaskState.
 
 def make_master(backend, **settings):
     spider = CrawlTask(batch_store=backend.store(), settings=backend.settings(**settings))
-    spider.store.open(spider.layout)
-    return spider.make_master(), spider
+    spider.runtime.store.open(spider.runtime.layout)
+    return spider.runtime.master(), spider
 
 
 def patrol(master):
@@ -26,7 +26,7 @@ def patrol(master):
 def test_claims_at_most_push_limit_and_keeps_the_queue_just_ahead(backend):
     backend.create_tasks([f"http://x.invalid/{i}" for i in range(10)])
     master, spider = make_master(backend, BATCH_PUSH_LIMIT=3)
-    queue = backend.queue(spider)
+    queue = spider.runtime.backend.leases
     patrol(master)
     assert sorted(backend.states().values()) == [P] * 7 + [R] * 3
     assert queue.pending_count() == 3
@@ -42,7 +42,7 @@ def test_claims_at_most_push_limit_and_keeps_the_queue_just_ahead(backend):
 def test_expired_lease_goes_back_to_pending_and_is_pushed_again(backend, caplog):
     backend.create_tasks(["http://x.invalid/1", "http://x.invalid/2"])
     master, spider = make_master(backend)
-    queue = backend.queue(spider)
+    queue = spider.runtime.backend.leases
     patrol(master)
     held = queue.lease("holder-1", 0.2)
     import time
@@ -107,7 +107,7 @@ def test_batch_closes_when_every_task_is_settled(backend):
     assert patrol(master) is True
     record = backend.records()[-1]
     assert record["is_done"] and (record["done_count"], record["fail_count"]) == (1, 1)
-    assert backend.queue(spider).is_done()
+    assert spider.runtime.backend.leases.is_done()
 
 
 def test_a_due_batch_resets_every_task_and_clears_the_queue(backend):
@@ -124,7 +124,7 @@ def test_a_due_batch_resets_every_task_and_clears_the_queue(backend):
     records = backend.records()
     assert len(records) == 2 and not records[-1]["is_done"] and records[-1]["total_count"] == 3
     assert sorted(backend.states().values()) == [R, R, R]          # reset, then claimed again
-    assert not backend.queue(spider).is_done()
+    assert not spider.runtime.backend.leases.is_done()
 
 
 def test_an_unfinished_batch_past_its_interval_is_overdue_not_replaced(backend, caplog):

@@ -15,7 +15,8 @@ import pytest
 
 import batchd
 from batchd.errors import ConfigError
-from batchd.store.base import COLUMNS_ITEM_KIND, DEFAULT_ITEM_KIND, ItemRow, TaskLayout
+from batchd.backends import open_backend
+from batchd.model import COLUMNS_ITEM_KIND, DEFAULT_ITEM_KIND, ItemRow, TaskLayout
 from batchd.task import Move, TaskState
 from harness import wait_for
 from procs import Proc
@@ -38,17 +39,17 @@ def opened_store(sqlite, count=0, **layout):
 
 
 def queued(sqlite, count):
-    """A store and its queue with `count` tasks claimed and pushed for batch 1."""
+    """A store and its ports with `count` tasks claimed and pushed for batch 1."""
     store = opened_store(sqlite, count)
-    queue = store.embedded_queue(NAMESPACE, None)
-    queue.push(1, store.claim(count), "id")
-    return store, queue
+    ports = open_backend(None, NAMESPACE, store)
+    ports.leases.push(1, store.claim(count), "id")
+    return store, ports
 
 
 # -- one process
 def test_the_file_is_in_wal_mode_and_holds_the_queue(sqlite):
     store = opened_store(sqlite, 1)
-    store.embedded_queue(NAMESPACE, None)
+    open_backend(None, NAMESPACE, store)
     fresh = sqlite3.connect(sqlite.path)      # an older connection reports the mode it started with
     assert fresh.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     fresh.close()
@@ -121,7 +122,8 @@ def test_items_are_upserts_in_both_kinds_of_table(sqlite):
 
 
 def test_a_lease_is_renewed_and_released_only_by_its_token(sqlite):
-    store, queue = queued(sqlite, 2)
+    store, ports = queued(sqlite, 2)
+    queue = ports.leases
     first = queue.lease("w:1", 0.3)
     assert (first.task_id, first.batch_id, first.task["url"], first.queue_left) == (1, 1, "http://127.0.0.1:9/1", 1)
     assert queue.known(["1", "2", "3"]) == {"1", "2"}
@@ -135,20 +137,22 @@ def test_a_lease_is_renewed_and_released_only_by_its_token(sqlite):
     again = queue.lease("w:3", 60)
     assert again.task_id == 1 and queue.release([first, again]) == [again]
     assert queue.count_attempts([1, 2]) == [1, 1] and queue.count_attempts([1]) == [2]
-    assert queue.first_seen(1, "fp") and not queue.first_seen(1, "fp") and queue.first_seen(2, "fp")
+    seen = ports.seen
+    assert seen.first_seen(1, "fp") and not seen.first_seen(1, "fp") and seen.first_seen(2, "fp")
 
 
 def test_flags_wake_ups_and_a_new_batch(sqlite):
-    store, queue = queued(sqlite, 3)
+    store, ports = queued(sqlite, 3)
+    queue = ports.leases
     queue.lease("w:1", 60)
     queue.set_done(1)
-    queue.wake_master()
-    assert queue.is_done() and queue.wait_for_wake(1.0) and not queue.wait_for_wake(0.1)
-    other = store.embedded_queue("another", None)
+    ports.wake.wake_master()
+    assert queue.is_done() and ports.wake.wait_for_wake(1.0) and not ports.wake.wait_for_wake(0.1)
+    other = open_backend(None, "another", store).leases
     other.push(1, [{"id": 9}], "id")
     queue.clear_batch()
     assert (queue.pending_count(), queue.leased_count(), queue.is_done()) == (0, 0, False)
-    assert queue.first_seen(1, "fp") and queue.count_attempts([1]) == [1]
+    assert ports.seen.first_seen(1, "fp") and queue.count_attempts([1]) == [1]
     assert other.pending_count() == 1
 
 
@@ -175,7 +179,8 @@ def _take_all(store, queue, what, barrier, out_path):
 def test_processes_taking_at_once_never_get_the_same_task(sqlite, tmp_path, what):
     count, children = 600, 4
     if what == "lease":
-        store, queue = queued(sqlite, count)    # used here first: the children must open their own connections
+        store, ports = queued(sqlite, count)    # used here first: the children must open their own connections
+        queue = ports.leases
     else:
         store, queue = opened_store(sqlite, count), None
         store.progress()
@@ -197,14 +202,14 @@ def test_processes_taking_at_once_never_get_the_same_task(sqlite, tmp_path, what
 
 
 def _hold_lock(path, held):
-    lock = batchd.SqliteBatchStore(path).embedded_queue(NAMESPACE, None).master_lock("doomed:1", 3.0)
+    lock = open_backend(None, NAMESPACE, batchd.SqliteBatchStore(path)).locks.master_lock("doomed:1", 3.0)
     assert lock.acquire()
     held.set()
     time.sleep(3600)
 
 
 def test_the_master_lock_is_taken_over_only_after_it_expires(sqlite):
-    queue = opened_store(sqlite).embedded_queue(NAMESPACE, None)
+    queue = open_backend(None, NAMESPACE, opened_store(sqlite)).locks
     held = FORK.Event()
     holder = FORK.Process(target=_hold_lock, args=(sqlite.path, held))
     holder.start()

@@ -5,22 +5,12 @@ import os
 import signal
 import time
 
-import pytest
-
 from batchd.task import TaskState
-from harness import wait_for
-from procs import Procs
+from harness import stays_true, wait_for
 from servers import PrivateMariaDB, PrivateRedis
-from supervised import (alive, children_of, lines_with, masters_of, slow_urls, start_batchd, title,
-                        workers_of)
+from supervised import (alive, children_of, lines_with, masters_of, slow_urls, start_batchd, status_snapshot,
+                        title, workers_of)
 from taskdb import MysqlBackend
-
-
-@pytest.fixture
-def procs():
-    started = Procs()
-    yield started
-    started.close()
 
 
 def all_done(backend):
@@ -38,6 +28,11 @@ def finish_batch_and_stop(proc, backend, urls):
     proc.send(signal.SIGTERM)
     assert proc.wait(30) == 0
     assert_every_task_has_its_item(backend, urls)
+
+
+def holds_items(backend, pid) -> bool:
+    """The supervisor's snapshot shows worker `pid` with items in memory (not flushed yet)."""
+    return any(w["pid"] == pid and w["unflushed"] > 0 for w in status_snapshot(backend).get("workers", []))
 
 
 def redis_client(backend):
@@ -67,7 +62,7 @@ def test_a_worker_killed_mid_batch_is_respawned_and_its_tasks_come_back(mysql_ba
     proc = start_batchd(procs, mysql_backend, "run", "--workers", "2", ITEM_FLUSH_INTERVAL=4.0)
     wait_for(lambda: lines_with(proc, "批次进度 0/24"), message="the batch open")
     victim = workers_of(proc.pid)[0]
-    time.sleep(2)
+    wait_for(lambda: holds_items(mysql_backend, victim), message="the victim holding items in memory")
     os.kill(victim, signal.SIGKILL)
     death = wait_for(lambda: lines_with(proc, f"(pid {victim}) was killed by SIGKILL"), message="the death line")[0]
     assert "lost from memory" in death and "come back through their leases" in death
@@ -226,8 +221,11 @@ def test_the_master_keeps_beating_while_it_waits_for_the_lock(mysql_backend, sit
     redis_client(mysql_backend).set(lock, "someone-else:1", ex=30)
     proc = start_batchd(procs, mysql_backend, "master")
     wait_for(lambda: lines_with(proc, "waiting: someone-else:1 is master"), message="the master waiting")
-    time.sleep(5)                                      # longer than CHILD_TIMEOUT (3 s)
-    assert not lines_with(proc, "silent for"), proc.output()
+    waiting = masters_of(proc.pid)
+    assert len(waiting) == 1
+    stays_true(lambda: not lines_with(proc, "silent for") and masters_of(proc.pid) == waiting,
+               5.0, message="the waiting master beating, never replaced",      # longer than CHILD_TIMEOUT (3 s)
+               explain=proc.output)
     redis_client(mysql_backend).delete(lock)
     wait_for(lambda: lines_with(proc, "批次进度 0/1"), timeout=30, message="the master at work")
     proc.send(signal.SIGTERM)
@@ -242,8 +240,9 @@ def run_through_an_outage_at_start(server, backend, site, procs, on_restart=lamb
     server.stop()
     proc = start_batchd(procs, backend, "run", "--workers", "2")
     wait_for(lambda: lines_with(proc, "; waiting for it (retries back off"), message="the retries")
-    time.sleep(1)
-    assert proc.alive() and len(children_of(proc.pid)) == 3
+    wait_for(lambda: len(children_of(proc.pid)) == 3, message="master and two workers")
+    stays_true(lambda: proc.alive() and len(children_of(proc.pid)) == 3, 1.0,
+               message="the supervisor and its three children waiting", explain=proc.output)
     server.start()
     on_restart()
     finish_batch_and_stop(proc, backend, urls)

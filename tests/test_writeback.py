@@ -99,11 +99,11 @@ def test_a_rerun_in_the_same_batch_does_not_duplicate_items(backend, site):
 def test_a_stale_holders_write_back_is_ignored(backend):
     backend.create_tasks(["http://x.invalid/1"])
     spider = CrawlTask(batch_store=backend.store(), settings=backend.settings())
-    spider.store.open(spider.layout)
-    master = spider.make_master()
+    spider.runtime.store.open(spider.runtime.layout)
+    master = spider.runtime.master()
     from batchd.lifecycle import StopFlag
     master.patrol(StopFlag())
-    queue = spider.queue
+    queue = spider.runtime.backend.leases
     stale = queue.lease("old-holder:1", 0.1)
     time.sleep(0.3)
     master.patrol(StopFlag())                      # reclaimed and pushed again

@@ -13,9 +13,9 @@ import sys
 import time
 from typing import Optional
 
+from ..backends.sqlite.store import SqliteBatchStore
+from ..model import TaskLayout
 from ..status import bar
-from ..store.sqlite import SqliteBatchStore
-from ..store.base import TaskLayout
 from ..task import TaskState
 from .site import book_paths
 from .spider import BookSpider

@@ -1,17 +1,18 @@
-"""LocalQueue: the queue of a MemoryBatchStore, shared by the threads of one process.
+"""LocalQueue: every queue-side port of a MemoryBatchStore, shared by the threads of one process.
 
-Same contract as the Redis queue; the clock is time.monotonic() and the wake-up a
-Condition, since nothing here is seen by another process.
+The same contracts as the Redis ports (batchd/ports.py); the clock is time.monotonic() and the
+wake-up a Condition, since nothing here is seen by another process. One object serves every
+port: in one process they share one lock, and splitting them would only add indirection.
 """
 import collections
 import threading
 import time
 from typing import Iterable, Optional, Sequence
 
-from .base import Lease, MasterLock, TaskQueue, task_key
+from ...model import Lease, task_key
 
 
-class LocalMasterLock(MasterLock):
+class LocalMasterLock:
     def __init__(self, queue: "LocalQueue", owner: str):
         self._queue, self._owner = queue, owner
 
@@ -32,7 +33,9 @@ class LocalMasterLock(MasterLock):
                 self._queue._lock_owner = None
 
 
-class LocalQueue(TaskQueue):
+class LocalQueue:
+    backend_name = "in-process"
+
     def __init__(self, namespace: str):
         self.namespace = namespace
         self._cond = threading.Condition()
@@ -66,7 +69,7 @@ class LocalQueue(TaskQueue):
                 self._leases[key] = (self._leases[key][0], 0.0)
             return len(theirs)
 
-    def master_lock(self, owner: str, ttl: float) -> MasterLock:
+    def master_lock(self, owner: str, ttl: float) -> LocalMasterLock:
         return LocalMasterLock(self, owner)
 
     def lock_holder(self) -> Optional[str]:
@@ -176,3 +179,12 @@ class LocalQueue(TaskQueue):
                 return False
             self._seen.add(fingerprint)
             return True
+
+    def describe(self) -> str:
+        return "in-process queue"
+
+    def ping(self) -> None:
+        """Always there."""
+
+    def close(self) -> None:
+        """Nothing to release."""

@@ -38,7 +38,8 @@ from ..codec import plain_json
 from ..config import check_identifier
 from ..errors import ConfigError
 from ..task import Move, TaskState
-from .base import COLUMNS_ITEM_KIND, BatchRecord, BatchStore, ItemRow, Progress, TaskLayout
+from ..model import COLUMNS_ITEM_KIND, BatchRecord, ItemRow, Progress, TaskLayout
+from ..ports import BatchStore
 
 log = logging.getLogger("batchd.store")
 

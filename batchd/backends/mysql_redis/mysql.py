@@ -1,6 +1,6 @@
 """MysqlBatchStore: the default backend, on MySQL or MariaDB through mysqlclient.
 
-The store's logic is SqlBatchStore's (batchd/store/sql.py); this module is the MySQL dialect:
+The store's logic is SqlBatchStore's (batchd/backends/sql.py); this module is the MySQL dialect:
 backticks and %s, the server's NOW(), ON DUPLICATE KEY UPDATE, a claim that SELECTs ... FOR
 UPDATE SKIP LOCKED then UPDATEs in one transaction, the DDL, and the connections. Every
 statement binds its values; table and column names come from a validated TaskLayout and are
@@ -14,11 +14,11 @@ from contextlib import contextmanager
 from typing import Optional, Sequence
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from ..config import check_identifier, redact_url
-from ..errors import BackendUnavailable, ConfigError
-from ..threads import guard
-from .base import TaskLayout
-from .sql import SqlBatchStore
+from ...config import check_identifier, redact_url
+from ...errors import BackendUnavailable, ConfigError
+from ...model import TaskLayout
+from ...threads import guard
+from ..sql import SqlBatchStore
 
 # Errors that mean "the server is not there (or not writable) now" rather than "the statement is
 # wrong": a connection lost or refused, and a server in read-only mode (1290, 1792, 1836: a replica

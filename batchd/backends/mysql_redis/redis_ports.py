@@ -1,4 +1,4 @@
-"""RedisQueue: the queue shared by the master and workers on any number of hosts.
+"""The Redis ports: the queue side shared by the master and the workers on any number of hosts.
 
 The key schema, all under `<ns>:` (built only by `Keys`):
 
@@ -21,11 +21,11 @@ find expired + remove) is one Lua script, so it is atomic on the server.
 import functools
 from typing import Iterable, Optional, Sequence
 
-from ..config import redact_url
-from ..errors import BackendUnavailable, ConfigError
-from ..threads import guard
-from .base import Lease, MasterLock, TaskQueue, task_key
-from ..codec import decode_task, encode_task
+from ...config import redact_url
+from ...errors import BackendUnavailable, ConfigError
+from ...threads import guard
+from ...codec import decode_task, encode_task
+from ...model import Lease, task_key
 
 WAKE_TTL = 60
 SEEN_TTL = 40 * 24 * 3600
@@ -209,7 +209,7 @@ def translated(method):
     return call
 
 
-class RedisMasterLock(MasterLock):
+class RedisMasterLock:
     def __init__(self, client, url: str, name: str, owner: str, ttl: float):
         # thread_local=False: the lock is renewed from another thread than the one that took it,
         # and redis-py's default thread-local token (4.3.4) would make that renewal fail.
@@ -237,21 +237,31 @@ class RedisMasterLock(MasterLock):
             pass
 
 
-class RedisQueue(TaskQueue):
+class RedisPort:
+    """What the ports of one namespace share: one client (one connection pool per process), the URL for
+    messages (never the password), the key schema."""
+
+    def __init__(self, url: str, namespace: str, client):
+        self.url, self.namespace, self.keys, self.redis = url, namespace, Keys(namespace), client
+
+    def close(self) -> None:
+        self.redis.close()
+
+
+class RedisLeaseQueue(RedisPort):
+    """The LeaseQueue port: batch_pending, queued, leases, lease_owner, attempts, batch_done."""
+
     backend_name = "Redis"
 
-    def __init__(self, url: str, namespace: str, client=None):
-        self.url = url
-        self.namespace = namespace
-        self.keys = Keys(namespace)
-        self.redis = client or connect_redis(url)
-        self._lease = self.redis.register_script(LEASE_SCRIPT)
-        self._renew = self.redis.register_script(RENEW_SCRIPT)
-        self._release = self.redis.register_script(RELEASE_SCRIPT)
-        self._reclaim = self.redis.register_script(RECLAIM_SCRIPT)
-        self._known = self.redis.register_script(KNOWN_SCRIPT)
-        self._give_back = self.redis.register_script(GIVE_BACK_SCRIPT)
-        self._expire_holder = self.redis.register_script(EXPIRE_HOLDER_SCRIPT)
+    def __init__(self, url: str, namespace: str, client):
+        super().__init__(url, namespace, client)
+        self._lease = client.register_script(LEASE_SCRIPT)
+        self._renew = client.register_script(RENEW_SCRIPT)
+        self._release = client.register_script(RELEASE_SCRIPT)
+        self._reclaim = client.register_script(RECLAIM_SCRIPT)
+        self._known = client.register_script(KNOWN_SCRIPT)
+        self._give_back = client.register_script(GIVE_BACK_SCRIPT)
+        self._expire_holder = client.register_script(EXPIRE_HOLDER_SCRIPT)
 
     def describe(self) -> str:
         return f"Redis {redact_url(self.url)}"
@@ -259,33 +269,6 @@ class RedisQueue(TaskQueue):
     @translated
     def ping(self) -> None:
         self.redis.ping()
-
-    @translated
-    def claim_namespace(self, identity: str, record: bool = True) -> Optional[str]:
-        if record:
-            self.redis.set(self.keys.store, identity, nx=True)
-        recorded = self.redis.get(self.keys.store)
-        return None if recorded is None or recorded.decode() == identity else recorded.decode()
-
-    @translated
-    def give_back(self, leases: Sequence[Lease]) -> int:
-        if not leases:
-            return 0
-        args = [part for lease in leases for part in (lease.key, lease.token)]
-        return self._give_back(keys=[self.keys.leases, self.keys.lease_owner], args=args)
-
-    @translated
-    def expire_leases_of(self, token_prefix: str) -> int:
-        return self._expire_holder(keys=[self.keys.leases, self.keys.lease_owner], args=[token_prefix])
-
-    @translated
-    def master_lock(self, owner: str, ttl: float) -> MasterLock:
-        return RedisMasterLock(self.redis, self.url, self.keys.master_lock, owner, ttl)
-
-    @translated
-    def lock_holder(self) -> Optional[str]:
-        holder = self.redis.get(self.keys.master_lock)
-        return holder.decode() if holder else None
 
     @translated
     def clear_batch(self) -> None:
@@ -310,42 +293,6 @@ class RedisQueue(TaskQueue):
             for task_id in task_ids:
                 pipe.hincrby(self.keys.attempts, task_key(task_id), 1)
             return pipe.execute()
-
-    @translated
-    def reclaim_expired(self, limit: int) -> list:
-        expired = self._reclaim(keys=[self.keys.leases, self.keys.lease_owner], args=[limit])
-        return [key.decode() for key in expired]
-
-    @translated
-    def known(self, task_keys: Sequence[str]) -> set:
-        if not task_keys:
-            return set()
-        flags = self._known(keys=[self.keys.queued, self.keys.leases], args=list(task_keys))
-        return {key for key, flag in zip(task_keys, flags) if flag}
-
-    @translated
-    def set_done(self, batch_id: int) -> None:
-        self.redis.set(self.keys.done, batch_id)
-
-    @translated
-    def is_done(self) -> bool:
-        return bool(self.redis.exists(self.keys.done))
-
-    @translated
-    def wait_for_wake(self, timeout: float) -> bool:
-        # Redis >= 6 takes a fractional timeout; 0 would mean "for ever".
-        woken = self.redis.blpop([self.keys.wake], timeout=max(0.01, round(timeout, 2)))
-        if woken:
-            self.redis.delete(self.keys.wake)
-        return bool(woken)
-
-    @translated
-    def wake_master(self) -> None:
-        with self.redis.pipeline(transaction=True) as pipe:
-            pipe.rpush(self.keys.wake, 1)
-            pipe.ltrim(self.keys.wake, 0, 0)
-            pipe.expire(self.keys.wake, WAKE_TTL)
-            pipe.execute()
 
     @translated
     def pending_count(self) -> int:
@@ -383,12 +330,72 @@ class RedisQueue(TaskQueue):
         return [lease for lease, flag in zip(leases, flags) if flag]
 
     @translated
-    def first_seen(self, batch_id: int, fingerprint: str) -> bool:
-        with self.redis.pipeline(transaction=False) as pipe:
-            pipe.sadd(self.keys.seen, fingerprint)
-            pipe.expire(self.keys.seen, SEEN_TTL)
-            added, _ = pipe.execute()
-        return bool(added)
+    def give_back(self, leases: Sequence[Lease]) -> int:
+        if not leases:
+            return 0
+        args = [part for lease in leases for part in (lease.key, lease.token)]
+        return self._give_back(keys=[self.keys.leases, self.keys.lease_owner], args=args)
+
+    @translated
+    def expire_leases_of(self, token_prefix: str) -> int:
+        return self._expire_holder(keys=[self.keys.leases, self.keys.lease_owner], args=[token_prefix])
+
+    @translated
+    def reclaim_expired(self, limit: int) -> list:
+        expired = self._reclaim(keys=[self.keys.leases, self.keys.lease_owner], args=[limit])
+        return [key.decode() for key in expired]
+
+    @translated
+    def known(self, task_keys: Sequence[str]) -> set:
+        if not task_keys:
+            return set()
+        flags = self._known(keys=[self.keys.queued, self.keys.leases], args=list(task_keys))
+        return {key for key, flag in zip(task_keys, flags) if flag}
+
+    @translated
+    def set_done(self, batch_id: int) -> None:
+        self.redis.set(self.keys.done, batch_id)
+
+    @translated
+    def is_done(self) -> bool:
+        return bool(self.redis.exists(self.keys.done))
+
+
+class RedisMasterLocks(RedisPort):
+    """The MasterLocks port: master_lock."""
+
+    @translated
+    def master_lock(self, owner: str, ttl: float) -> RedisMasterLock:
+        return RedisMasterLock(self.redis, self.url, self.keys.master_lock, owner, ttl)
+
+    @translated
+    def lock_holder(self) -> Optional[str]:
+        holder = self.redis.get(self.keys.master_lock)
+        return holder.decode() if holder else None
+
+
+class RedisWake(RedisPort):
+    """The WakeChannel port: a list the master BLPOPs on."""
+
+    @translated
+    def wake_master(self) -> None:
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.rpush(self.keys.wake, 1)
+            pipe.ltrim(self.keys.wake, 0, 0)
+            pipe.expire(self.keys.wake, WAKE_TTL)
+            pipe.execute()
+
+    @translated
+    def wait_for_wake(self, timeout: float) -> bool:
+        # Redis >= 6 takes a fractional timeout; 0 would mean "for ever".
+        woken = self.redis.blpop([self.keys.wake], timeout=max(0.01, round(timeout, 2)))
+        if woken:
+            self.redis.delete(self.keys.wake)
+        return bool(woken)
+
+
+class RedisStatusBoard(RedisPort):
+    """The StatusBoard port: a hash per supervisor, with a TTL."""
 
     @translated
     def write_status(self, key: str, fields: dict, ttl: float) -> None:
@@ -411,5 +418,25 @@ class RedisQueue(TaskQueue):
     def delete_status(self, key: str) -> None:
         self.redis.delete(self.keys.status(key))
 
-    def close(self) -> None:
-        self.redis.close()
+
+class RedisSeenFilter(RedisPort):
+    """The SeenFilter port: a set of fingerprints, with a TTL."""
+
+    @translated
+    def first_seen(self, batch_id: int, fingerprint: str) -> bool:
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.sadd(self.keys.seen, fingerprint)
+            pipe.expire(self.keys.seen, SEEN_TTL)
+            added, _ = pipe.execute()
+        return bool(added)
+
+
+class RedisNamespaceRecord(RedisPort):
+    """The NamespaceRecord port: the store key."""
+
+    @translated
+    def claim_namespace(self, identity: str, record: bool = True) -> Optional[str]:
+        if record:
+            self.redis.set(self.keys.store, identity, nx=True)
+        recorded = self.redis.get(self.keys.store)
+        return None if recorded is None or recorded.decode() == identity else recorded.decode()

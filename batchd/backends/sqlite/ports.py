@@ -1,7 +1,7 @@
-"""SqliteQueue: the queue of a SqliteBatchStore, in the same SQLite file, for one host with no Redis.
+"""The queue-side ports of a SqliteBatchStore, in the same SQLite file, for one host with no Redis.
 
-The same guarantees as the Redis queue, with tables in place of keys; every table has
-the namespace as a column, so spiders sharing a file keep apart:
+The same guarantees as the Redis ports (batchd/ports.py), with tables in place of keys; every
+table has the namespace as a column, so spiders sharing a file keep apart:
 
     batchd_queue     seq (push order), namespace, task_key, payload   the pending list (JSON payloads)
     batchd_lease     namespace, task_key, token, deadline             a lease: the token that holds it,
@@ -22,10 +22,10 @@ import json
 import time
 from typing import Iterable, Optional, Sequence
 
-from ..codec import decode_task, encode_task
-from ..store.sql import chunks, marks
-from ..store.sqlite import IN_CHUNK, SqliteFile
-from .base import Lease, MasterLock, TaskQueue, task_key
+from ...codec import decode_task, encode_task
+from ...model import Lease, task_key
+from ..sql import chunks, marks
+from .file import IN_CHUNK, SqliteFile
 
 WAKE_POLL = 0.05      # seconds between two looks at the wake flag
 DONE_FLAG, WAKE_FLAG, STORE_FLAG = "done", "wake", "store"
@@ -57,7 +57,7 @@ CREATE TABLE IF NOT EXISTS batchd_status (
 BATCH_TABLES = ("batchd_queue", "batchd_lease", "batchd_attempts", "batchd_seen")
 
 
-class SqliteMasterLock(MasterLock):
+class SqliteMasterLock:
     """A row per namespace; free when missing or expired, so a dead master's lock lapses after its TTL."""
 
     def __init__(self, db: SqliteFile, namespace: str, owner: str, ttl: float):
@@ -79,48 +79,40 @@ class SqliteMasterLock(MasterLock):
         self.db.change("DELETE FROM batchd_lock WHERE namespace = ? AND owner = ?", (self.namespace, self.owner))
 
 
-class SqliteQueue(TaskQueue):
-    backend_name = "SQLite"
+def create_schema(db: SqliteFile) -> None:
+    """The tables of every port, made if missing (idempotent)."""
+    with db.translated():
+        db.connection().executescript(SCHEMA)
+
+
+class SqlitePort:
+    """What the ports of one namespace in the file share: the file, the namespace, its flags."""
 
     def __init__(self, db: SqliteFile, namespace: str):
         self.db, self.namespace = db, namespace
-        with db.translated():
-            db.connection().executescript(SCHEMA)
+
+    def _has_flag(self, name: str) -> bool:
+        return bool(self.db.rows("SELECT 1 FROM batchd_flag WHERE namespace = ? AND name = ?", (self.namespace, name)))
+
+    def _set_flag(self, name: str, value: str) -> None:
+        self.db.change("INSERT INTO batchd_flag (namespace, name, value) VALUES (?, ?, ?) "
+                       "ON CONFLICT (namespace, name) DO UPDATE SET value = excluded.value",
+                       (self.namespace, name, value))
+
+    def close(self) -> None:
+        """The file's connections belong to the store (SqliteFile), closed with it."""
+
+
+class SqliteLeaseQueue(SqlitePort):
+    """The LeaseQueue port in the file (batchd_queue, batchd_lease, batchd_attempts)."""
+
+    backend_name = "SQLite"
 
     def describe(self) -> str:
         return f"SQLite queue {self.db.path}"
 
     def ping(self) -> None:
         self.db.rows("SELECT 1")
-
-    def claim_namespace(self, identity: str, record: bool = True) -> Optional[str]:
-        if record:
-            self.db.change("INSERT INTO batchd_flag (namespace, name, value) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-                           (self.namespace, STORE_FLAG, identity))
-        recorded = self.db.rows("SELECT value FROM batchd_flag WHERE namespace = ? AND name = ?",
-                                (self.namespace, STORE_FLAG))
-        return None if not recorded or recorded[0][0] == identity else recorded[0][0]
-
-    def give_back(self, leases: Sequence[Lease]) -> int:
-        if not leases:
-            return 0
-        with self.db.transaction() as conn:
-            return sum(conn.execute("UPDATE batchd_lease SET deadline = 0 WHERE namespace = ? AND task_key = ? "
-                                    "AND token = ?", (self.namespace, lease.key, lease.token)).rowcount
-                       for lease in leases)
-
-    def expire_leases_of(self, token_prefix: str) -> int:
-        return self.db.change("UPDATE batchd_lease SET deadline = 0 WHERE namespace = ? "
-                              "AND substr(token, 1, ?) = ?", (self.namespace, len(token_prefix), token_prefix))
-
-    # -- the master's side
-    def master_lock(self, owner: str, ttl: float) -> MasterLock:
-        return SqliteMasterLock(self.db, self.namespace, owner, ttl)
-
-    def lock_holder(self) -> Optional[str]:
-        rows = self.db.rows("SELECT owner FROM batchd_lock WHERE namespace = ? AND expires > ?",
-                            (self.namespace, time.time()))
-        return rows[0][0] if rows else None
 
     def clear_batch(self) -> None:
         with self.db.transaction() as conn:
@@ -146,59 +138,12 @@ class SqliteQueue(TaskQueue):
                                  "RETURNING attempts", (self.namespace, task_key(task_id))).fetchall()[0][0]
                     for task_id in task_ids]
 
-    def reclaim_expired(self, limit: int) -> list:
-        rows = self.db.rows("DELETE FROM batchd_lease WHERE namespace = ? AND task_key IN (SELECT task_key "
-                            "FROM batchd_lease WHERE namespace = ? AND deadline <= ? LIMIT ?) RETURNING task_key",
-                            (self.namespace, self.namespace, time.time(), limit))
-        return [row[0] for row in rows]
-
-    def known(self, task_keys: Sequence[str]) -> set:
-        found = set()
-        for part in chunks(list(task_keys), IN_CHUNK):
-            keys = marks(len(part), "?")
-            # One statement reads one snapshot: a key moving from the list to a lease is seen in one of them.
-            found.update(row[0] for row in self.db.rows(
-                f"SELECT task_key FROM batchd_queue WHERE namespace = ? AND task_key IN ({keys}) "
-                f"UNION SELECT task_key FROM batchd_lease WHERE namespace = ? AND task_key IN ({keys})",
-                [self.namespace] + part + [self.namespace] + part))
-        return found
-
-    def set_done(self, batch_id: int) -> None:
-        self._set_flag(DONE_FLAG, str(batch_id))
-
-    def wait_for_wake(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while not self._take_wake():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            time.sleep(min(WAKE_POLL, left))
-        return True
-
-    def _take_wake(self) -> bool:
-        # Looking first keeps the master's polling to reads, which never wait for a writer.
-        return self._has_flag(WAKE_FLAG) and bool(
-            self.db.change("DELETE FROM batchd_flag WHERE namespace = ? AND name = ?", (self.namespace, WAKE_FLAG)))
-
-    # -- both sides
     def pending_count(self) -> int:
         return self.db.rows("SELECT COUNT(*) FROM batchd_queue WHERE namespace = ?", (self.namespace,))[0][0]
 
     def leased_count(self) -> int:
         return self.db.rows("SELECT COUNT(*) FROM batchd_lease WHERE namespace = ?", (self.namespace,))[0][0]
 
-    def is_done(self) -> bool:
-        return self._has_flag(DONE_FLAG)
-
-    def _has_flag(self, name: str) -> bool:
-        return bool(self.db.rows("SELECT 1 FROM batchd_flag WHERE namespace = ? AND name = ?", (self.namespace, name)))
-
-    def _set_flag(self, name: str, value: str) -> None:
-        self.db.change("INSERT INTO batchd_flag (namespace, name, value) VALUES (?, ?, ?) "
-                       "ON CONFLICT (namespace, name) DO UPDATE SET value = excluded.value",
-                       (self.namespace, name, value))
-
-    # -- the workers' side
     def lease(self, token: str, lease_seconds: float) -> Optional[Lease]:
         # An idle worker polls: looking first spares the write lock while the list is empty.
         if not self.db.rows("SELECT 1 FROM batchd_queue WHERE namespace = ? LIMIT 1", (self.namespace,)):
@@ -236,14 +181,79 @@ class SqliteQueue(TaskQueue):
                     if conn.execute("DELETE FROM batchd_lease WHERE namespace = ? AND task_key = ? AND token = ?",
                                     (self.namespace, lease.key, lease.token)).rowcount]
 
+    def give_back(self, leases: Sequence[Lease]) -> int:
+        if not leases:
+            return 0
+        with self.db.transaction() as conn:
+            return sum(conn.execute("UPDATE batchd_lease SET deadline = 0 WHERE namespace = ? AND task_key = ? "
+                                    "AND token = ?", (self.namespace, lease.key, lease.token)).rowcount
+                       for lease in leases)
+
+    def expire_leases_of(self, token_prefix: str) -> int:
+        return self.db.change("UPDATE batchd_lease SET deadline = 0 WHERE namespace = ? "
+                              "AND substr(token, 1, ?) = ?", (self.namespace, len(token_prefix), token_prefix))
+
+    def reclaim_expired(self, limit: int) -> list:
+        rows = self.db.rows("DELETE FROM batchd_lease WHERE namespace = ? AND task_key IN (SELECT task_key "
+                            "FROM batchd_lease WHERE namespace = ? AND deadline <= ? LIMIT ?) RETURNING task_key",
+                            (self.namespace, self.namespace, time.time(), limit))
+        return [row[0] for row in rows]
+
+    def known(self, task_keys: Sequence[str]) -> set:
+        found = set()
+        for part in chunks(list(task_keys), IN_CHUNK):
+            keys = marks(len(part), "?")
+            # One statement reads one snapshot: a key moving from the list to a lease is seen in one of them.
+            found.update(row[0] for row in self.db.rows(
+                f"SELECT task_key FROM batchd_queue WHERE namespace = ? AND task_key IN ({keys}) "
+                f"UNION SELECT task_key FROM batchd_lease WHERE namespace = ? AND task_key IN ({keys})",
+                [self.namespace] + part + [self.namespace] + part))
+        return found
+
+    def set_done(self, batch_id: int) -> None:
+        self._set_flag(DONE_FLAG, str(batch_id))
+
+    def is_done(self) -> bool:
+        return self._has_flag(DONE_FLAG)
+
+
+class SqliteMasterLocks(SqlitePort):
+    """The MasterLocks port: a row of batchd_lock per namespace."""
+
+
+    def master_lock(self, owner: str, ttl: float) -> SqliteMasterLock:
+        return SqliteMasterLock(self.db, self.namespace, owner, ttl)
+
+    def lock_holder(self) -> Optional[str]:
+        rows = self.db.rows("SELECT owner FROM batchd_lock WHERE namespace = ? AND expires > ?",
+                            (self.namespace, time.time()))
+        return rows[0][0] if rows else None
+
+
+class SqliteWake(SqlitePort):
+    """The WakeChannel port: the wake flag, polled (no blocking pop in SQLite)."""
+
     def wake_master(self) -> None:
         self._set_flag(WAKE_FLAG, "1")
 
-    def first_seen(self, batch_id: int, fingerprint: str) -> bool:
-        return bool(self.db.change("INSERT INTO batchd_seen (namespace, batch_id, fingerprint) VALUES (?, ?, ?) "
-                                   "ON CONFLICT DO NOTHING", (self.namespace, batch_id, fingerprint)))
+    def wait_for_wake(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not self._take_wake():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(WAKE_POLL, left))
+        return True
 
-    # -- the status board
+    def _take_wake(self) -> bool:
+        # Looking first keeps the master's polling to reads, which never wait for a writer.
+        return self._has_flag(WAKE_FLAG) and bool(
+            self.db.change("DELETE FROM batchd_flag WHERE namespace = ? AND name = ?", (self.namespace, WAKE_FLAG)))
+
+
+class SqliteStatusBoard(SqlitePort):
+    """The StatusBoard port: a row of batchd_status per supervisor."""
+
     def write_status(self, key: str, fields: dict, ttl: float) -> None:
         self.db.change("INSERT INTO batchd_status (namespace, name, fields, expires) VALUES (?, ?, ?, ?) "
                        "ON CONFLICT (namespace, name) DO UPDATE SET fields = excluded.fields, "
@@ -256,3 +266,23 @@ class SqliteQueue(TaskQueue):
 
     def delete_status(self, key: str) -> None:
         self.db.change("DELETE FROM batchd_status WHERE namespace = ? AND name = ?", (self.namespace, key))
+
+
+class SqliteSeenFilter(SqlitePort):
+    """The SeenFilter port: batchd_seen."""
+
+    def first_seen(self, batch_id: int, fingerprint: str) -> bool:
+        return bool(self.db.change("INSERT INTO batchd_seen (namespace, batch_id, fingerprint) VALUES (?, ?, ?) "
+                                   "ON CONFLICT DO NOTHING", (self.namespace, batch_id, fingerprint)))
+
+
+class SqliteNamespaceRecord(SqlitePort):
+    """The NamespaceRecord port: the store flag."""
+
+    def claim_namespace(self, identity: str, record: bool = True) -> Optional[str]:
+        if record:
+            self.db.change("INSERT INTO batchd_flag (namespace, name, value) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+                           (self.namespace, STORE_FLAG, identity))
+        recorded = self.db.rows("SELECT value FROM batchd_flag WHERE namespace = ? AND name = ?",
+                                (self.namespace, STORE_FLAG))
+        return None if not recorded or recorded[0][0] == identity else recorded[0][0]

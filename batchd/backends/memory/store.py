@@ -1,21 +1,22 @@
 """MemoryBatchStore: a real backend held in this process's memory.
 
-No other process can reach it, so it brings its own in-process queue and
-`start_monitor(once=True)` runs the whole batch here (SPEC Part 3). The items end in
+No other process can reach it, so its other ports live in this process too
+(batchd/backends/memory/ports.py) and `start_monitor(once=True)` runs the whole batch here. The items end in
 `store.items`, in the order they landed; a re-run of a task replaces its items.
 """
 import threading
 from datetime import datetime
 from typing import Iterable, Optional, Sequence
 
-from ..errors import ConfigError
-from ..queue.base import task_key
-from ..task import Move, TaskState
-from .base import BatchRecord, BatchStore, ItemRow, Progress, TaskLayout
+from ...errors import ConfigError
+from ...model import BatchRecord, ItemRow, Progress, TaskLayout, task_key
+from ...ports import BatchStore
+from ...task import Move, TaskState
 
 
 class MemoryBatchStore(BatchStore):
     runs_in_process = True
+    served_by = "memory"
 
     def __init__(self, rows: Iterable[dict] = ()):
         self._rows = [dict(row) for row in rows]
@@ -23,7 +24,6 @@ class MemoryBatchStore(BatchStore):
         self._batches: list = []
         self._items: dict = {}     # (table, key) -> item, insertion-ordered
         self._lock = threading.RLock()
-        self._queue = None
 
     # -- what users read after a run
     @property
@@ -60,13 +60,6 @@ class MemoryBatchStore(BatchStore):
         return len(rows)
 
     # -- the contract
-    def embedded_queue(self, namespace: str, settings):
-        from ..queue.local_queue import LocalQueue
-        with self._lock:
-            if self._queue is None:
-                self._queue = LocalQueue(namespace)
-            return self._queue
-
     def open(self, layout: TaskLayout) -> None:
         with self._lock:
             self.layout = layout

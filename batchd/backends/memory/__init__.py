@@ -1,0 +1,23 @@
+"""The memory backend: a MemoryBatchStore and its in-process ports, for one process (tests, small runs);
+the master and the worker run as threads of it."""
+import threading
+import weakref
+
+from ...ports import Backend
+from .ports import LocalQueue
+from .store import MemoryBatchStore
+
+_queues: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # store -> {namespace: LocalQueue}
+_queues_lock = threading.Lock()
+
+
+def open_backend(store: MemoryBatchStore, namespace: str, settings=None) -> Backend:
+    """Every port of `namespace` for this store: the same objects for every caller in the process (the
+    master and the worker threads meet there)."""
+    with _queues_lock:
+        queue = _queues.setdefault(store, {}).setdefault(namespace, None) or LocalQueue(namespace)
+        _queues[store][namespace] = queue
+    return Backend(store=store, leases=queue, locks=queue, wake=queue, board=queue, seen=queue, namespaces=queue)
+
+
+__all__ = ["MemoryBatchStore", "open_backend"]

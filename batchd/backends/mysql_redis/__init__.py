@@ -1,0 +1,38 @@
+"""The MySQL + Redis backend: the task table, the batch record and the items in MySQL (or any store
+of the user's own), every queue-side port in Redis, so that masters and workers on any number of
+hosts share them."""
+from ...errors import ConfigError
+from ...ports import Backend, BatchStore, SupervisorPorts
+from .mysql import MysqlBatchStore
+from .redis_ports import (RedisLeaseQueue, RedisMasterLocks, RedisNamespaceRecord, RedisSeenFilter,
+                          RedisStatusBoard, RedisWake, connect_redis)
+
+
+def open_store(url: str, setting: str = "MYSQL_URL") -> MysqlBatchStore:
+    store = MysqlBatchStore(url)
+    store.setting = setting
+    return store
+
+
+def open_backend(store: BatchStore, namespace: str, settings) -> Backend:
+    """Every port of `namespace`: `store` for the tasks, Redis (REDIS_URL) for the rest, one client."""
+    url = redis_url(settings)
+    client = connect_redis(url)
+    return Backend(store=store, leases=RedisLeaseQueue(url, namespace, client),
+                   locks=RedisMasterLocks(url, namespace, client), wake=RedisWake(url, namespace, client),
+                   board=RedisStatusBoard(url, namespace, client), seen=RedisSeenFilter(url, namespace, client),
+                   namespaces=RedisNamespaceRecord(url, namespace, client), closers=(client.close,))
+
+
+def open_supervisor_ports(settings, namespace: str, timeout: float) -> SupervisorPorts:
+    url = redis_url(settings)
+    client = connect_redis(url, timeout=timeout)
+    return SupervisorPorts(board=RedisStatusBoard(url, namespace, client), leases=RedisLeaseQueue(url, namespace, client),
+                           wake=RedisWake(url, namespace, client), close=client.close)
+
+
+def redis_url(settings) -> str:
+    if not settings.REDIS_URL:
+        raise ConfigError("no Redis configured: set BATCHD_REDIS_URL (redis://host:6379/0) "
+                          "or REDIS_URL in the config file")
+    return settings.REDIS_URL

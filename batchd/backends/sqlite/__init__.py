@@ -1,0 +1,28 @@
+"""The SQLite backend: the task table, the batch record, the items and every queue-side port in one
+file (no MySQL, no Redis), for the master and the workers of one host."""
+from ...ports import Backend, SupervisorPorts
+from .file import SqliteFile
+from .ports import (SqliteLeaseQueue, SqliteMasterLocks, SqliteNamespaceRecord, SqliteSeenFilter,
+                    SqliteStatusBoard, SqliteWake, create_schema)
+from .store import SqliteBatchStore
+
+
+def open_store(path: str) -> SqliteBatchStore:
+    return SqliteBatchStore(path)
+
+
+def open_backend(store: SqliteBatchStore, namespace: str, settings=None) -> Backend:
+    """Every port of `namespace`, in the store's own file."""
+    db = store.db
+    create_schema(db)
+    return Backend(store=store, leases=SqliteLeaseQueue(db, namespace), locks=SqliteMasterLocks(db, namespace),
+                   wake=SqliteWake(db, namespace), board=SqliteStatusBoard(db, namespace),
+                   seen=SqliteSeenFilter(db, namespace), namespaces=SqliteNamespaceRecord(db, namespace))
+
+
+def open_supervisor_ports(path: str, namespace: str, timeout: float) -> SupervisorPorts:
+    """The supervisor's ports on the file, each statement waiting at most `timeout` s for the write lock."""
+    db = SqliteFile(path, busy_timeout=timeout)
+    create_schema(db)
+    return SupervisorPorts(board=SqliteStatusBoard(db, namespace), leases=SqliteLeaseQueue(db, namespace),
+                           wake=SqliteWake(db, namespace), close=db.close)

@@ -1,0 +1,108 @@
+"""The records batchd passes between its parts: a task table's layout, a batch record, progress counts,
+an item on its way to storage, a lease. Plain data; the ports (batchd/ports.py) move them about.
+"""
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Optional
+
+from .config import check_identifier
+
+DEFAULT_ITEM_KIND = "default"   # <task_table>_item: one JSON document per item
+COLUMNS_ITEM_KIND = "columns"   # the spider's __item_table__: item keys are columns
+
+
+@dataclass(frozen=True)
+class TaskLayout:
+    """Names of the user's task table and its columns, validated as SQL identifiers."""
+
+    table: str
+    id_field: str = "id"
+    state_field: str = "batch_status"
+    time_field: str = "update_time"
+    item_table: Optional[str] = None   # the spider's __item_table__; None: the default item table
+
+    def __post_init__(self):
+        check_identifier(self.table, "__task_table__")
+        for name in ("id_field", "state_field", "time_field"):
+            check_identifier(getattr(self, name), "BATCH_TASK_" + name.upper())
+        check_identifier(self.record_table, "the batch record table (__task_table__ + '_batch_record')")
+        if self.item_table is not None:
+            check_identifier(self.item_table, "__item_table__")
+        else:
+            check_identifier(self.default_item_table, "the item table (__task_table__ + '_item')")
+
+    @property
+    def record_table(self) -> str:
+        return self.table + "_batch_record"
+
+    @property
+    def default_item_table(self) -> str:
+        return self.table + "_item"
+
+    @property
+    def item_destination(self) -> tuple:
+        """(table, kind) where this spider's items are stored."""
+        if self.item_table:
+            return self.item_table, COLUMNS_ITEM_KIND
+        return self.default_item_table, DEFAULT_ITEM_KIND
+
+
+@dataclass
+class BatchRecord:
+    id: int
+    batch_date: datetime
+    total_count: int = 0
+    done_count: int = 0
+    fail_count: int = 0
+    interval: int = 0
+    interval_unit: str = "day"
+    is_done: bool = False
+
+
+@dataclass(frozen=True)
+class Progress:
+    total: int
+    done: int
+    failed: int
+    pending: int
+    processing: int
+
+    @property
+    def settled(self) -> int:
+        return self.done + self.failed
+
+    @property
+    def finished(self) -> bool:
+        return self.settled >= self.total
+
+
+@dataclass
+class ItemRow:
+    """One yielded item on its way to storage, keyed so that a re-run upserts instead of duplicating."""
+
+    batch_id: int
+    task_id: object
+    request_seq: int
+    item_seq: int
+    data: dict = field(default_factory=dict)
+
+
+@dataclass
+class Lease:
+    """A task held by one worker: `token` is this lease's own, so a write-back counts only while the
+    lease is still the holder's (see LeaseQueue.release)."""
+
+    task_id: object
+    batch_id: int
+    task: dict
+    token: str
+    queue_left: int = -1      # tasks left in the pending list right after this lease
+
+    @property
+    def key(self) -> str:
+        return task_key(self.task_id)
+
+
+def task_key(task_id) -> str:
+    """Ids are kept as strings in queues; the payload carries the typed id."""
+    return str(task_id)

@@ -1,0 +1,294 @@
+"""The ports: what the master, the workers, the supervisor and the commands need from a backend,
+each a narrow contract with its guarantees written in its docstring.
+
+    BatchStore       the task table, the batch record, the items (an ABC: SPEC lets users write one)
+    LeaseQueue       claimed tasks on their way to workers, under leases
+    MasterLocks      one master per namespace
+    WakeChannel      workers asking the master for a patrol now
+    StatusBoard      supervisors' snapshots for `batchd status` and other hosts
+    SeenFilter       request de-duplication within a batch
+    NamespaceRecord  which store a namespace serves
+
+A backend package (batchd/backends/<name>/) provides every port of a namespace from one
+`open_backend(settings, namespace, store)`, bundled in a `Backend`; batchd/backends/__init__.py
+is the one place that picks the package. Master, worker and pipeline each take only the ports
+they use. docs/architecture.md shows how the processes use them; the Redis key schema is in
+batchd/backends/mysql_redis/redis_ports.py.
+
+Leases, never pop-and-forget: `lease()` moves a task from the pending list into the lease set
+with a deadline and a token unique to this lease. The holder renews the deadline while it
+works, and its write-back counts only if `release()` finds the lease still its own. The master
+reclaims leases whose deadline passed. A task waiting in the pending list holds no lease and is
+never reclaimed.
+"""
+import abc
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Callable, Iterable, Iterator, Optional, Protocol, Sequence
+
+from .errors import ConfigError
+from .model import BatchRecord, ItemRow, Lease, Progress, TaskLayout
+from .task import Move
+
+
+class BatchStore(abc.ABC):
+    """The contract a storage backend fulfils. Thread-safe: workers call it from several threads."""
+
+    layout: Optional[TaskLayout] = None
+    runs_in_process = False   # True when no other process can reach the store: start_monitor() runs workers too
+    backend_name = "memory"   # names the backend in outage lines and STATUS= ("MySQL", "SQLite")
+    # Which backend package (batchd/backends/) serves this store's other ports: its own file, its own
+    # process, or Redis (a store of the user's own, like MySQL's, is served by Redis).
+    served_by = "mysql_redis"
+
+    def describe(self) -> str:
+        """What this store is, fit for a log line (never a password)."""
+        return type(self).__name__
+
+    def ping(self) -> None:
+        """A cheap round trip; raises BackendUnavailable while the backend is down."""
+
+    def identity(self) -> str:
+        """Which data this store is, the same from every host that reaches it and never with a password
+        (the server as it names itself and the database, or the file): a queue namespace serves one."""
+        return f"{type(self).__name__} {id(self):x}"
+
+    @abc.abstractmethod
+    def open(self, layout: TaskLayout) -> None:
+        """Bind to a task table: check that it and its three columns exist (else raise ConfigError
+        naming the table, the column and the setting), create the batch record table and the default
+        item table if missing, and warn (with the statement to run) when the state column has no index.
+        Raise BackendUnavailable when the backend cannot be reached."""
+
+    @abc.abstractmethod
+    def now(self) -> datetime:
+        """The store's clock: every batch date and every staleness test uses it, never the host's."""
+
+    @abc.abstractmethod
+    def last_batch(self) -> Optional[BatchRecord]:
+        """The most recent batch record, or None before the first batch."""
+
+    @abc.abstractmethod
+    def reset_tasks(self, chunk_size: int) -> Iterator[int]:
+        """Move every task to PENDING, `chunk_size` rows per short transaction, yielding the number
+        reset by each chunk. Idempotent: running it again after an interruption finishes the job."""
+
+    @abc.abstractmethod
+    def insert_batch(self, interval: int, interval_unit: str, total: int) -> BatchRecord:
+        """Open a batch record dated now(); called only once the reset has finished."""
+
+    @abc.abstractmethod
+    def update_batch(self, batch_id: int, progress: Progress, is_done: bool) -> None:
+        """Write the counts of `progress` (and is_done) into the batch record."""
+
+    @abc.abstractmethod
+    def claim(self, limit: int) -> list:
+        """Move at most `limit` PENDING tasks to PROCESSING (lowest ids first) and return their rows as
+        dicts. A row returned is one this call moved: no two claims ever return the same row."""
+
+    @abc.abstractmethod
+    def move(self, move: Move, ids: Sequence, older_than: Optional[float] = None) -> int:
+        """Apply `move` to the rows among `ids` whose state is one of its sources (and, with older_than,
+        whose time column is older than that many seconds by now()); return how many rows moved."""
+
+    @abc.abstractmethod
+    def stale_processing(self, older_than: float, limit: int) -> list:
+        """Ids of up to `limit` PROCESSING tasks whose time column is older than `older_than` seconds."""
+
+    @abc.abstractmethod
+    def progress(self) -> Progress:
+        """Counts of the task table by state; total is every row."""
+
+    @abc.abstractmethod
+    def unsettled_count(self) -> int:
+        """PENDING + PROCESSING rows: cheap, asked often to see whether a batch has finished."""
+
+    @abc.abstractmethod
+    def save_items(self, table: str, kind: str, rows: Sequence[ItemRow]) -> None:
+        """Store the rows durably in one transaction, as upserts (a row with the same key replaces the
+        old one). `kind` is DEFAULT_ITEM_KIND or COLUMNS_ITEM_KIND. Raise on failure: nothing of the
+        batch counts as stored unless this returns."""
+
+    def create_task_table(self, layout: TaskLayout) -> bool:
+        """For `batchd tasks` and the demo: make the seed's task table (primary key, `url`, state and
+        time columns, the state indexed) when it does not exist. True when it was made. The table
+        stays the user's: batchd never alters one that exists."""
+        raise ConfigError(f"{self.describe()} cannot create task tables; create `{layout.table}` yourself")
+
+    def add_tasks(self, layout: TaskLayout, rows: Sequence[dict]) -> int:
+        """Insert task rows (keys are column names, each checked) as pending; return how many."""
+        raise ConfigError(f"{self.describe()} cannot add tasks; insert them into `{layout.table}` yourself")
+
+    def missing_state_index(self, layout: TaskLayout) -> Optional[str]:
+        """The statement that would index the task table's state column when no index leads with it
+        (`batchd check` reports it, open() warns); None when indexed or when the backend cannot tell."""
+        return None
+
+    def item_columns(self, table: str) -> Optional[frozenset]:
+        """The columns of a COLUMNS_ITEM_KIND table, so a bad item key is named before a flush fails;
+        None when the backend cannot tell (every key is then tried)."""
+        return None
+
+    def close(self) -> None:
+        """Release connections; the store may be used again afterwards (it reconnects)."""
+
+
+class LeaseQueue(Protocol):
+    """Claimed tasks on their way from the master to the workers, under leases. Thread-safe."""
+
+    namespace: str
+    backend_name: str     # names the backend in outage lines and STATUS= ("Redis", "SQLite")
+
+    def describe(self) -> str:
+        """What this queue is, fit for a log line (never a password)."""
+
+    def ping(self) -> None:
+        """A cheap round trip; raises BackendUnavailable while the backend is down."""
+
+    def clear_batch(self) -> None:
+        """Forget the pending list, the leases, the attempt counts, the done flag, the seen requests."""
+
+    def push(self, batch_id: int, tasks: Sequence[dict], id_field: str) -> None:
+        """Append claimed task rows to the pending list."""
+
+    def count_attempts(self, task_ids: Sequence) -> list:
+        """Add one lease attempt to each task for this batch; return the new counts in order."""
+
+    def pending_count(self) -> int:
+        """Tasks waiting in the pending list."""
+
+    def leased_count(self) -> int:
+        """Tasks held under a lease."""
+
+    def lease(self, token: str, lease_seconds: float) -> Optional[Lease]:
+        """Take the next pending task under a new lease, atomically, or None when the list is empty."""
+
+    def renew(self, leases: Iterable[Lease], lease_seconds: float) -> int:
+        """Push back the deadlines of the leases still owned; return how many were."""
+
+    def release(self, leases: Sequence[Lease]) -> list:
+        """End the leases that are still owned and return them; the others were reclaimed, and a
+        write-back for them must not happen (their new holder owns the task)."""
+
+    def give_back(self, leases: Sequence[Lease]) -> int:
+        """Make these leases, if still owned, due at once, so that the master reclaims their tasks at its
+        next patrol instead of when the deadlines pass (a worker stopping with tasks it cannot finish)."""
+
+    def expire_leases_of(self, token_prefix: str) -> int:
+        """Give back every lease whose token starts with `token_prefix` (a worker process that died: its
+        supervisor knows its host and pid); return how many."""
+
+    def reclaim_expired(self, limit: int) -> list:
+        """Remove up to `limit` leases whose deadline passed; return their task keys."""
+
+    def known(self, task_keys: Sequence[str]) -> set:
+        """The keys among these that the queue holds, pending or leased (one snapshot: a key moving from
+        the list to a lease is seen in one of them)."""
+
+    def set_done(self, batch_id: int) -> None:
+        """Set the batch-done flag (`<ns>:batch_done`), cleared when a new batch opens."""
+
+    def is_done(self) -> bool:
+        """The batch-done flag is set."""
+
+    def close(self) -> None:
+        """Release connections."""
+
+
+class MasterLock(Protocol):
+    """One master per namespace: a lock with a TTL that the live master renews."""
+
+    def acquire(self) -> bool:
+        """Take the lock if it is free; True when this owner now holds it."""
+
+    def renew(self) -> bool:
+        """Push the expiry back by the TTL; False when the lock is no longer ours."""
+
+    def release(self) -> None:
+        """Give the lock up if still ours."""
+
+
+class MasterLocks(Protocol):
+    def master_lock(self, owner: str, ttl: float) -> MasterLock:
+        """The namespace's lock as `owner` would hold it (nothing is taken until acquire())."""
+
+    def lock_holder(self) -> Optional[str]:
+        """Who holds the master lock now, or None."""
+
+
+class WakeChannel(Protocol):
+    def wake_master(self) -> None:
+        """Ask the master for a patrol now (the queue ran low, or a batch may have finished); wake-ups
+        that pile up count as one."""
+
+    def wait_for_wake(self, timeout: float) -> bool:
+        """Block up to `timeout` s for a wake-up; True if woken (and the wake-up is consumed)."""
+
+
+class StatusBoard(Protocol):
+    """Supervisors' snapshots, for `batchd status` and for supervisors on other hosts."""
+
+    def write_status(self, key: str, fields: dict, ttl: float) -> None:
+        """Replace the snapshot `key` (host:instance); it disappears by itself after `ttl` seconds."""
+
+    def read_statuses(self) -> list:
+        """Every live snapshot of this namespace, as dicts of strings."""
+
+    def delete_status(self, key: str) -> None:
+        """Remove the snapshot `key` now."""
+
+
+class SeenFilter(Protocol):
+    def first_seen(self, batch_id: int, fingerprint: str) -> bool:
+        """Request de-duplication: True the first time this batch sees the fingerprint."""
+
+
+class NamespaceRecord(Protocol):
+    def claim_namespace(self, identity: str, record: bool = True) -> Optional[str]:
+        """Record `identity` (the store's, never a password) as the one store this namespace serves, if
+        none is recorded yet (and `record`: `batchd check` only looks); return None when it is ours or
+        unclaimed, else the identity recorded by someone else."""
+
+
+def claim_namespace(record_port: NamespaceRecord, store: BatchStore, layout: TaskLayout, namespace: str, who: str,
+                    record: bool = True) -> str:
+    """A namespace serves one store: the first master or worker records the store's identity in the
+    queue; one whose store differs refuses to start (ConfigError, exit 78), naming both. Returns the
+    identity (`batchd check` looks without recording)."""
+    identity = f"{store.identity()} table {layout.table}"
+    other = record_port.claim_namespace(identity, record)
+    if other is not None:
+        raise ConfigError(f"namespace {namespace!r} serves {other}, but this {who}'s store is {identity}: "
+                          "give each store its own NAMESPACE (if the data really moved, delete the namespace's "
+                          f"store record: the key {namespace}:store in Redis)")
+    return identity
+
+
+@dataclass
+class Backend:
+    """Every port of one namespace on one backend, as `batchd.backends.open_backend` gives them."""
+
+    store: BatchStore
+    leases: LeaseQueue
+    locks: MasterLocks
+    wake: WakeChannel
+    board: StatusBoard
+    seen: SeenFilter
+    namespaces: NamespaceRecord
+    closers: tuple = field(default=())     # what close() releases besides the store
+
+    def close(self) -> None:
+        for close in self.closers:
+            close()
+        self.store.close()
+
+
+@dataclass
+class SupervisorPorts:
+    """What a supervisor reaches, with short timeouts (its loop must never wait long): the status board,
+    and the leases and wake channel to give back a dead worker's tasks at once."""
+
+    board: StatusBoard
+    leases: LeaseQueue
+    wake: WakeChannel
+    close: Callable[[], None]
