@@ -7,8 +7,9 @@
     any state ──reset (a new batch)──► PENDING
 
 Every store applies a `Move` as one compare-and-set statement
-(`... WHERE id IN (...) AND state IN (<sources>)`) and reports how many rows moved,
-so a transition that raced with another one is visible instead of silent.
+(`... WHERE id IN (...) AND state IN (<sources>)`): the claim and the reset of a new batch as
+much as a write-back (batchd/backends/sql.py `_apply`, the memory store's `_apply`). It reports
+how many rows moved, so a transition that raced with another one is visible instead of silent.
 """
 from dataclasses import dataclass
 from enum import Enum, IntEnum

@@ -275,25 +275,28 @@ class SqlBatchStore(BatchStore):
         return rows[0][0] if rows else None
 
     def _reset_range(self, last, upper) -> int:
-        """Every row with last < id <= upper (open ends when None) back to pending."""
+        """Move.RESET of every row with last < id <= upper (open ends when None); rows already pending
+        are left alone (NULL states are not: every row ends pending)."""
         _, key, state = self._quoted_task_table()
         p = self.placeholder
-        # "not pending", NULL included: every row ends pending.
-        conditions, params = [f"({state} <> {p} OR {state} IS NULL)"], [int(TaskState.PENDING)]
+        conditions, params = [f"({state} <> {p} OR {state} IS NULL)"], [int(Move.RESET.target)]
         if last is not None:
             conditions.append(f"{key} > {p}")
             params.append(last)
         if upper is not None:
             conditions.append(f"{key} <= {p}")
             params.append(upper)
-        return self._set_state(TaskState.PENDING, " AND ".join(conditions), params)
+        return self._apply(Move.RESET, " AND ".join(conditions), params)
 
-    def _set_state(self, target: TaskState, where: str, params: list) -> int:
-        """UPDATE the task table: state to `target` and the time column to now(), where `where` holds."""
+    def _apply(self, move: Move, where: str, params: list) -> int:
+        """One compare-and-set statement of the state machine (batchd/task.py): the rows where `where` holds
+        and whose state is one of the move's sources go to its target, their time column to now()."""
         table, _, state = self._quoted_task_table()
         now, now_values = self.now_term()
+        sources = [int(s) for s in move.sources]
+        source_test = f" AND {state} IN ({self.marks(len(sources))})" if sources else ""
         return self.execute(f"UPDATE {table} SET {state} = {self.placeholder}, {self.quote(self.layout.time_field)} = "
-                            f"{now} WHERE {where}", [int(target)] + now_values + params)
+                            f"{now} WHERE {where}{source_test}", [int(move.target)] + now_values + params + sources)
 
     def _quoted_task_table(self) -> tuple:
         """The task table, its id column and its state column, quoted."""
@@ -307,16 +310,13 @@ class SqlBatchStore(BatchStore):
             rows = self.fetch(f"SELECT * FROM {table} WHERE {state} = {p} ORDER BY {key} LIMIT {p}{self.claim_lock}",
                               (int(TaskState.PENDING), limit), dicts=True)
             for part in chunks([row[self.layout.id_field] for row in rows], self.in_chunk):
-                self._set_state(TaskState.PROCESSING, f"{key} IN ({self.marks(len(part))}) AND {state} = {p}",
-                                part + [int(TaskState.PENDING)])
+                self._apply(Move.CLAIM, f"{key} IN ({self.marks(len(part))})", part)
         for row in rows:
-            row[self.layout.state_field] = int(TaskState.PROCESSING)
+            row[self.layout.state_field] = int(Move.CLAIM.target)
         return rows
 
     def move(self, move: Move, ids: Sequence, older_than: Optional[float] = None) -> int:
-        _, key, state = self._quoted_task_table()
-        sources = [int(s) for s in move.sources]
-        source_test = f" AND {state} IN ({self.marks(len(sources))})" if sources else ""
+        _, key, _ = self._quoted_task_table()
         age_test, age_values = "", []
         if older_than is not None:
             age_sql, age_values = self.older_than_term(self.layout.time_field, older_than)
@@ -324,8 +324,7 @@ class SqlBatchStore(BatchStore):
         moved = 0
         with self.transaction() if self.move_in_one_transaction else nullcontext():
             for part in chunks(list(ids), self.in_chunk):
-                moved += self._set_state(move.target, f"{key} IN ({self.marks(len(part))}){source_test}{age_test}",
-                                         part + sources + age_values)
+                moved += self._apply(move, f"{key} IN ({self.marks(len(part))}){age_test}", part + age_values)
         return moved
 
     def stale_processing(self, older_than: float, limit: int) -> list:

@@ -88,8 +88,8 @@ class MemoryBatchStore(BatchStore):
         for start in range(0, len(self._rows), chunk_size):
             with self._lock:
                 chunk = self._rows[start:start + chunk_size]
-                changed = [row for row in chunk if row[state] != TaskState.PENDING]
-                self._set_state(changed, TaskState.PENDING)
+                changed = [row for row in chunk if row[state] != Move.RESET.target]
+                self._apply(Move.RESET, changed)
             yield len(changed)
 
     def insert_batch(self, interval: int, interval_unit: str, total: int) -> BatchRecord:
@@ -109,16 +109,14 @@ class MemoryBatchStore(BatchStore):
         with self._lock:
             state = self.layout.state_field
             pending = [row for row in self._rows if row[state] == TaskState.PENDING][:limit]
-            self._set_state(pending, TaskState.PROCESSING)
+            self._apply(Move.CLAIM, pending)
             return [dict(row) for row in pending]
 
     def move(self, move: Move, ids: Sequence, older_than: Optional[float] = None) -> int:
         with self._lock:
             rows = [self._by_id[task_key(i)] for i in ids if task_key(i) in self._by_id]
-            rows = [row for row in rows if move.allows(row[self.layout.state_field])
-                    and (older_than is None or self._older_than(row, older_than))]
-            self._set_state(rows, move.target)
-            return len(rows)
+            rows = [row for row in rows if older_than is None or self._older_than(row, older_than)]
+            return self._apply(move, rows)
 
     def stale_processing(self, older_than: float, limit: int) -> list:
         with self._lock:
@@ -147,11 +145,14 @@ class MemoryBatchStore(BatchStore):
                 key = (row.batch_id, row.task_id, row.request_seq, row.item_seq)
                 self._items[(table, key)] = row.data
 
-    def _set_state(self, rows: list, state: TaskState) -> None:
-        now = self.now()
-        for row in rows:
-            row[self.layout.state_field] = int(state)
+    def _apply(self, move: Move, rows: list) -> int:
+        """The state machine's compare-and-set (batchd/task.py) on these rows: those in a source state move
+        to the target, their time to now(); how many moved."""
+        now, moved = self.now(), [row for row in rows if move.allows(row[self.layout.state_field])]
+        for row in moved:
+            row[self.layout.state_field] = int(move.target)
             row[self.layout.time_field] = now
+        return len(moved)
 
     def _older_than(self, row: dict, seconds: float) -> bool:
         return (self.now() - row[self.layout.time_field]).total_seconds() > seconds
