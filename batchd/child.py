@@ -1,4 +1,5 @@
-"""What runs in a process the supervisor forks: the master's loop, a worker's loop, or the probe.
+"""The supervisor's children: what runs in a process it forks (the master's loop, a worker's loop, or
+the probe), and its account of each child (Plan, Child, Seats, how an end is described).
 
 First thing after the fork, before any user code (`enter_child`):
 1. drop the supervisor's signal handlers and wake-up fd (inherited through the fork) and
@@ -26,15 +27,17 @@ import dataclasses
 import faulthandler
 import json
 import logging
+import math
+import multiprocessing
 import os
 import signal
 import sys
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Callable, Optional
 
 from .config import Settings
 from .errors import BatchdError, ConfigError, ExitCode
-from .lifecycle import StopFlag
+from .lifecycle import Backoff, StopFlag
 from .loader import SpiderSource, build_runtime
 from .systemd import set_process_role, set_process_title, setup_logging
 from .threads import guard
@@ -48,6 +51,7 @@ SUPERVISOR_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGH
 LEFT_TO_THE_SUPERVISOR = (signal.SIGINT, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU)
 NOTIFY_VARIABLES = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
 PROBE_TIMEOUT = 60.0
+RESPAWN_CAP = 10.0        # the longest wait before replacing a child that died before it served
 
 
 @dataclass(frozen=True)
@@ -182,3 +186,67 @@ def _probe_answer(reader, process, tick: Callable[[], None]) -> dict:
         return json.loads(reader.recv_bytes())
     except EOFError:
         raise ConfigError(f"loading the spider ended its process (exit code {process.exitcode})") from None
+
+
+# -- the supervisor's account of its children
+
+@dataclass(frozen=True)
+class Plan:
+    verb: str                          # "run", "master" or "worker": what this supervisor runs
+    once: bool = False                 # the current batch to completion, then exit
+    instance: Optional[str] = None     # --instance NAME
+
+    @property
+    def roles(self) -> tuple:
+        return {"run": ("master", "worker"), "master": ("master",), "worker": ("worker",)}[self.verb]
+
+    @property
+    def instance_key(self) -> str:
+        return self.instance or self.verb
+
+    def named(self, base: str) -> str:
+        return f"{base}@{self.instance}" if self.instance else base
+
+
+@dataclass(eq=False)
+class Child:
+    spec: ChildSpec
+    process: multiprocessing.process.BaseProcess
+    spawned_at: float
+    retiring_since: Optional[float] = None    # SIGTERM sent: warm stop
+    cold_since: Optional[float] = None        # SIGQUIT sent: cold stop
+    aborted_since: Optional[float] = None     # SIGABRT sent: it went silent
+    killed_since: Optional[float] = None      # SIGKILL sent
+    stuck_logged: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"{self.spec.name} (pid {self.process.pid})"
+
+
+@dataclass
+class Seats:
+    """How many children of one role are wanted, and when the next may start."""
+
+    wanted: int
+    backoff: Backoff = field(default_factory=lambda: Backoff(cap=RESPAWN_CAP))
+    next_spawn: float = 0.0
+    config_failures: int = 0
+    last_config_failure: float = -math.inf
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        return f"was killed by {signal.Signals(-code).name}"
+    if code == 0:
+        return "exited"
+    known = {c.value: c.name for c in ExitCode}
+    return f"exited with {code}" + (f" ({known[code]})" if code in known else "")
+
+
+def after_abort(child: Child, code: int) -> str:
+    """A child sent SIGABRT may die of another signal while faulthandler dumps its threads' stacks (it
+    walks them while they run again): say so, rather than leave a SIGSEGV unexplained."""
+    if child.aborted_since is None or code in (-signal.SIGABRT, -signal.SIGKILL) or code >= 0:
+        return ""
+    return " while dumping its stacks after SIGABRT"

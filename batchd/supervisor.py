@@ -22,17 +22,15 @@ writes back, so the ledger reaches 0; what a child still held when it ended is l
 import collections
 import json
 import logging
-import math
 import multiprocessing
 import os
 import signal
 import socket
 import time
-from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from typing import Optional
 
-from .child import ChildSpec, child_main, probe
+from .child import Child, ChildSpec, Plan, Seats, after_abort, child_main, describe_exit, probe
 from .errors import ConfigError, ExitCode
 from .ledger import LedgerBlock, Phase
 from .lifecycle import Backoff
@@ -49,7 +47,6 @@ KILL_GRACE = 5.0          # after SIGABRT or SIGQUIT, this long before SIGKILL
 STOP_MARGIN = 5.0         # a warm-stopping child has its own STOP_TIMEOUT deadline; this is on top
 CONFIG_ATTEMPTS = 3       # configuration failures in a row before giving up with exit 78
 STABLE_AFTER = 30.0       # a child that ran this long before it ended starts a fresh backoff
-RESPAWN_CAP = 10.0        # the longest wait before replacing a child that died before it served
 EXTEND_EVERY = 2.0        # while draining, EXTEND_TIMEOUT_USEC this often,
 EXTEND_BY = 10.0          # each granting this much: a supervisor that hangs is not waited for long
 SPARE_WORKER_ROWS = 8     # ledger rows beyond twice the wanted workers: TTIN, and a reload's overlap
@@ -58,62 +55,8 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 HANDLED_SIGNALS = STOP_SIGNALS + (signal.SIGQUIT, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU)
 
 
-@dataclass(frozen=True)
-class Plan:
-    verb: str                          # "run", "master" or "worker": what this supervisor runs
-    once: bool = False                 # the current batch to completion, then exit
-    instance: Optional[str] = None     # --instance NAME
-
-    @property
-    def roles(self) -> tuple:
-        return {"run": ("master", "worker"), "master": ("master",), "worker": ("worker",)}[self.verb]
-
-    @property
-    def instance_key(self) -> str:
-        return self.instance or self.verb
-
-    def named(self, base: str) -> str:
-        return f"{base}@{self.instance}" if self.instance else base
-
-
-@dataclass(eq=False)
-class Child:
-    spec: ChildSpec
-    process: multiprocessing.process.BaseProcess
-    spawned_at: float
-    retiring_since: Optional[float] = None    # SIGTERM sent: warm stop
-    cold_since: Optional[float] = None        # SIGQUIT sent: cold stop
-    aborted_since: Optional[float] = None     # SIGABRT sent: it went silent
-    killed_since: Optional[float] = None      # SIGKILL sent
-    stuck_logged: bool = False
-
-    @property
-    def label(self) -> str:
-        return f"{self.spec.name} (pid {self.process.pid})"
-
-
-@dataclass
-class Seats:
-    """How many children of one role are wanted, and when the next may start."""
-
-    wanted: int
-    backoff: Backoff = field(default_factory=lambda: Backoff(cap=RESPAWN_CAP))
-    next_spawn: float = 0.0
-    config_failures: int = 0
-    last_config_failure: float = -math.inf
-
-
 def _count(n: int, role: str) -> str:
     return role if role == "master" else f"{n} {role}{'' if n == 1 else 's'}"
-
-
-def describe_exit(code: int) -> str:
-    if code < 0:
-        return f"was killed by {signal.Signals(-code).name}"
-    if code == 0:
-        return "exited"
-    known = {c.value: c.name for c in ExitCode}
-    return f"exited with {code}" + (f" ({known[code]})" if code in known else "")
 
 
 class Supervisor:
@@ -398,7 +341,7 @@ class Supervisor:
                 f"{', '.join(lost.task_keys)}): those tasks are not done, they come back through their leases"
                 if lost.task_keys else "")
         level = logging.INFO if (code == 0 and not lost.task_keys) else logging.WARNING
-        log.log(level, "%s %s%s%s%s", child.label, describe_exit(code), _after_abort(child, code), held, next_step)
+        log.log(level, "%s %s%s%s%s", child.label, describe_exit(code), after_abort(child, code), held, next_step)
         self.block.clear(child.spec.row)
         child.process.close()
         if stop is not None:
@@ -617,14 +560,6 @@ class Supervisor:
             signal.signal(sig, signal.SIG_DFL)
         os.close(self._wake_r)
         os.close(self._wake_w)
-
-
-def _after_abort(child: Child, code: int) -> str:
-    """A child sent SIGABRT may die of another signal while faulthandler dumps its threads' stacks (it
-    walks them while they run again): say so, rather than leave a SIGSEGV unexplained."""
-    if child.aborted_since is None or code in (-signal.SIGABRT, -signal.SIGKILL) or code >= 0:
-        return ""
-    return " while dumping its stacks after SIGABRT"
 
 
 def _step(what: str, action) -> None:
