@@ -12,8 +12,9 @@
     batchd tasks add|import  load tasks into the task table
 
 SPIDER is `path/file.py:Class` or `module:Class`; when omitted, BATCHD_SPIDER or SPIDER in the
-config file. Exit codes (SPEC Part 3): 0 done, 69 MySQL or Redis unreachable, 75 another master
-holds the lock, 78 configuration error; a BatchdError ends the command with one log line.
+config file. Exit codes (docs/architecture.md, Exit codes): 0 done, 1 items still refused (retry),
+69 MySQL or Redis unreachable, 74 a disk refused a write (retry), 75 another master holds the lock,
+78 configuration error; a BatchdError ends the command with one log line.
 
 Verbs live in the VERBS registry: `@verb(name, help, arguments)` adds one, with its own
 arguments and handler (a handler returns the exit code).

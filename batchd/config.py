@@ -1,6 +1,6 @@
 """Settings: one typed, frozen object built once and passed in at construction.
 
-Precedence (SPEC Part 3): defaults < the spider's `__custom_setting__` < the TOML file
+Precedence (docs/architecture.md, Names): defaults < the spider's `__custom_setting__` < the TOML file
 < `BATCHD_<NAME>` in the environment < the command line (or `settings=` in code).
 Every name below is the name an operator writes in any of those places.
 
@@ -65,7 +65,7 @@ class Settings:
     REDIS_URL: Optional[str] = setting(None, "Redis for the queue, the leases and the master lock: "
                                              "redis://host:6379/0")
     SPIDER: Optional[str] = setting(None, "the spider class: path/file.py:Class or module:Class")
-    # -- the batch (SPEC Part 1)
+    # -- the batch: its calendar, the patrol, leases, the task table's columns (docs/architecture.md)
     BATCH_INTERVAL: int = setting(7, "a new batch opens on the date (or at the hour) this many days (hours) "
                                      "after the last one's", 1, 10000)
     BATCH_INTERVAL_UNIT: str = setting("day", "the unit of BATCH_INTERVAL", choices=INTERVAL_UNITS)

@@ -1,7 +1,8 @@
 """Exit codes of the `batchd` command and the exceptions that map onto them.
 
-The codes are sysexits(3) values fixed by SPEC Part 3; unit files name
-`CONFIG` in `RestartPreventExitStatus=`, scripts test for the others.
+The codes are sysexits(3) values and part of the contract: docs/architecture.md (Exit codes)
+says who returns each and what systemd does with it. Unit files name `CONFIG` in
+`RestartPreventExitStatus=`, scripts test for the others.
 """
 from enum import IntEnum
 
@@ -9,7 +10,7 @@ from enum import IntEnum
 class ExitCode(IntEnum):
     OK = 0
     FAILURE = 1
-    UNAVAILABLE = 69   # MySQL or Redis unreachable (once mode only)
+    UNAVAILABLE = 69   # MySQL or Redis unreachable (once mode, and commands; resident processes wait)
     SOFTWARE = 70      # a thread of batchd died, or a task's thread would not come back: replace the process
     IOERR = 74         # a file batchd must write (FAILED_ITEMS_PATH) refused the data: disk full, read-only
     TEMPFAIL = 75      # another master holds the namespace lock (once mode)

@@ -283,7 +283,7 @@ class LedgerBlock:
 
 
 class SharedLedger(Ledger):
-    """A worker's own row of the LedgerBlock, through the Ledger interface the engine's gate uses."""
+    """A worker's own row of the LedgerBlock, through the Ledger interface the write-back gate uses."""
 
     def __init__(self, block: LedgerBlock, number: int, slots: int):
         self._lock = threading.Lock()

@@ -1,7 +1,7 @@
 """The ports: what the master, the workers, the supervisor and the commands need from a backend,
 each a narrow contract with its guarantees written in its docstring.
 
-    BatchStore       the task table, the batch record, the items (an ABC: SPEC lets users write one)
+    BatchStore       the task table, the batch record, the items (an ABC: users may write one)
     LeaseQueue       claimed tasks on their way to workers, under leases
     MasterLocks      one master per namespace
     WakeChannel      workers asking the master for a patrol now

@@ -1,4 +1,4 @@
-"""When the next batch is due: the calendar rule of SPEC Part 3, on the store's clock.
+"""When the next batch is due, on the store's clock (docs/architecture.md, A batch's life).
 
 With unit `day` the next batch is due on the date BATCH_INTERVAL days after the current
 batch's date (at 00:00); with unit `hour`, at the hour BATCH_INTERVAL hours after its hour.

@@ -6,7 +6,7 @@ A backend package provides every port of batchd/ports.py for a namespace:
     sqlite/        one SQLite file holds everything: one host, no servers
     memory/        one process (tests, small runs): the master and the worker run as threads
 
-The store is named by URL (`STORE`, else `MYSQL_URL`, as SPEC makes MySQL the default):
+The store is named by URL (`STORE`, else `MYSQL_URL`: MySQL is the default, docs/architecture.md, Names):
 `mysql://user:pass@host:3306/db`, or `sqlite:///relative/path.db` and `sqlite:////absolute/path.db`
 (three slashes then the path, as SQLAlchemy writes it). A store given in code (`batch_store=`)
 names its package itself (`BatchStore.served_by`).

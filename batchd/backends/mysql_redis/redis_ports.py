@@ -2,8 +2,8 @@
 
 The key schema, all under `<ns>:` (built only by `Keys`):
 
-    <ns>:batch_pending   LIST    JSON payloads of claimed tasks waiting for a worker (SPEC name)
-    <ns>:batch_done      STRING  the batch-done flag: the id of the batch that finished (SPEC name)
+    <ns>:batch_pending   LIST    JSON payloads of claimed tasks waiting for a worker (contract name)
+    <ns>:batch_done      STRING  the batch-done flag: the id of the batch that finished (contract name)
     <ns>:queued          SET     keys of the tasks in batch_pending (to tell waiting from lost)
     <ns>:leases          ZSET    key -> lease deadline, in ms of Redis's own clock (TIME)
     <ns>:lease_owner     HASH    key -> token of the lease that holds it
@@ -14,6 +14,9 @@ The key schema, all under `<ns>:` (built only by `Keys`):
     <ns>:store           STRING  the identity of the one store this namespace serves (server, database,
                                  task table; never a password), recorded by the first master or worker
     <ns>:status:<host>:<instance>  HASH  a supervisor's snapshot for `batchd status`, with a TTL
+
+A contract name is fixed: other tools read it (docs/architecture.md, Names). That document also
+gives each key's TTL and who writes and reads it.
 
 Every step that must not be split (pop + lease, check owner + renew / release,
 find expired + remove) is one Lua script, so it is atomic on the server.
