@@ -204,10 +204,9 @@ class Master:
                 self.watch.failed(e)          # the patrol itself retries with backoff
                 woken = stop.wait(min(left, 1.0))
             self._heartbeat()
-            if woken and time.monotonic() - started >= WAKE_GAP:
+            if woken:      # a patrol now, but never two within WAKE_GAP: a burst of wake-ups is one
+                stop.wait(max(0.0, WAKE_GAP - (time.monotonic() - started)))
                 return
-            if woken:
-                stop.wait(WAKE_GAP)
 
     # -- one patrol
     def patrol(self, stop: StopFlag, keeper: Optional[LockKeeper] = None, full: bool = True) -> bool:
