@@ -223,6 +223,13 @@ class Child:
     def label(self) -> str:
         return f"{self.spec.name} (pid {self.process.pid})"
 
+    @property
+    def pid(self) -> int:
+        """The child's process id: a Child is made once its process has started."""
+        if self.process.pid is None:
+            raise RuntimeError(f"{self.spec.name} has not started")
+        return self.process.pid
+
 
 @dataclass
 class Seats:

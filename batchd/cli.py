@@ -58,14 +58,14 @@ FROM_SETTINGS = object()    # `--items` without FILE: FAILED_ITEMS_PATH
 class Verb:
     name: str
     help: str
-    arguments: Callable[[argparse.ArgumentParser], None]
+    arguments: Callable[[argparse.ArgumentParser], object]    # what it returns is ignored
     handler: Callable[[argparse.Namespace], int]
 
 
 VERBS: dict = {}
 
 
-def verb(name: str, help: str, arguments: Callable[[argparse.ArgumentParser], None] = lambda parser: None):
+def verb(name: str, help: str, arguments: Callable[[argparse.ArgumentParser], object] = lambda parser: None):
     def register(handler: Callable[[argparse.Namespace], int]):
         VERBS[name] = Verb(name, help, arguments, handler)
         return handler
@@ -373,11 +373,15 @@ def run_daemonized(args: argparse.Namespace, plan: Plan, source: SpiderSource, s
 
 
 # -- status, check, retry
+def status_arguments(parser: argparse.ArgumentParser) -> None:
+    spider_and_config(parser)
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--watch", nargs="?", type=float, const=2.0, metavar="SECONDS",
+                        help="refresh every SECONDS (default 2) until Ctrl-C")
+
+
 @verb("status", "where the batch stands: progress, queue, rate, ETA, workers per host, unflushed items",
-      lambda parser: (spider_and_config(parser),
-                      parser.add_argument("--json", action="store_true", help="machine-readable output"),
-                      parser.add_argument("--watch", nargs="?", type=float, const=2.0, metavar="SECONDS",
-                                          help="refresh every SECONDS (default 2) until Ctrl-C")))
+      status_arguments)
 def status_verb(args: argparse.Namespace) -> int:
     runtime = runtime_from_args(args)
     render = render_json if args.json else render_status
@@ -463,11 +467,15 @@ def _state_index(runtime: Runtime) -> str:
     return f"`{layout.state_field}` is indexed"
 
 
+def retry_arguments(parser: argparse.ArgumentParser) -> None:
+    spider_and_config(parser)
+    parser.add_argument("--items", nargs="?", const=FROM_SETTINGS, required=True, metavar="FILE",
+                        help="the failed items file (default: FAILED_ITEMS_PATH)")
+
+
 @verb("retry", "replay what could not be stored: `--items` stores the items dumped to FAILED_ITEMS_PATH "
               "(exit 0 all stored, 1 some refused and kept, 69 store unreachable, 74 disk error)",
-      lambda parser: (spider_and_config(parser),
-                      parser.add_argument("--items", nargs="?", const=FROM_SETTINGS, required=True, metavar="FILE",
-                                          help="the failed items file (default: FAILED_ITEMS_PATH)")))
+      retry_arguments)
 def retry_verb(args: argparse.Namespace) -> int:
     files = config_files(args)
     settings = load_settings({}, config_files=files, overrides=with_store(args, files, {}))

@@ -8,6 +8,7 @@ import base64
 import json
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
+from typing import Any, Callable
 
 _TAG = "$batchd"
 
@@ -28,7 +29,7 @@ def _wrap(value):
     raise TypeError(f"a task column holds a {type(value).__name__}, which batchd cannot queue")
 
 
-_UNWRAP = {
+_UNWRAP: dict[str, Callable[[Any], Any]] = {
     "datetime": datetime.fromisoformat,
     "date": date.fromisoformat,
     "time": time.fromisoformat,

@@ -21,6 +21,7 @@ import zlib
 from datetime import timezone
 from email.utils import parsedate_to_datetime
 from functools import cache
+from typing import TYPE_CHECKING
 
 import requests
 import urllib3.exceptions
@@ -233,7 +234,7 @@ class _DeadlineWatch:
         self._changed = threading.Condition()
         self._downloads = set()
         self._thread = None
-        self._stop = None        # the running thread's own stop flag
+        self._stop = threading.Event()     # the running thread's own stop flag (a new one per thread)
         self._next_look = 0.0    # when the thread will look next
 
     def begin(self, seconds):
@@ -284,7 +285,14 @@ class _DeadlineWatch:
         return soonest
 
 
-class _TrackedPool:
+# What _TrackedPool is mixed into, for the type checker; a plain mixin at run time.
+if TYPE_CHECKING:
+    from urllib3.connectionpool import HTTPConnectionPool as _PoolBase
+else:
+    _PoolBase = object
+
+
+class _TrackedPool(_PoolBase):
     """Mixed into urllib3's pool classes: tells the attempt in flight on this thread which
     connection it was handed, so that the deadline thread can cut that connection's socket."""
 

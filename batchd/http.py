@@ -5,16 +5,36 @@ it looks, in order, at the Content-Type charset, a byte-order mark, a
 <meta> charset in the first 4 KB, strict UTF-8, then statistical detection.
 The downloader that turns one into the other is batchd/downloader.py.
 """
+# Annotations stay unevaluated: requests 2.28 (Debian 12) has no subscriptable CaseInsensitiveDict.
+from __future__ import annotations
+
 import codecs
 import hashlib
 import json as jsonlib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cached_property
+from http.cookiejar import CookieJar
+from typing import IO, TYPE_CHECKING, Any, Optional, Union, overload
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import parsel
 from requests.compat import chardet  # whichever detector requests uses; may be None
+
+if TYPE_CHECKING:
+    import requests
+    from requests.auth import AuthBase
+    from requests.structures import CaseInsensitiveDict
+
+# What a callback produces: nothing, or (yields) items (mappings) and further Requests; None is skipped.
+Produced = Optional[Iterable[Union["Request", Mapping[str, Any], None]]]
+# A callback: a callable taking (request, response, task), or the name of a method of the spider.
+Callback = Callable[["Request", "Response", dict[str, Any]], Produced]
+# Query parameters or form fields, as requests takes them.
+Fields = Union[Mapping[str, Any], Sequence[tuple[str, Any]], str, bytes]
+Auth = Union[tuple[str, str], "AuthBase", Callable[[Any], Any]]
+Timeout = Union[float, tuple[Optional[float], Optional[float]]]
+Regex = Union[str, re.Pattern[str]]     # (Response.re shadows the module `re` inside the class)
 
 META_SNIFF_BYTES = 4096
 DETECT_BYTES = 64 * 1024  # detectors are slow on big pages and gain nothing past this
@@ -29,10 +49,14 @@ SUPERSETS = {"gb2312": "gb18030", "gbk": "gb18030", "ascii": "cp1252", "iso8859-
 class Request:
     """One HTTP request and what the spider wants done with its response."""
 
-    def __init__(self, url, callback=None, method="GET", headers=None, params=None, data=None,
-                 json=None, cookies=None, meta=None, timeout=None, allow_redirects=True,
-                 proxies=None, verify=True, auth=None, max_retry_times=None, dont_filter=False,
-                 **kwargs):
+    def __init__(self, url: str, callback: Union[Callback, str, None] = None, method: str = "GET",
+                 headers: Optional[Mapping[str, Union[str, bytes]]] = None, params: Optional[Fields] = None,
+                 data: Union[Fields, IO[bytes], Iterable[bytes], None] = None, json: Any = None,
+                 cookies: Union[Mapping[str, str], CookieJar, None] = None, meta: Optional[dict[str, Any]] = None,
+                 timeout: Optional[Timeout] = None, allow_redirects: bool = True,
+                 proxies: Optional[Mapping[str, str]] = None, verify: Union[bool, str] = True,
+                 auth: Optional[Auth] = None, max_retry_times: Optional[int] = None, dont_filter: bool = False,
+                 **kwargs: Any) -> None:
         self.url = url
         self.callback = callback
         self.method = method.upper()
@@ -51,7 +75,7 @@ class Request:
         self.dont_filter = dont_filter
         self.kwargs = kwargs  # passed through to requests.Session.request (files, cert...)
 
-    def fingerprint(self):
+    def fingerprint(self) -> str:
         """A sha1 hex digest that is equal for requests that would fetch the same thing."""
         digest = hashlib.sha1()
         for part in (self.method.encode(), self._canonical_url().encode(), self._body_key()):
@@ -59,12 +83,12 @@ class Request:
             digest.update(b"\0")  # so that moving bytes between parts changes the digest
         return digest.hexdigest()
 
-    def _canonical_url(self):
+    def _canonical_url(self) -> str:
         scheme, netloc, path, query, _fragment = urlsplit(self.url.strip())
         pairs = parse_qsl(query, keep_blank_values=True) + _pairs(self.params)
         return urlunsplit((scheme.lower(), netloc.lower(), path or "/", urlencode(sorted(pairs)), ""))
 
-    def _body_key(self):
+    def _body_key(self) -> bytes:
         if self.json is not None:
             return jsonlib.dumps(self.json, sort_keys=True, separators=(",", ":")).encode()
         if isinstance(self.data, bytes):
@@ -75,11 +99,11 @@ class Request:
             return urlencode(sorted(_pairs(self.data))).encode()
         return b""  # no body, or a stream that reading here would consume
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<Request {self.method} {self.url}>"
 
 
-def _pairs(fields):
+def _pairs(fields: Optional[Fields]) -> list[tuple[str, str]]:
     """(key, value) string pairs from what requests accepts as params or form data."""
     if fields is None:
         return []
@@ -87,7 +111,7 @@ def _pairs(fields):
         text = fields.decode() if isinstance(fields, bytes) else fields
         return parse_qsl(text, keep_blank_values=True)
     items = fields.items() if isinstance(fields, Mapping) else fields
-    pairs = []
+    pairs: list[tuple[str, str]] = []
     for key, value in items:
         values = value if isinstance(value, (list, tuple)) else [value]
         pairs.extend((str(key), str(v)) for v in values if v is not None)
@@ -97,50 +121,56 @@ def _pairs(fields):
 class Response:
     """A downloaded page, with the decoded text and a parsel selector made on demand."""
 
-    def __init__(self, raw, request, content):
-        self.status_code = raw.status_code
-        self.url = raw.url
-        self.headers = raw.headers
+    def __init__(self, raw: requests.Response, request: Request, content: bytes) -> None:
+        self.status_code: int = raw.status_code
+        self.url: str = raw.url
+        self.headers: CaseInsensitiveDict[str] = raw.headers
         self.content = content  # decoded, read by the Downloader within its limits
         self.request = request
         self.meta = request.meta
 
     @cached_property
-    def encoding(self):
+    def encoding(self) -> str:
         return _choose_encoding(self.headers.get("Content-Type", ""), self.content)
 
     @cached_property
-    def text(self):
+    def text(self) -> str:
         text = self.content.decode(self.encoding, errors="replace")
         return text[1:] if text.startswith("\ufeff") else text
 
-    def json(self, **kwargs):
+    def json(self, **kwargs: Any) -> Any:
         return jsonlib.loads(self.text, **kwargs)
 
     @cached_property
-    def selector(self):
+    def selector(self) -> parsel.Selector:
         content_type = self.headers.get("Content-Type", "").lower()
         # None lets parsel pick (HTML, or JSON on parsel versions that know it).
         kind = "xml" if "xml" in content_type and "html" not in content_type else None
         return parsel.Selector(text=self.text, type=kind, base_url=self.url)
 
-    def css(self, query):
+    def css(self, query: str) -> parsel.SelectorList[parsel.Selector]:
         return self.selector.css(query)
 
-    def xpath(self, query, **kwargs):
+    def xpath(self, query: str, **kwargs: Any) -> parsel.SelectorList[parsel.Selector]:
         return self.selector.xpath(query, **kwargs)
 
-    def re(self, regex):
+    def re(self, regex: Regex) -> list[str]:
         return self.selector.re(regex)
 
-    def re_first(self, regex, default=None):
+    @overload
+    def re_first(self, regex: Regex, default: None = None) -> Optional[str]: ...
+
+    @overload
+    def re_first(self, regex: Regex, default: str) -> str: ...
+
+    def re_first(self, regex: Regex, default: Optional[str] = None) -> Optional[str]:
         return self.selector.re_first(regex, default=default)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<Response {self.status_code} {self.url}>"
 
 
-def _choose_encoding(content_type, content):
+def _choose_encoding(content_type: str, content: bytes) -> str:
     """The codec for a body: declared, then marked, then guessed; always a usable name."""
     for label in (_header_charset(content_type), _bom_charset(content), _meta_charset(content)):
         codec = _text_codec(label)
@@ -151,27 +181,27 @@ def _choose_encoding(content_type, content):
     return _text_codec(_detected_charset(content)) or "utf-8"
 
 
-def _header_charset(content_type):
+def _header_charset(content_type: str) -> Optional[str]:
     found = HEADER_CHARSET.search(content_type)
     return found.group(1) if found else None
 
 
-def _bom_charset(content):
+def _bom_charset(content: bytes) -> Optional[str]:
     return next((name for bom, name in BOMS if content.startswith(bom)), None)
 
 
-def _meta_charset(content):
+def _meta_charset(content: bytes) -> Optional[str]:
     found = META_CHARSET.search(content[:META_SNIFF_BYTES])
     return found.group(1).decode("ascii") if found else None
 
 
-def _detected_charset(content):
+def _detected_charset(content: bytes) -> Optional[str]:
     if chardet is None:
         return None
     return chardet.detect(content[:DETECT_BYTES]).get("encoding")
 
 
-def _text_codec(label):
+def _text_codec(label: Optional[str]) -> Optional[str]:
     """The Python codec for a charset label, or None for unknown and non-text codecs."""
     if not label:
         return None
@@ -183,7 +213,7 @@ def _text_codec(label):
     return SUPERSETS.get(name, name)
 
 
-def _is_utf8(content):
+def _is_utf8(content: bytes) -> bool:
     try:
         content.decode("utf-8")
     except UnicodeDecodeError:
@@ -194,12 +224,13 @@ def _is_utf8(content):
 class RequestFailed(Exception):
     """A request that will not succeed: retries exhausted, or an error not worth retrying."""
 
-    def __init__(self, request, response_or_exception, reason, attempts):
+    def __init__(self, request: Request, response_or_exception: Union[Response, Exception], reason: str,
+                 attempts: int) -> None:
         super().__init__(request, response_or_exception, reason, attempts)  # so copy/pickle can rebuild it
         self.request = request
         self.response_or_exception = response_or_exception
         self.reason = reason
         self.attempts = attempts
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.reason

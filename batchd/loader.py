@@ -34,7 +34,7 @@ class SpiderSource:
     config_files: tuple = ()
     overrides: dict = field(default_factory=dict)
 
-    def settings(self, spider_class: type) -> Settings:
+    def settings(self, spider_class: type[BatchSpider]) -> Settings:
         return load_settings(spider_class.__custom_setting__, config_files=list(self.config_files),
                              overrides=self.overrides)
 
@@ -47,7 +47,7 @@ def absolute_spider_path(spec: str) -> str:
     return spec
 
 
-def load_spider_class(spec: str) -> type:
+def load_spider_class(spec: str) -> type[BatchSpider]:
     target, sep, class_name = spec.rpartition(":")
     if not sep or not target or not class_name:
         raise ConfigError(f"spider {spec!r}: expected {SPIDER_FORMS}")
@@ -72,6 +72,8 @@ def _load_file(spec: str, path: str):
         sys.path.insert(0, directory)      # the spider's own helper modules sit beside it
     name = "batchd_spider_" + os.path.splitext(os.path.basename(path))[0]
     module_spec = importlib.util.spec_from_file_location(name, path)
+    if module_spec is None or module_spec.loader is None:     # no loader for its suffix: not *.py
+        raise ConfigError(f"spider {spec!r}: cannot import {path}: not a Python file (name it *.py)")
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[name] = module
     try:

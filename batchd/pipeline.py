@@ -24,6 +24,7 @@ from typing import Optional
 
 from .errors import BackendUnavailable, ConfigError
 from .failed_items import FailedItemsFile
+from .http import RequestFailed
 from .items import check_item
 from .lifecycle import Backoff
 from .model import COLUMNS_ITEM_KIND, ItemRow, Lease
@@ -50,7 +51,7 @@ class TaskRun:
     lease_lost: bool = False      # reclaimed before the write-back: not ours to write
     settled: bool = False         # its write-back is queued (or done)
     request_seq: int = 0
-    last_failure: object = None   # the RequestFailed behind a failed_request() call
+    last_failure: Optional[RequestFailed] = None   # the one behind a failed_request() call
     started: float = field(default_factory=time.monotonic)
     timed_out: bool = False       # failed by TASK_TIMEOUT: its lease is no longer renewed
     thread_ident: int = 0         # the fetch thread processing it

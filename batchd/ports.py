@@ -41,6 +41,13 @@ class BatchStore(abc.ABC):
     # process, or Redis (a store of the user's own, like MySQL's, is served by Redis).
     served_by = "mysql_redis"
 
+    @property
+    def opened_layout(self) -> TaskLayout:
+        """The layout open() bound this store to: a store used before open() is a programming error."""
+        if self.layout is None:
+            raise RuntimeError(f"{self.describe()} is used before open()")
+        return self.layout
+
     def describe(self) -> str:
         """What this store is, fit for a log line (never a password)."""
         return type(self).__name__

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import signal
 import threading
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from .backends import open_backend, open_store
 from .config import Settings, load_settings
@@ -28,6 +28,9 @@ from .systemd import set_thread_role, setup_logging
 from .task import mark_move
 from .threads import start_thread
 from .worker import Worker
+
+if TYPE_CHECKING:
+    from .spider import BatchSpider  # (spider.py imports this module)
 
 log = logging.getLogger("batchd")
 
@@ -150,7 +153,7 @@ def run_entry(spider, body: Callable[[Runtime, StopFlag], None]) -> None:
         raise SystemExit(int(e.exit_code)) from None
 
 
-def layout_of(spider_class: type, settings: Settings) -> TaskLayout:
+def layout_of(spider_class: "type[BatchSpider]", settings: Settings) -> TaskLayout:
     """The task table of a spider class and its columns, validated (ConfigError naming the culprit)."""
     if not spider_class.__task_table__:
         raise ConfigError(f"{spider_class.__name__} has no __task_table__")

@@ -7,42 +7,46 @@ same loops under a supervisor. What they run in (settings, ports, master, worker
 spider's Runtime (batchd/runtime.py).
 """
 import logging
-from typing import Any, Iterable, Optional, Union
+import os
+from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 from .config import Settings
-from .http import Request, Response
+from .http import Produced, Request, Response
 from .ports import BatchStore
 from .runtime import Runtime, run_entry
 
 log = logging.getLogger("batchd")
 
-Produced = Union[None, Request, Iterable[Union[Request, dict]]]
+# What task_requests gives: one Request, or (yields) several; a callback's Produced is in batchd/http.py.
+Requests = Union[None, Request, Iterable[Request]]
+ConfigFiles = Union[str, os.PathLike[str], Sequence[Union[str, os.PathLike[str]]], None]
 
 
 class BatchSpider:
     __task_table__: Optional[str] = None
     __item_table__: Optional[str] = None
-    __custom_setting__: dict = {}
+    __custom_setting__: dict[str, Any] = {}
 
     def __init__(self, keep_alive: bool = False, batch_store: Optional[BatchStore] = None,
-                 settings: Optional[dict] = None, config_file: Any = None) -> None:
+                 settings: Optional[Mapping[str, Any]] = None, config_file: ConfigFiles = None) -> None:
         """`settings` win over every other source, as the command line does; `config_file` replaces
         BATCHD_CONFIG and /etc/batchd/batchd.toml; `batch_store` replaces the store the settings name."""
         self.keep_alive = keep_alive
-        self._runtime_args = {"overrides": dict(settings or {}), "config_file": config_file, "store": batch_store}
-        self._runtime = None
+        self._runtime_args: dict[str, Any] = {"overrides": dict(settings or {}), "config_file": config_file,
+                                              "store": batch_store}
+        self._runtime: Optional[Runtime] = None
 
     # -- what the user writes
-    def task_requests(self, task: dict) -> Produced:
+    def task_requests(self, task: dict[str, Any]) -> Requests:
         """Turn one task row into Requests (yield or return them)."""
         raise NotImplementedError(f"{type(self).__name__} must implement task_requests(self, task)")
 
-    def parse(self, request: Request, response: Response, task: dict) -> Produced:
+    def parse(self, request: Request, response: Response, task: dict[str, Any]) -> Produced:
         """The default callback: yield items (dicts) and further Requests."""
         raise NotImplementedError(f"{type(self).__name__} has no parse(); give the Request a callback")
 
     def failed_request(self, request: Request, response_or_exception: Union[Response, Exception],
-                       task: dict) -> None:
+                       task: dict[str, Any]) -> None:
         """A request failed for good (retries spent, or not retryable). The default marks the task
         failed; an override that still wants that must call super()."""
         id_field = self.runtime.layout.id_field

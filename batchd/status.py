@@ -20,7 +20,7 @@ progress bar, a watch loop) reuse the gathering.
 import json
 import logging
 import time
-from typing import Optional
+from typing import Any, Optional
 
 from .errors import BackendUnavailable
 from .backends import open_supervisor_ports
@@ -138,7 +138,7 @@ def gather_status(runtime) -> dict:
     A backend that cannot be reached is named under "unreachable" and the rest is still gathered: with
     MySQL down, the batch as the master's supervisor last published it in Redis."""
     store, layout, backend = runtime.store, runtime.layout, runtime.backend
-    unreachable = []
+    unreachable: list[str] = []
     counts = _reached(unreachable, lambda: (store.open(layout), store.last_batch(), store.progress())[1:])
     seen = _reached(unreachable, lambda: (backend.board.read_statuses(), backend.leases.pending_count(),
                                           backend.leases.leased_count()))
@@ -190,7 +190,7 @@ def _batch_and_tasks(counts, master: Optional[dict]) -> tuple:
 def _host_entry(snapshot: dict) -> dict:
     numbers = ("pid", "workers_alive", "workers_wanted", "master_alive", "done", "failed", "items",
                "unflushed", "in_flight")
-    entry = {name: int(snapshot.get(name, 0)) for name in numbers}
+    entry: dict[str, Any] = {name: int(snapshot.get(name, 0)) for name in numbers}
     entry.update(host=snapshot["host"], instance=snapshot["instance"], role=snapshot["role"],
                  rate=float(snapshot.get("rate", 0)), seconds_ago=round(time.time() - float(snapshot["updated"]), 1),
                  workers=json.loads(snapshot.get("workers") or "[]"))

@@ -31,6 +31,7 @@ from multiprocessing.connection import wait
 from typing import Optional
 
 from .child import Child, ChildSpec, Plan, Seats, after_abort, child_main, describe_exit, probe
+from .config import Settings
 from .errors import ConfigError, ExitCode
 from .ledger import LedgerBlock, Phase
 from .lifecycle import Backoff
@@ -67,16 +68,32 @@ class Supervisor:
         self.host, self.pid = socket.gethostname(), os.getpid()
         self.children: list = []
         self.seats: dict = {}
-        self.settings = self.namespace = self.block = self.publisher = None
+        self.settings: Optional[Settings] = None          # these three once the spider is loaded (_begin)
+        self.namespace: Optional[str] = None
+        self.block: Optional[LedgerBlock] = None
+        self.publisher: Optional[SnapshotPublisher] = None
         self.exit_code = ExitCode.OK
         self.stopping = False
         self.announce_ready = True
         self.rate = ProgressRate()
-        self.ended = collections.Counter()       # totals of the children gone, and what they left behind
+        self.ended: collections.Counter[str] = collections.Counter()   # the children gone: totals, what they left
         self.master_figures: dict = {}           # the batch as this host's master last wrote it in its row
         self._signals: collections.deque = collections.deque()
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._due = {"watchdog": 0.0, "status": 0.0, "extend": 0.0}
+
+    # The loop and all it calls run once the spider is loaded: the settings and the ledger are there.
+    @property
+    def _loaded_settings(self) -> Settings:
+        if self.settings is None:
+            raise RuntimeError("the supervisor has no settings before the spider is loaded")
+        return self.settings
+
+    @property
+    def _ledger(self) -> LedgerBlock:
+        if self.block is None:
+            raise RuntimeError("the supervisor has no ledger before the spider is loaded")
+        return self.block
 
     # -- the whole life
     def run(self) -> int:
@@ -98,8 +115,8 @@ class Supervisor:
 
     def _load_spider(self) -> Optional[tuple]:
         """(settings, namespace) from a probe child, tried a few times; None if stopped meanwhile."""
-        backoff = Backoff()
-        for attempt in range(1, CONFIG_ATTEMPTS + 1):
+        backoff, attempt = Backoff(), 1
+        while True:      # the last attempt returns or raises
             try:
                 return probe(self.context, self.source, self._forget_in_child, self._pet_watchdog)
             except ConfigError as e:
@@ -110,6 +127,7 @@ class Supervisor:
                 if self._pause(delay):
                     log.info("stopped before the spider could be loaded")
                     return None
+            attempt += 1
 
     def _begin(self, settings, namespace: str) -> None:
         self._apply(settings, namespace)
@@ -153,7 +171,7 @@ class Supervisor:
         return min(wanted, room)
 
     def _where(self) -> str:
-        return f"{self.namespace}@{self.plan.instance}" if self.plan.instance else self.namespace
+        return f"{self.namespace}@{self.plan.instance}" if self.plan.instance else f"{self.namespace}"
 
     # -- one turn of the loop
     def _turn(self) -> None:
@@ -240,7 +258,7 @@ class Supervisor:
         if seats is None or self.stopping:
             log.info("%s ignored: %s", name, "stopping" if self.stopping else "this supervisor runs no workers")
             return
-        wanted = max(1, min(self.block.worker_rows, seats.wanted + step))
+        wanted = max(1, min(self._ledger.worker_rows, seats.wanted + step))
         if wanted == seats.wanted:
             log.info("%s: staying at %d workers (%s)", name, wanted, "the least" if step < 0 else "ledger full")
             return
@@ -254,7 +272,7 @@ class Supervisor:
         self.stopping, self.exit_code = True, exit_code
         now = time.monotonic()
         log.info("%s: warm stop: the children finish their tasks, flush and write back (STOP_TIMEOUT %g s); "
-                 "a second signal stops cold", reason, self.settings.STOP_TIMEOUT)
+                 "a second signal stops cold", reason, self._loaded_settings.STOP_TIMEOUT)
         for child in self.children:
             if child.retiring_since is None:
                 self._retire(child, now)
@@ -284,7 +302,7 @@ class Supervisor:
         # exitcode polls waitpid(pid): a pid already reaped might belong to someone else by now.
         if child.process.exitcode is None:
             try:
-                os.kill(child.process.pid, sig)
+                os.kill(child.pid, sig)
             except ProcessLookupError:
                 pass
 
@@ -302,7 +320,7 @@ class Supervisor:
                 self._spawn(role, row, now)
 
     def _free_row(self, role: str) -> Optional[int]:
-        rows = self.block.master_row_numbers() if role == "master" else self.block.worker_row_numbers()
+        rows = self._ledger.master_row_numbers() if role == "master" else self._ledger.worker_row_numbers()
         used = {child.spec.row for child in self.children}
         return next((row for row in rows if row not in used), None)
 
@@ -313,7 +331,7 @@ class Supervisor:
         spec = ChildSpec(role=role, number=number, row=row, once=self.plan.once,
                          keep_alive=not (self.plan.once and self.plan.verb == "worker"),
                          name=self.plan.named(base), title=f"batchd: {base} {self._where()}")
-        self.block.prepare(row)
+        self._ledger.prepare(row)
         process = self.context.Process(target=child_main, name=f"batchd-{base.replace(' ', '-')}",
                                        args=(spec, self.source, self.block, self.pid, self._forget_in_child))
         process.start()
@@ -331,7 +349,7 @@ class Supervisor:
         if code is None:
             return          # the sentinel fired a moment before the exit status is there
         self.children.remove(child)
-        lost, row = self.block.lost(child.spec.row), self.block.row(child.spec.row)
+        lost, row = self._ledger.lost(child.spec.row), self._ledger.row(child.spec.row)
         self.ended.update(done=row.done, failed=row.failed, items=row.items,
                           left_items=lost.items, left_tasks=len(lost.task_keys))
         if lost.task_keys:
@@ -342,7 +360,7 @@ class Supervisor:
                 if lost.task_keys else "")
         level = logging.INFO if (code == 0 and not lost.task_keys) else logging.WARNING
         log.log(level, "%s %s%s%s%s", child.label, describe_exit(code), after_abort(child, code), held, next_step)
-        self.block.clear(child.spec.row)
+        self._ledger.clear(child.spec.row)
         child.process.close()
         if stop is not None:
             self._begin_stop(*stop)
@@ -352,7 +370,7 @@ class Supervisor:
         instead of when their leases would have expired."""
         if self.publisher is None:
             return
-        given = self.publisher.give_back_leases_of(worker_token_prefix(child.process.pid))
+        given = self.publisher.give_back_leases_of(worker_token_prefix(child.pid))
         if given:
             log.info("gave back the %d leases %s held: the master requeues them now", given, child.label)
 
@@ -403,11 +421,11 @@ class Supervisor:
                               "ABRT" if child.aborted_since else "QUIT")
                     child.killed_since = now
                     self._signal(child, signal.SIGKILL)
-            elif self.block.silence(child.spec.row, now) > self.settings.CHILD_TIMEOUT:
+            elif self._ledger.silence(child.spec.row, now) > self._loaded_settings.CHILD_TIMEOUT:
                 self._abort(child, now)
             elif (child.retiring_since is not None
-                  and now - child.retiring_since > self.settings.STOP_TIMEOUT + STOP_MARGIN):
-                lost = self.block.lost(child.spec.row)
+                  and now - child.retiring_since > self._loaded_settings.STOP_TIMEOUT + STOP_MARGIN):
+                lost = self._ledger.lost(child.spec.row)
                 log.warning("%s: STOP_TIMEOUT passed with %d items of %d tasks still in memory (tasks %s): "
                             "cold stop", child.label, lost.items, len(lost.task_keys),
                             ", ".join(lost.task_keys) or "none")
@@ -416,13 +434,13 @@ class Supervisor:
     def _abort(self, child: Child, now: float) -> None:
         log.error("%s silent for %.1f s (CHILD_TIMEOUT %g s): SIGABRT (its threads' stacks follow), SIGKILL "
                   "in %g s if it lingers; it will be replaced", child.label,
-                  self.block.silence(child.spec.row, now), self.settings.CHILD_TIMEOUT, KILL_GRACE)
+                  self._ledger.silence(child.spec.row, now), self._loaded_settings.CHILD_TIMEOUT, KILL_GRACE)
         child.aborted_since = now
         self._signal(child, signal.SIGABRT)
         self._signal(child, signal.SIGCONT)     # a stopped process acts on SIGABRT only once continued
 
     def _note_stuck(self, child: Child, now: float) -> None:
-        if now - child.killed_since > KILL_GRACE and not child.stuck_logged:
+        if child.killed_since is not None and now - child.killed_since > KILL_GRACE and not child.stuck_logged:
             child.stuck_logged = True
             log.critical("%s has not died %g s after SIGKILL (stuck in the kernel?); the watchdog stops "
                          "until it does", child.label, KILL_GRACE)
@@ -436,7 +454,7 @@ class Supervisor:
             log.info("ready: %s", text)
         self._pet_watchdog()
         if now >= self._due["status"]:
-            self._due["status"] = now + self.settings.STATUS_INTERVAL
+            self._due["status"] = now + self._loaded_settings.STATUS_INTERVAL
             self._publish_status(now)
         if self.stopping and now >= self._due["extend"]:
             self._due["extend"] = now + EXTEND_EVERY
@@ -445,7 +463,7 @@ class Supervisor:
     def _seats_filled(self) -> bool:
         for role, seats in self.seats.items():
             running = [c for c in self.children if c.spec.role == role and c.retiring_since is None
-                       and self.block.row(c.spec.row).phase == Phase.RUNNING]
+                       and self._ledger.row(c.spec.row).phase == Phase.RUNNING]
             if len(running) < seats.wanted:
                 return False
         return True
@@ -463,20 +481,21 @@ class Supervisor:
             if child.killed_since is not None:
                 if now - child.killed_since > KILL_GRACE:
                     return False
-            elif child.aborted_since is None and self.block.silence(child.spec.row, now) > self.settings.CHILD_TIMEOUT:
+            elif (child.aborted_since is None
+                  and self._ledger.silence(child.spec.row, now) > self._loaded_settings.CHILD_TIMEOUT):
                 return False
         return True
 
     def _warn_short_watchdog(self) -> None:
-        seconds, needed = watchdog_usec() / 1e6, 2 * (self.settings.CHILD_TIMEOUT + KILL_GRACE)
+        seconds, needed = watchdog_usec() / 1e6, 2 * (self._loaded_settings.CHILD_TIMEOUT + KILL_GRACE)
         if seconds and seconds < needed:
             log.warning("WatchdogSec=%gs is below 2 x (CHILD_TIMEOUT %g s + kill grace %g s) = %g s: replacing "
                         "a hung child could cost the service its watchdog; raise WatchdogSec= or lower "
-                        "CHILD_TIMEOUT", seconds, self.settings.CHILD_TIMEOUT, KILL_GRACE, needed)
+                        "CHILD_TIMEOUT", seconds, self._loaded_settings.CHILD_TIMEOUT, KILL_GRACE, needed)
 
     def _snapshot(self) -> dict:
         workers = [c for c in self.children if c.spec.role == "worker"]
-        totals = self.block.totals(c.spec.row for c in workers)
+        totals = self._ledger.totals(c.spec.row for c in workers)
         done, failed = totals["done"] + self.ended["done"], totals["failed"] + self.ended["failed"]
         self.rate.add(done + failed)
         snapshot = {"role": self.plan.verb, "host": self.host, "instance": self.plan.instance_key,
@@ -489,7 +508,7 @@ class Supervisor:
                     "unflushed": totals["unflushed"], "in_flight": totals["in_flight"],
                     "rate": round(self.rate.per_second(), 3),
                     "workers": json.dumps([self._worker_line(c) for c in workers])}
-        rows = [self.block.row(c.spec.row) for c in self.children if c.spec.role == "master"]
+        rows = [self._ledger.row(c.spec.row) for c in self.children if c.spec.role == "master"]
         row = max((r for r in rows if r.batch_id > 0), key=lambda r: r.heartbeat, default=None)
         if row is not None:
             self.master_figures = {"batch_id": row.batch_id, "batch_settled": row.settled,
@@ -502,7 +521,7 @@ class Supervisor:
 
     def _outage(self) -> dict:
         """The longest-running outage any child waits out, as snapshot fields (none: no fields)."""
-        outages = [o for o in (self.block.outage(c.spec.row) for c in self.children) if o is not None]
+        outages = [o for o in (self._ledger.outage(c.spec.row) for c in self.children) if o is not None]
         if not outages:
             return {}
         backend, since, reason = min(outages, key=lambda o: o[1])
@@ -510,7 +529,7 @@ class Supervisor:
 
     def _worker_line(self, child: Child) -> dict:
         """One worker as `batchd status` lists it."""
-        return {"name": child.spec.name, "pid": child.process.pid, **self.block.view(child.spec.row)}
+        return {"name": child.spec.name, "pid": child.process.pid, **self._ledger.view(child.spec.row)}
 
     def _publish_status(self, now: float) -> str:
         snapshot = self._snapshot()

@@ -91,7 +91,7 @@ def format_traceback(exc_info) -> str:
     land on continuation lines."""
     described = traceback.TracebackException(*exc_info)
     own_text = {piece for exception in _chain(described) for piece in exception.format_exception_only()}
-    lines = []
+    lines: list[str] = []
     for piece in described.format():
         lines += [escape_controls(piece.removesuffix("\n"))] if piece in own_text else escaped_lines(piece)
     return "\n".join(lines)
@@ -99,7 +99,8 @@ def format_traceback(exc_info) -> str:
 
 def _chain(described: traceback.TracebackException) -> list:
     """This exception and those it was raised from or while handling, each once."""
-    chain, todo = [], [described]
+    chain: list[traceback.TracebackException] = []
+    todo: list[Optional[traceback.TracebackException]] = [described]
     while todo:
         exception = todo.pop()
         if exception is not None and all(exception is not seen for seen in chain):
@@ -120,7 +121,7 @@ class JournalFields(RoleFilter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         super().filter(record)
-        record.BATCHD_ROLE = record.role
+        record.BATCHD_ROLE = current_role()     # the role RoleFilter just gave the record
         return True
 
 
@@ -205,7 +206,7 @@ def setup_logging(level: str = "INFO", force: bool = False) -> None:
     for handler in ours:
         logger.removeHandler(handler)
     handler = make_handler()
-    handler.batchd_handler = True
+    setattr(handler, "batchd_handler", True)    # the mark setup_logging looks for (getattr above)
     logger.addHandler(handler)
     logger.propagate = False
 

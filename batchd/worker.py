@@ -136,6 +136,20 @@ class Worker:
         self.heart: Callable = lambda: None
         self.watch = OutageWatch()
 
+    # The pipeline and the downloader exist while the worker serves (_serve makes them); every thread that
+    # uses them runs only then.
+    @property
+    def _pipeline(self) -> Pipeline:
+        if self.pipeline is None:
+            raise RuntimeError(f"{self.name} has no pipeline before it serves")
+        return self.pipeline
+
+    @property
+    def _downloader(self) -> Downloader:
+        if self.downloader is None:
+            raise RuntimeError(f"{self.name} has no downloader before it serves")
+        return self.downloader
+
     # -- the loop the supervisor (or start()) runs
     def run(self, stop: StopFlag, heartbeat: Callable = lambda: None) -> None:
         """Serve until stopped (keep_alive) or until the batch is done. A worker that is not kept
@@ -172,7 +186,7 @@ class Worker:
         table, kind = self.layout.item_destination
         self.pipeline = Pipeline(self.store, self.leases, self.ledger, self.settings, table, kind, self.watch,
                                  on_written=self._after_write_back)
-        self.pipeline.start()
+        self._pipeline.start()
         keeper_stop = threading.Event()
         keeper = start_thread(self._keep_leases, "batchd-keeper", keeper_stop)
         self._leasing.set()
@@ -221,7 +235,7 @@ class Worker:
     def _nothing_left(self) -> bool:
         """Nothing in hand, nothing queued, and the batch done with no new one due (a due batch the
         master has not opened yet still has work for us, whatever the last batch's done flag says)."""
-        if self.pipeline.in_flight() or self.leases.pending_count() or not self.leases.is_done():
+        if self._pipeline.in_flight() or self.leases.pending_count() or not self.leases.is_done():
             return False
         return not is_due(self.store.last_batch(), self.store.now(), self.settings)
 
@@ -238,11 +252,11 @@ class Worker:
         abandon = stop.cold or time.monotonic() >= deadline
         try:
             with guard.waiting(self.settings.STOP_TIMEOUT + 10):
-                landed = self.pipeline.stop(max(0.0, deadline - time.monotonic()), abandon=abandon)
+                landed = self._pipeline.stop(max(0.0, deadline - time.monotonic()), abandon=abandon)
         finally:
             keeper_stop.set()
             keeper.join(5)
-            self.downloader.close()
+            self._downloader.close()
         self._give_back_leases()
         if landed and not abandon:
             totals = self.ledger.totals()
@@ -251,7 +265,7 @@ class Worker:
 
     def _give_back_leases(self) -> None:
         """Tasks this worker will not write back: the master requeues them at its next patrol."""
-        leases = self.pipeline.unwritten_leases()
+        leases = self._pipeline.unwritten_leases()
         if not leases:
             return
         try:
@@ -272,7 +286,7 @@ class Worker:
         if run is None:
             return False
         with _outside_user_code(run):
-            self.pipeline.record_outcome(run, ok)
+            self._pipeline.record_outcome(run, ok)
         return True
 
     def failure_reason(self, task_id, response_or_exception) -> Optional[str]:
@@ -304,7 +318,7 @@ class Worker:
         log.error("task %s failed: still being processed after TASK_TIMEOUT=%g s; its thread is interrupted",
                   run.task_id, limit)
         run.timed_out = True
-        self.pipeline.record_outcome(run, ok=False)
+        self._pipeline.record_outcome(run, ok=False)
         _interrupt(run)
 
     def _give_up_thread(self, run: TaskRun, limit: float, stop: StopFlag) -> None:
@@ -325,7 +339,7 @@ class Worker:
             if keeper_stop.wait(renew_every):
                 return
             try:
-                self.leases.renew(self.pipeline.held_leases(), self.lease_seconds)
+                self.leases.renew(self._pipeline.held_leases(), self.lease_seconds)
             except BackendUnavailable as e:
                 self.watch.failed(e)      # the next renewal is the retry: a lease outlives a short outage
                 continue
@@ -339,7 +353,7 @@ class Worker:
             check_in(within=IDLE_POLL_CAP + 1)
             slot = self.ledger.acquire_slot()
             if slot is None:
-                self.pipeline.ask_flush()     # slots are held by tasks waiting for their items
+                self._pipeline.ask_flush()     # slots are held by tasks waiting for their items
                 stop.wait(0.05)
                 continue
             try:
@@ -365,7 +379,7 @@ class Worker:
         self.ledger.label(slot, lease.key)
         self.ledger.note_served()
         run = TaskRun(lease=lease, slot=slot, thread_ident=threading.get_ident())
-        self.pipeline.track(run)
+        self._pipeline.track(run)
         limit = self.settings.TASK_TIMEOUT
         # The task may take up to its timeout and the grace: a wait by design, not a stall.
         check_in(within=limit + timeout_grace(limit) + 1 if limit else float("inf"))
@@ -410,15 +424,15 @@ class Worker:
             pass                      # failed and logged by the watching thread already
         except BadItem as e:
             log.error("task %s failed: %s", run.task_id, e)
-            self.pipeline.record_outcome(run, ok=False)
+            self._pipeline.record_outcome(run, ok=False)
         except Exception as e:   # the user's code failed: this task fails, the worker carries on
             log.error("task %s failed: %s: %s", run.task_id, type(e).__name__, e,
                       exc_info=_first_time((self.leases.namespace, run.lease.batch_id, str(run.task_id)), e))
-            self.pipeline.record_outcome(run, ok=False)
+            self._pipeline.record_outcome(run, ok=False)
         finally:
             if stop.cold:
                 log.info("task %s abandoned at a cold stop; its lease is given back", run.task_id)
-            self.pipeline.finish_requests(run)
+            self._pipeline.finish_requests(run)
 
     def _run_request(self, run: TaskRun, request: Request, task: dict) -> list:
         """Download one request and run its callback; returns the follow-up requests."""
@@ -426,7 +440,7 @@ class Worker:
             return []
         request_seq = run.next_request_seq()
         try:
-            response = self.downloader.fetch(request)
+            response = self._downloader.fetch(request)
         except RequestFailed as failure:
             run.last_failure = failure
             with _user_code(run):
@@ -440,7 +454,7 @@ class Worker:
             if isinstance(result, Request):
                 follow_ups.append(result)
             elif isinstance(result, Mapping):
-                self.pipeline.add_item(run, request_seq, item_seq, dict(result))
+                self._pipeline.add_item(run, request_seq, item_seq, dict(result))
                 item_seq += 1
             elif result is not None:
                 raise TypeError(f"{getattr(callback, '__name__', callback)} yielded a {type(result).__name__}; "

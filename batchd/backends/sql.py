@@ -228,7 +228,7 @@ class SqlBatchStore(BatchStore):
     # -- batches
     def last_batch(self) -> Optional[BatchRecord]:
         names = ", ".join(self.quote(c) for c in RECORD_FIELDS)
-        rows = self.fetch(f"SELECT {names} FROM {self.quote(self.layout.record_table)} "
+        rows = self.fetch(f"SELECT {names} FROM {self.quote(self.opened_layout.record_table)} "
                           f"ORDER BY {self.quote('id')} DESC LIMIT 1", dicts=True)
         if not rows:
             return None
@@ -241,17 +241,21 @@ class SqlBatchStore(BatchStore):
         now, now_values = self.now_term()
         stamped = self.stamped_on_insert
         names = ", ".join(self.quote(c) for c in stamped + ("total_count", "interval", "interval_unit"))
-        self.execute(f"INSERT INTO {self.quote(self.layout.record_table)} ({names}) "
+        self.execute(f"INSERT INTO {self.quote(self.opened_layout.record_table)} ({names}) "
                      f"VALUES ({', '.join([now] * len(stamped))}, {self.marks(3)})",
                      now_values * len(stamped) + [total, interval, interval_unit])
-        return self.last_batch()
+        record = self.last_batch()
+        if record is None:      # the row just inserted is gone: someone emptied the table meanwhile
+            raise RuntimeError(f"the batch record inserted into {self.quote(self.opened_layout.record_table)} "
+                               "is not there")
+        return record
 
     def update_batch(self, batch_id: int, progress: Progress, is_done: bool) -> None:
         now, now_values = self.now_term()
         p = self.placeholder
         sets = [f"{self.quote(c)} = {p}" for c in ("total_count", "done_count", "fail_count", "is_done")]
         sets += [f"{self.quote(c)} = {now}" for c in self.stamped_on_update]
-        self.execute(f"UPDATE {self.quote(self.layout.record_table)} SET {', '.join(sets)} "
+        self.execute(f"UPDATE {self.quote(self.opened_layout.record_table)} SET {', '.join(sets)} "
                      f"WHERE {self.quote('id')} = {p}",
                      [progress.total, progress.done, progress.failed, int(is_done)]
                      + now_values * len(self.stamped_on_update) + [batch_id])
@@ -295,12 +299,14 @@ class SqlBatchStore(BatchStore):
         now, now_values = self.now_term()
         sources = [int(s) for s in move.sources]
         source_test = f" AND {state} IN ({self.marks(len(sources))})" if sources else ""
-        return self.execute(f"UPDATE {table} SET {state} = {self.placeholder}, {self.quote(self.layout.time_field)} = "
+        time_column = self.quote(self.opened_layout.time_field)
+        return self.execute(f"UPDATE {table} SET {state} = {self.placeholder}, {time_column} = "
                             f"{now} WHERE {where}{source_test}", [int(move.target)] + now_values + params + sources)
 
     def _quoted_task_table(self) -> tuple:
         """The task table, its id column and its state column, quoted."""
-        return self.quote(self.layout.table), self.quote(self.layout.id_field), self.quote(self.layout.state_field)
+        layout = self.opened_layout
+        return self.quote(layout.table), self.quote(layout.id_field), self.quote(layout.state_field)
 
     # -- task states
     def claim(self, limit: int) -> list:
@@ -309,17 +315,17 @@ class SqlBatchStore(BatchStore):
         with self.transaction():
             rows = self.fetch(f"SELECT * FROM {table} WHERE {state} = {p} ORDER BY {key} LIMIT {p}{self.claim_lock}",
                               (int(TaskState.PENDING), limit), dicts=True)
-            for part in chunks([row[self.layout.id_field] for row in rows], self.in_chunk):
+            for part in chunks([row[self.opened_layout.id_field] for row in rows], self.in_chunk):
                 self._apply(Move.CLAIM, f"{key} IN ({self.marks(len(part))})", part)
         for row in rows:
-            row[self.layout.state_field] = int(Move.CLAIM.target)
+            row[self.opened_layout.state_field] = int(Move.CLAIM.target)
         return rows
 
     def move(self, move: Move, ids: Sequence, older_than: Optional[float] = None) -> int:
         _, key, _ = self._quoted_task_table()
         age_test, age_values = "", []
         if older_than is not None:
-            age_sql, age_values = self.older_than_term(self.layout.time_field, older_than)
+            age_sql, age_values = self.older_than_term(self.opened_layout.time_field, older_than)
             age_test = f" AND {age_sql}"
         moved = 0
         with self.transaction() if self.move_in_one_transaction else nullcontext():
@@ -329,7 +335,7 @@ class SqlBatchStore(BatchStore):
 
     def stale_processing(self, older_than: float, limit: int) -> list:
         table, key, state = self._quoted_task_table()
-        age_sql, age_values = self.older_than_term(self.layout.time_field, older_than)
+        age_sql, age_values = self.older_than_term(self.opened_layout.time_field, older_than)
         rows = self.fetch(f"SELECT {key} FROM {table} WHERE {state} = {self.placeholder} AND {age_sql} "
                           f"LIMIT {self.placeholder}", [int(TaskState.PROCESSING)] + age_values + [limit])
         return [row[0] for row in rows]

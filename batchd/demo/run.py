@@ -120,6 +120,7 @@ class SiteProcess:
 
 def start_site() -> SiteProcess:
     process = subprocess.Popen([sys.executable, "-m", "batchd.demo.site"], stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None      # stdout=PIPE
     line = process.stdout.readline()
     if not line.startswith("port "):
         process.kill()

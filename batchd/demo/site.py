@@ -7,9 +7,9 @@ in GBK without a charset in its header (decoded from its <meta charset>).
 
     python -m batchd.demo.site      # prints "port N", serves until killed
 """
-import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Optional
 
 BOOKS = [(n, f"Book {n:02d}", f"Author {chr(65 + n % 26)}", f"{5 + (n * 37) % 40}.{n % 10}9") for n in range(1, 49)]
 CHINESE_BOOK = (49, "西游记", "吴承恩", "18.00")
@@ -62,7 +62,7 @@ class BookshopHandler(BaseHTTPRequestHandler):
             BookshopHandler.flaky_hits += 1
             return BookshopHandler.flaky_hits == 1
 
-    def _answer(self, status: int, content_type: str, body: bytes, headers: dict = None):
+    def _answer(self, status: int, content_type: str, body: bytes, headers: Optional[dict] = None):
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
@@ -86,4 +86,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

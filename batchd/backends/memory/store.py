@@ -68,7 +68,7 @@ class MemoryBatchStore(BatchStore):
                 self._index(row)
 
     def _index(self, row: dict) -> None:
-        layout = self.layout
+        layout = self.opened_layout
         if layout.id_field not in row:
             raise ConfigError(f"MemoryBatchStore: a task row has no {layout.id_field!r} "
                               f"(BATCH_TASK_ID_FIELD): {row!r}")
@@ -84,7 +84,7 @@ class MemoryBatchStore(BatchStore):
             return self._batches[-1] if self._batches else None
 
     def reset_tasks(self, chunk_size: int):
-        state = self.layout.state_field
+        state = self.opened_layout.state_field
         for start in range(0, len(self._rows), chunk_size):
             with self._lock:
                 chunk = self._rows[start:start + chunk_size]
@@ -107,7 +107,7 @@ class MemoryBatchStore(BatchStore):
 
     def claim(self, limit: int) -> list:
         with self._lock:
-            state = self.layout.state_field
+            state = self.opened_layout.state_field
             pending = [row for row in self._rows if row[state] == TaskState.PENDING][:limit]
             self._apply(Move.CLAIM, pending)
             return [dict(row) for row in pending]
@@ -120,7 +120,7 @@ class MemoryBatchStore(BatchStore):
 
     def stale_processing(self, older_than: float, limit: int) -> list:
         with self._lock:
-            state, key = self.layout.state_field, self.layout.id_field
+            state, key = self.opened_layout.state_field, self.opened_layout.id_field
             return [row[key] for row in self._rows
                     if row[state] == TaskState.PROCESSING and self._older_than(row, older_than)][:limit]
 
@@ -128,7 +128,7 @@ class MemoryBatchStore(BatchStore):
         with self._lock:
             counts = {s: 0 for s in TaskState}
             for row in self._rows:
-                state = row[self.layout.state_field]
+                state = row[self.opened_layout.state_field]
                 if state in counts:
                     counts[TaskState(state)] += 1
             return Progress(total=len(self._rows), done=counts[TaskState.DONE],
@@ -148,11 +148,11 @@ class MemoryBatchStore(BatchStore):
     def _apply(self, move: Move, rows: list) -> int:
         """The state machine's compare-and-set (batchd/task.py) on these rows: those in a source state move
         to the target, their time to now(); how many moved."""
-        now, moved = self.now(), [row for row in rows if move.allows(row[self.layout.state_field])]
+        now, moved = self.now(), [row for row in rows if move.allows(row[self.opened_layout.state_field])]
         for row in moved:
-            row[self.layout.state_field] = int(move.target)
-            row[self.layout.time_field] = now
+            row[self.opened_layout.state_field] = int(move.target)
+            row[self.opened_layout.time_field] = now
         return len(moved)
 
     def _older_than(self, row: dict, seconds: float) -> bool:
-        return (self.now() - row[self.layout.time_field]).total_seconds() > seconds
+        return (self.now() - row[self.opened_layout.time_field]).total_seconds() > seconds

@@ -22,7 +22,7 @@ Every step that must not be split (pop + lease, check owner + renew / release,
 find expired + remove) is one Lua script, so it is atomic on the server.
 """
 import functools
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, Optional, Sequence, Union
 
 from ...config import redact_url
 from ...errors import BackendUnavailable, ConfigError
@@ -317,7 +317,7 @@ class RedisLeaseQueue(RedisPort):
 
     @translated
     def renew(self, leases: Iterable[Lease], lease_seconds: float) -> int:
-        args = [int(lease_seconds * 1000)]
+        args: list[Union[int, str]] = [int(lease_seconds * 1000)]
         for lease in leases:
             args += [lease.key, lease.token]
         if len(args) == 1:

@@ -200,7 +200,7 @@ class SqliteLeaseQueue(SqlitePort):
         return [row[0] for row in rows]
 
     def known(self, task_keys: Sequence[str]) -> set:
-        found = set()
+        found: set[str] = set()
         for part in chunks(list(task_keys), IN_CHUNK):
             keys = marks(len(part), "?")
             # One statement reads one snapshot: a key moving from the list to a lease is seen in one of them.
