@@ -13,23 +13,29 @@ from ...model import Lease, task_key
 
 
 class LocalMasterLock:
-    def __init__(self, queue: "LocalQueue", owner: str):
-        self._queue, self._owner = queue, owner
+    """Free when nobody holds it or its holder let the TTL run out (time.monotonic(), like the leases)."""
+
+    def __init__(self, queue: "LocalQueue", owner: str, ttl: float):
+        self._queue, self._owner, self._ttl = queue, owner, ttl
 
     def acquire(self) -> bool:
         with self._queue._cond:
-            if self._queue._lock_owner in (None, self._owner):
+            if self._queue.lock_holder() in (None, self._owner):
                 self._queue._lock_owner = self._owner
+                self._queue._lock_expires = time.monotonic() + self._ttl
                 return True
             return False
 
     def renew(self) -> bool:
         with self._queue._cond:
-            return self._queue._lock_owner == self._owner
+            if self._queue.lock_holder() != self._owner:
+                return False
+            self._queue._lock_expires = time.monotonic() + self._ttl
+            return True
 
     def release(self) -> None:
         with self._queue._cond:
-            if self._queue._lock_owner == self._owner:
+            if self._queue.lock_holder() == self._owner:
                 self._queue._lock_owner = None
 
 
@@ -40,10 +46,11 @@ class LocalQueue:
         self.namespace = namespace
         self._cond = threading.Condition()
         self._lock_owner: Optional[str] = None
+        self._lock_expires = 0.0
         self._pending: collections.deque = collections.deque()
         self._leases: dict = {}       # key -> (token, deadline)
         self._attempts: collections.Counter = collections.Counter()
-        self._seen: set = set()
+        self._seen: set = set()       # (batch id, fingerprint)
         self._done = False
         self._woken = False
         self._statuses: dict = {}     # key -> (fields, expiry)
@@ -70,10 +77,11 @@ class LocalQueue:
             return len(theirs)
 
     def master_lock(self, owner: str, ttl: float) -> LocalMasterLock:
-        return LocalMasterLock(self, owner)
+        return LocalMasterLock(self, owner, ttl)
 
     def lock_holder(self) -> Optional[str]:
-        return self._lock_owner
+        with self._cond:
+            return self._lock_owner if self._lock_expires > time.monotonic() else None
 
     def clear_batch(self) -> None:
         with self._cond:
@@ -175,9 +183,9 @@ class LocalQueue:
 
     def first_seen(self, batch_id: int, fingerprint: str) -> bool:
         with self._cond:
-            if fingerprint in self._seen:
+            if (batch_id, fingerprint) in self._seen:
                 return False
-            self._seen.add(fingerprint)
+            self._seen.add((batch_id, fingerprint))
             return True
 
     def describe(self) -> str:

@@ -10,7 +10,7 @@ The key schema, all under `<ns>:` (built only by `Keys`):
     <ns>:attempts        HASH    key -> leases this batch (BATCH_TASK_MAX_ATTEMPTS)
     <ns>:master_lock     STRING  the master's owner string, with a TTL the live master renews
     <ns>:wake            LIST    wake-ups for the master, trimmed to one entry, with a TTL
-    <ns>:seen            SET     request fingerprints of this batch (REQUEST_FILTER_ENABLE), with a TTL
+    <ns>:seen            SET     <batch id>:<fingerprint> of the requests made (REQUEST_FILTER_ENABLE), with a TTL
     <ns>:store           STRING  the identity of the one store this namespace serves (server, database,
                                  task table; never a password), recorded by the first master or worker
     <ns>:status:<host>:<instance>  HASH  a supervisor's snapshot for `batchd status`, with a TTL
@@ -405,7 +405,7 @@ class RedisStatusBoard(RedisPort):
         with self.redis.pipeline(transaction=True) as pipe:
             pipe.delete(self.keys.status(key))
             pipe.hset(self.keys.status(key), mapping=fields)
-            pipe.expire(self.keys.status(key), int(ttl))
+            pipe.pexpire(self.keys.status(key), max(1, int(ttl * 1000)))
             pipe.execute()
 
     @translated
@@ -428,7 +428,7 @@ class RedisSeenFilter(RedisPort):
     @translated
     def first_seen(self, batch_id: int, fingerprint: str) -> bool:
         with self.redis.pipeline(transaction=False) as pipe:
-            pipe.sadd(self.keys.seen, fingerprint)
+            pipe.sadd(self.keys.seen, f"{batch_id}:{fingerprint}")
             pipe.expire(self.keys.seen, SEEN_TTL)
             added, _ = pipe.execute()
         return bool(added)
