@@ -1,7 +1,8 @@
 """The supervisor: the one process that forks the master and the workers and keeps them going.
 
-It runs no user code and no SQL. The spider is loaded by a throwaway probe child (its
-settings and namespace come back as JSON), then the supervisor allocates the shared
+It runs no user code and no statement against the user's tables (with an SQLite store, its
+snapshots and lease give-backs go to batchd's own tables in the file). The spider is loaded by a
+throwaway probe child (its settings and namespace come back as JSON), then the supervisor allocates the shared
 LedgerBlock and forks its children, then loops, one thread, never blocking for long:
 
     wait for a child's sentinel or a signal's wake-up byte (at most TICK)
@@ -13,7 +14,7 @@ LedgerBlock and forks its children, then loops, one thread, never blocking for l
         STOP_TIMEOUT gets SIGQUIT (cold), then SIGKILL
     fill the seats: spawn what is missing, retire (warm) what is too many
     report: READY=1 once the children are up, WATCHDOG=1 while every child is fresh or being
-        replaced, STATUS= and the Redis snapshot every STATUS_INTERVAL, EXTEND_TIMEOUT_USEC
+        replaced, STATUS= and the snapshot on the status board every STATUS_INTERVAL, EXTEND_TIMEOUT_USEC
         while draining
 
 A warm stop ends when every child has exited: each worker finishes its tasks, flushes and
@@ -383,6 +384,8 @@ class Supervisor:
         role, seats = child.spec.role, self.seats[child.spec.role]
         if self.plan.once and role == "master" and code in (ExitCode.OK, ExitCode.UNAVAILABLE, ExitCode.TEMPFAIL):
             return "", (ExitCode(code), "the batch is over (--once)" if code == 0 else f"--once ends with {code}")
+        if self.plan.once and code == ExitCode.UNAVAILABLE:     # a once-mode worker gave up on an outage
+            return "", (ExitCode.UNAVAILABLE, "--once ends with 69: a worker could not reach its backends")
         if self.plan.once and self.plan.verb == "worker" and code == 0:    # keep_alive=False: its batch is done
             seats.wanted -= 1
             return "", (ExitCode.OK, "every worker is done (--once)") if seats.wanted == 0 else None

@@ -206,7 +206,6 @@ class Worker:
 
     def _watch_until_finished(self, stop: StopFlag, fetchers: list) -> None:
         """The watching thread: heartbeat, TASK_TIMEOUT, and the end of the worker."""
-        once_outage: Optional[float] = None
         while not stop.wait(WATCH_EVERY):
             check_in()          # (only where this loop runs in a guarded thread: an in-process worker)
             self.heart()
@@ -214,23 +213,23 @@ class Worker:
             if not any(t.is_alive() for t in fetchers):
                 log.error("%s: every fetch thread has ended; stopping", self.name)
                 return
-            if not self.keep_alive:
-                finished, once_outage = self._once_run_over(once_outage)
-                if finished:
-                    log.info("%s: the queue is empty and the batch is done; exiting (keep_alive=False)", self.name)
-                    return
+            if not self.keep_alive and self._once_run_over():
+                log.info("%s: the queue is empty and the batch is done; exiting (keep_alive=False)", self.name)
+                return
 
-    def _once_run_over(self, outage_since: Optional[float]) -> tuple:
-        """(finished, since when an outage lasts): a once-mode worker gives up on an outage that outlasts
-        OUTAGE_TIMEOUT with BackendUnavailable (exit 69)."""
+    def _once_run_over(self) -> bool:
+        """A once-mode worker ends when its batch is done, or gives up on an outage (whichever of its threads
+        meets it) that outlasts OUTAGE_TIMEOUT: BackendUnavailable, exit 69."""
+        limit = self.settings.OUTAGE_TIMEOUT
+        for outage in self.watch.outages():
+            if time.monotonic() - outage.since > limit:
+                raise BackendUnavailable(f"{outage.reason} (down for more than OUTAGE_TIMEOUT={limit:g} s)",
+                                         outage.backend)
         try:
-            return self._nothing_left(), None
+            return self._nothing_left()
         except BackendUnavailable as e:
-            since = outage_since or time.monotonic()
-            if time.monotonic() - since > self.settings.OUTAGE_TIMEOUT:
-                raise BackendUnavailable(f"{e} (down for more than OUTAGE_TIMEOUT="
-                                         f"{self.settings.OUTAGE_TIMEOUT:g} s)", e.backend) from None
-            return False, since
+            self.watch.failed(e)
+            return False
 
     def _nothing_left(self) -> bool:
         """Nothing in hand, nothing queued, and the batch done with no new one due (a due batch the

@@ -201,3 +201,19 @@ def test_a_warm_stop_during_an_outage_is_quick_and_gives_back_the_leases(private
     assert rerun.wait(60) == 0, rerun.output()[-3000:]
     assert set(backend.states().values()) == {D}
     assert sorted(item["url"] for item in backend.items()) == sorted(urls)
+
+
+def test_a_once_worker_that_gives_up_on_an_outage_ends_the_run_with_69(private_mysql, site, procs):
+    """`batchd worker --once`: a worker child that exits 69 (its backend down past OUTAGE_TIMEOUT) ends the
+    supervisor with 69, as the master's 69 ends `batchd run --once`; it is not respawned for ever."""
+    db, backend = private_mysql
+    backend.create_tasks(slow_urls(site, 30, seconds=0.3))
+    master = start_batchd(procs, backend, "master")
+    proc = start_batchd(procs, backend, "worker", "--workers", "1", "--once", OUTAGE_TIMEOUT=2)
+    wait_for(lambda: D in backend.states().values(), message="the batch under way")
+    backend.conn.close()
+    db.stop()
+    assert proc.wait(60) == 69, proc.output()[-3000:]
+    assert lines_with(proc, "--once ends with 69")
+    master.send(signal.SIGTERM)
+    assert master.wait(30) == 0

@@ -179,7 +179,8 @@ TRANSIENT_REPLIES = ("OOM", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN",
 # Replies that waiting cannot mend: the URL's password, user or database number (exit 78).
 # (redis-py strips a leading "ERR " from some replies.)
 REFUSAL_REPLIES = ("NOAUTH", "WRONGPASS", "NOPERM", "invalid password", "invalid username-password",
-                   "invalid DB index", "DB index is out of range", "ERR invalid DB index", "ERR DB index")
+                   "invalid DB index", "DB index is out of range", "ERR invalid DB index", "ERR DB index",
+                   "AUTH <password> called without", "ERR AUTH <password> called without")
 CALL_BOUND = 40.0     # the longest a call can block: connect timeout + socket timeout, with a margin
 
 
