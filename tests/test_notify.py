@@ -8,8 +8,6 @@ import signal
 import statistics
 import time
 
-import pytest
-
 from batchd.child import ChildSpec
 from batchd.config import Settings
 from batchd.ledger import LedgerBlock
@@ -17,17 +15,9 @@ from batchd.loader import SpiderSource
 from batchd.supervisor import KILL_GRACE, Child, Plan, Supervisor
 from batchd.systemd import Notifier, watchdog_usec
 from harness import wait_for
-from procs import Procs
 from supervised import NotifySocket, children_of, lines_with, slow_urls, start_batchd, workers_of
 
 WATCHDOG_USEC = 1_000_000          # WatchdogSec=1: a WATCHDOG=1 every 0.5 s
-
-
-@pytest.fixture
-def procs():
-    started = Procs()
-    yield started
-    started.close()
 
 
 def intervals(stamps: list) -> list:
@@ -51,7 +41,9 @@ def test_ready_watchdog_status_and_stopping_come_from_the_supervisor_alone(mysql
                  lines_with(proc, f"(pid {frozen}) was killed by SIGSEGV while dumping its stacks after SIGABRT"), timeout=20,
                  message="the frozen worker replaced")
         wait_for(lambda: len(workers_of(proc.pid)) == 2, message="its replacement")
-        time.sleep(1)
+        replaced_at = time.monotonic()
+        wait_for(lambda: len([t for t, _ in notify.fields("WATCHDOG=1") if t > replaced_at]) >= 2,
+                 message="the watchdog going on after the replacement")
         watchdogs = [t for t, _ in notify.fields("WATCHDOG=1")]
         gaps = intervals(watchdogs)
         assert len(watchdogs) >= 8
@@ -132,8 +124,7 @@ def test_the_notifier_is_silent_without_notify_socket(monkeypatch):
         assert not silent.enabled and silent.watchdog_interval == 1.0
         monkeypatch.setenv("NOTIFY_SOCKET", notify.path)
         Notifier().ready("up")
-        notify.wait_for("READY=1")
-        time.sleep(0.3)
+        notify.barrier()                                             # all that was sent has come
         assert [fields for _, _, fields in notify.messages] == [["READY=1", "STATUS=up"]]
 
 
