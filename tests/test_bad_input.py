@@ -4,6 +4,7 @@ import signal
 
 import pytest
 
+from harness import stays_true
 from procs import Proc
 from spiders.seed import CrawlTask
 
@@ -12,6 +13,10 @@ PASSWORD = "s3cret-Pa55"
 
 def errors_of(output: str) -> list:
     return [line for line in output.splitlines() if " ERROR " in line]
+
+
+def warnings_of(output: str) -> list:
+    return [line for line in output.splitlines() if " WARNING " in line]
 
 
 def assert_one_clean_error(proc, *fragments):
@@ -98,11 +103,9 @@ def test_unreachable_mysql_in_resident_mode_is_retried_until_stopped(mysql_backe
     url = f"mysql://root:{PASSWORD}@127.0.0.1:1/batchd"
     proc = procs.add(Proc.spider("spiders.seed:CrawlTask", "master", mysql_backend.env(MYSQL_URL=url)))
     proc.wait_output("waiting for it (retries back off")
-    import time
-    time.sleep(2)          # a few retries' worth
-    assert proc.alive()
-    warnings = [line for line in proc.output().splitlines() if " WARNING " in line]
-    assert len(warnings) == 1 and not errors_of(proc.output()), "one line when the outage starts, not one per retry"
+    stays_true(lambda: proc.alive() and len(warnings_of(proc.output())) == 1 and not errors_of(proc.output()),
+               2.0, message="one line when the outage starts, not one per retry",      # a few retries' worth
+               explain=proc.output)
     proc.send(signal.SIGTERM)
     assert proc.wait(30) == 0
     assert PASSWORD not in proc.output()

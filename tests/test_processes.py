@@ -7,7 +7,7 @@ import time
 
 
 from batchd.task import TaskState
-from harness import batch_done, wait_for
+from harness import batch_done, stays_true, wait_for
 from procs import HERE, Proc
 
 D, R = TaskState.DONE, TaskState.PROCESSING
@@ -39,11 +39,12 @@ def test_a_second_master_waits_or_in_once_mode_exits_75(shared_backend, procs):
     assert f"another master holds namespace '{shared_backend.namespace}'" in second.output()
     waiting = procs.add(Proc.spider("spiders.seed:CrawlTask", "master", env))
     waiting.wait_output(f"is master of namespace '{shared_backend.namespace}'")
-    time.sleep(1)
-    assert f"master of namespace '{shared_backend.namespace}' (" not in waiting.output()
+    became_master = f"master of namespace '{shared_backend.namespace}' ("
+    stays_true(lambda: waiting.alive() and became_master not in waiting.output(), 1.0,
+               message="the standby master waiting while the first holds the lock", explain=waiting.output)
     first.send(signal.SIGTERM)                     # a clean exit releases the lock at once
     assert first.wait(30) == 0
-    waiting.wait_output(f"master of namespace '{shared_backend.namespace}' (", timeout=10)
+    waiting.wait_output(became_master, timeout=10)
 
 
 def test_a_dead_masters_lock_is_taken_over_once_it_expires(shared_backend, site, procs):
@@ -68,13 +69,14 @@ def test_keep_alive_worker_waits_for_work_and_stops_on_sigterm(shared_backend, s
     resident = procs.add(Proc.spider("spiders.seed:CrawlTask", "worker", env))
     once = procs.add(Proc.spider("spiders.seed:CrawlTask", "worker-once", env))
     resident.wait_output("worker started")
-    time.sleep(1.5)
-    assert resident.alive() and once.alive(), "workers must wait for a master to hand out work"
+    once.wait_output("worker started")
+    stays_true(lambda: resident.alive() and once.alive(), 1.5,
+               message="workers must wait for a master to hand out work")
     master = procs.add(Proc.spider("spiders.seed:CrawlTask", "master-once", env))
     assert master.wait(60) == 0, master.output()
     assert once.wait(30) == 0                      # keep_alive=False: the batch is done, it returns
-    time.sleep(1)
-    assert resident.alive()                        # keep_alive=True: waits for the next batch
+    stays_true(resident.alive, 1.0, message="keep_alive=True: the worker waiting for the next batch",
+               explain=resident.output)
     resident.send(signal.SIGTERM)
     assert resident.wait(30) == 0
     assert set(shared_backend.states().values()) == {D}
@@ -92,7 +94,8 @@ def test_the_seeds_failure_is_reproduced_and_prevented(shared_backend, site, pro
     master = procs.add(Proc.spider("spiders.seed:CrawlTask", "master", shared_backend.env(BATCH_LOST_TASK_STALE=2)))
     victim = procs.add(Proc.spider("spiders.marking:MarkingCrawlTask", "worker", held))
     wait_for(lambda: len(os.listdir(marks)) == 5, timeout=30, message="parse() to return for every task")
-    time.sleep(0.5)
+    stays_true(lambda: set(shared_backend.states().values()) == {R} and shared_backend.items() == [], 0.5,
+               message="every task in processing and no item stored while the items sit in the victim's memory")
     victim.send(signal.SIGKILL)
     victim.wait(10)
     assert set(shared_backend.states().values()) == {R}
@@ -114,8 +117,9 @@ def test_a_once_worker_waits_for_a_due_batch_the_master_has_not_opened(shared_ba
     assert procs.add(Proc.spider("spiders.seed:CrawlTask", "master-once", env)).wait(60) == 0
     shared_backend.age_last_batch(days=7)          # batch 1 is done, batch 2 is due but not open yet
     early = procs.add(Proc.spider("spiders.seed:CrawlTask", "worker-once", env))
-    time.sleep(2)
-    assert early.alive(), "the last batch's done flag must not send a worker home while a batch is due"
+    early.wait_output("worker started")
+    stays_true(early.alive, 2.0, explain=early.output,
+               message="the last batch's done flag must not send a worker home while a batch is due")
     assert procs.add(Proc.spider("spiders.seed:CrawlTask", "master-once", env)).wait(60) == 0
     assert early.wait(30) == 0
     assert len(shared_backend.records()) == 2 and set(shared_backend.states().values()) == {D}
