@@ -8,6 +8,7 @@ from batchd.lifecycle import StopFlag
 from batchd.schedule import next_due
 from batchd.model import BatchRecord
 from batchd.task import TaskState
+from harness import patrol_until
 from spiders.seed import CrawlTask
 
 P, D, R, F = TaskState.PENDING, TaskState.DONE, TaskState.PROCESSING, TaskState.FAILED
@@ -45,10 +46,8 @@ def test_expired_lease_goes_back_to_pending_and_is_pushed_again(backend, caplog)
     queue = spider.runtime.backend.leases
     patrol(master)
     held = queue.lease("holder-1", 0.2)
-    import time
-    time.sleep(0.4)
     with caplog.at_level(logging.WARNING, logger="batchd"):
-        patrol(master)
+        patrol_until(master, lambda: queue.leased_count() == 0, message="a patrol reclaiming the expired 0.2 s lease")
     assert "reclaimed 1 tasks whose lease expired" in caplog.text
     assert queue.leased_count() == 0
     assert queue.known([str(held.task_id)]) == {str(held.task_id)}      # pushed again

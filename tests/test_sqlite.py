@@ -128,8 +128,7 @@ def test_a_lease_is_renewed_and_released_only_by_its_token(sqlite):
     assert (first.task_id, first.batch_id, first.task["url"], first.queue_left) == (1, 1, "http://127.0.0.1:9/1", 1)
     assert queue.known(["1", "2", "3"]) == {"1", "2"}
     assert queue.renew([first], 0.3) == 1
-    time.sleep(0.5)
-    assert queue.reclaim_expired(10) == ["1"]
+    assert wait_for(lambda: queue.reclaim_expired(10), timeout=10, message="the renewed 0.3 s lease expired") == ["1"]
     assert queue.renew([first], 60) == 0 and queue.release([first]) == []
     assert queue.known(["1"]) == set()
     queue.push(1, [first.task], "id")
@@ -221,17 +220,14 @@ def test_the_master_lock_is_taken_over_only_after_it_expires(sqlite):
         os.kill(holder.pid, signal.SIGKILL)
         holder.join()
     assert not successor.acquire(), "a dead master's lock lasts until its TTL runs out"
-    deadline = time.monotonic() + 30
-    while not successor.acquire():
-        assert time.monotonic() < deadline, "the expired lock was never taken over"
-        time.sleep(0.1)
+    wait_for(successor.acquire, timeout=30, interval=0.1, message="the expired lock taken over")
     assert queue.lock_holder() == "successor:2"
     # A holder that stalled past its TTL cannot renew, nor release its successor's lock.
     stalled = queue.master_lock("stalled:3", 0.2)
     successor.release()
     assert stalled.acquire()
-    time.sleep(0.3)
-    assert successor.acquire() and not stalled.renew()
+    wait_for(successor.acquire, timeout=10, message="the stalled holder's 0.2 s lock expired and taken over")
+    assert not stalled.renew()
     stalled.release()
     assert queue.lock_holder() == "successor:2" and successor.renew()
 

@@ -1,10 +1,8 @@
 """The write-back gate on every store: done waits for the task's items to land; SPEC's three
 immediate cases do not wait; a task is done only with its items."""
-import time
-
 import batchd as mw
 from batchd.task import TaskState
-from harness import InProcessBatch, wait_for
+from harness import InProcessBatch, patrol_until, stays_true, wait_for
 from spiders.seed import CrawlTask
 
 P, D, R, F = TaskState.PENDING, TaskState.DONE, TaskState.PROCESSING, TaskState.FAILED
@@ -48,9 +46,9 @@ def test_done_waits_until_the_items_have_landed(backend, site):
     with InProcessBatch(factory(backend, CrawlTask, **HELD)) as batch:
         worker = worker_of(batch)
         wait_for(lambda: worker.ledger.totals()["unflushed"] == 5, message="5 items buffered")
-        time.sleep(0.5)
-        assert set(backend.states().values()) == {R}, "a task was marked done while its items sat in memory"
-        assert backend.items() == []
+        stays_true(lambda: set(backend.states().values()) == {R} and backend.items() == [], 0.5,
+                   message="every task in processing, no item stored: none marked done while its items sat in memory",
+                   explain=lambda: f"states {backend.states()}, items {backend.items()}")
         batch.stop("worker")                       # warm stop: flush, then write back
     assert set(backend.states().values()) == {D}
     assert len(backend.items()) == 5
@@ -105,8 +103,8 @@ def test_a_stale_holders_write_back_is_ignored(backend):
     master.patrol(StopFlag())
     queue = spider.runtime.backend.leases
     stale = queue.lease("old-holder:1", 0.1)
-    time.sleep(0.3)
-    master.patrol(StopFlag())                      # reclaimed and pushed again
+    patrol_until(master, lambda: queue.leased_count() == 0,              # reclaimed and pushed again
+                 message="a patrol reclaiming the expired 0.1 s lease")
     fresh = queue.lease("new-holder:1", 60)
     assert fresh.task_id == stale.task_id
     assert queue.release([stale]) == []            # the old holder's write-back does not count
