@@ -1,15 +1,16 @@
 """A newcomer's first run, with no MySQL and no Redis: README's quick start as written, the demo,
 init / tasks / run / status on the embedded store, and the embedded default's rules."""
+import json
 import os
 import re
 import signal
 import sqlite3
 import subprocess
 import sys
-import time
 
 import pytest
 
+from harness import wait_for
 from procs import Proc
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -135,6 +136,14 @@ def test_init_refuses_to_overwrite(tmp_path):
     assert again.returncode == 78 and "does not overwrite" in again.stderr
 
 
+def published(spider, env) -> bool:
+    """`batchd status --json` shows a host with both its workers, and the master's figures (its rate)."""
+    shown = subprocess.run(batchd_command("status", spider, "--json"), env=env, capture_output=True, text=True,
+                           timeout=60)
+    status = json.loads(shown.stdout)
+    return status["rate"] is not None and [len(host["workers"]) for host in status["hosts"]] == [2]
+
+
 def test_status_draws_a_bar_and_a_line_per_worker_and_watch_refreshes(tmp_path, site, procs):
     store = f"sqlite:///{tmp_path}/t.db"
     spider = os.path.join(REPO, "tests", "spiders", "seed.py") + ":CrawlTask"
@@ -144,13 +153,13 @@ def test_status_draws_a_bar_and_a_line_per_worker_and_watch_refreshes(tmp_path, 
                                   "--spider", spider), env=env, check=True, capture_output=True, timeout=60)
     running = procs.add(Proc(batchd_command("run", spider, "--workers", "2"), env=env))
     running.wait_output("ready:")
-    time.sleep(1.5)
-    watch = subprocess.Popen(batchd_command("status", spider, "--watch", "0.5"), env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
-    time.sleep(1.8)
-    watch.send_signal(signal.SIGINT)
-    out, _ = watch.communicate(timeout=30)
-    assert watch.returncode == 130
+    wait_for(lambda: published(spider, env), interval=0.5,
+             message="the supervisor's snapshot: both workers and the master's figures")
+    watch = procs.add(Proc(batchd_command("status", spider, "--watch", "0.5"), env=env))
+    wait_for(lambda: watch.output().count("(every 0.5 s; Ctrl-C to stop)") >= 2, message="two frames drawn")
+    watch.send(signal.SIGINT)
+    assert watch.wait(30) == 130
+    out = watch.output()
     assert out.count("namespace crawl_task") >= 2, "refreshed"
     assert re.search(r"\[[#x.]{30}\] \d+/40", out)
     assert re.search(r"worker 1 pid \d+: \d+ done, 0 failed, \d+ items", out)
