@@ -115,6 +115,20 @@ def private_mysql(redis_url, failed_items_path):
 
 
 @pytest.fixture
+def small_disk(tmp_path):
+    """A 64 KiB tmpfs of the test's own, to fill or remount read-only (root ignores file modes: only a
+    real mount refuses a write); unmounted at the end."""
+    import subprocess
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "--lazy", str(mount)], check=True)
+
+
+@pytest.fixture
 def procs():
     from procs import Procs
     started = Procs()

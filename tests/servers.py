@@ -11,6 +11,7 @@ or Redis (127.0.0.1:6379), which every other test is using.
 Both need their server binaries (mariadbd + mariadb-install-db, redis-server): the machine's
 packages, which .ci/run installs.
 """
+import errno
 import os
 import shutil
 import socket
@@ -153,3 +154,17 @@ class PrivateMariaDB(_Server):
 
     def url(self, database: str) -> str:
         return f"mysql://root@{self.host}:{self.port}/{database}"
+
+
+def fill_disk(directory) -> None:
+    """Fill the filesystem under `directory` (a small tmpfs of the test's own) until it refuses a write;
+    `directory/filler` holds the bytes, for the test to remove."""
+    fd = os.open(os.path.join(directory, "filler"), os.O_WRONLY | os.O_CREAT)
+    try:
+        while True:
+            os.write(fd, b"\0" * 4096)
+    except OSError as e:
+        if e.errno != errno.ENOSPC:
+            raise
+    finally:
+        os.close(fd)

@@ -15,7 +15,7 @@ import pytest
 from chaos import ChaosBatch
 from harness import wait_for
 from spiders.faulty import RELEASE
-from supervised import lines_with, workers_of
+from supervised import lines_with, status_snapshot, workers_of
 
 pytestmark = pytest.mark.chaos
 FAULTY = "spiders/faulty.py:{}"
@@ -84,11 +84,7 @@ def test_sigterm_with_thousands_of_items_buffered(mysql_backend, site, procs):
 
 def unflushed(backend) -> int:
     """Items in the workers' memory, as the supervisor's snapshot says."""
-    import redis
-    client = redis.Redis.from_url(backend.redis_url)
-    key = next(iter(client.scan_iter(f"{backend.namespace}:status:*")), None)
-    value = client.hget(key, "unflushed") if key else None
-    return int(value) if value else 0
+    return int(status_snapshot(backend).get("unflushed", 0))
 
 
 def test_a_bad_item_and_hung_callbacks_among_good_tasks(mysql_backend, site, procs):

@@ -11,7 +11,6 @@ server stops one of its own (tests/servers.py), never the shared 127.0.0.1:3306 
 - a MariaDB down for 30 s mid-batch, with ITEM_FLUSH_GIVE_UP shorter than the outage;
 - a MariaDB in read-only mode while the failed-items disk is full or read-only.
 """
-import errno
 import os
 import re
 import signal
@@ -24,8 +23,8 @@ import pytest
 from batchd.task import TaskState
 from chaos import ChaosBatch
 from harness import stays_true, wait_for
-from servers import PrivateMariaDB, PrivateRedis
-from supervised import children_of, lines_with
+from servers import PrivateMariaDB, PrivateRedis, fill_disk
+from supervised import children_of, lines_with, status_snapshot
 from taskdb import MysqlBackend
 
 pytestmark = pytest.mark.chaos
@@ -164,14 +163,7 @@ def lines_per_process(text: str, needle: str) -> dict:
 
 def in_workers_hands(backend) -> int:
     """Tasks the workers hold (leased, not yet written back), as the supervisor's snapshot says."""
-    import redis
-    client = redis.Redis.from_url(backend.redis_url)
-    try:
-        key = next(iter(client.scan_iter(f"{backend.namespace}:status:*")), None)
-        value = client.hget(key, "in_flight") if key else None
-        return int(value) if value else 0
-    finally:
-        client.close()
+    return int(status_snapshot(backend).get("in_flight", 0))
 
 
 def failed_items_left(backend) -> list:
@@ -223,14 +215,6 @@ def test_redis_restarted_empty_mid_batch(mysql_url, site, procs, failed_items_pa
 
 
 # -- 3. MariaDB down for 30 s
-@pytest.fixture
-def private_mysql(redis_url, failed_items_path):
-    with PrivateMariaDB() as db:
-        backend = MysqlBackend(db.create_database(), redis_url, failed_items_path)
-        yield db, backend
-        backend.close()
-
-
 OUTAGE = 30.0
 LEASE = 600.0        # longer than the rest of the run: no lease may have to expire
 
@@ -289,32 +273,9 @@ def test_mariadb_down_30_s_mid_batch(private_mysql, site, procs):
 
 
 # -- 4. the failed-items disk refusing while MariaDB is read-only
-@pytest.fixture
-def small_disk(tmp_path):
-    """A 64 KiB tmpfs of the test's own (root ignores file modes: only a real mount refuses a write)."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], check=True)
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "--lazy", str(mount)], check=True)
-
-
-def fill(disk) -> None:
-    fd = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT)
-    try:
-        while True:
-            os.write(fd, b"\0" * 4096)
-    except OSError as e:
-        assert e.errno == errno.ENOSPC
-    finally:
-        os.close(fd)
-
-
 def break_disk(disk, how: str) -> None:
     if how == "full":
-        fill(disk)
+        fill_disk(disk)
     else:
         subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
 

@@ -2,17 +2,16 @@
 strict-mode INT column refusing text, a torn line, a server stopped mid-replay, a full tmpfs and a
 read-only one (root ignores file modes: only a real mount refuses a write), and `batchd retry
 --items` end to end for its exit codes and its one-line errors."""
-import errno
 import json
 import logging
 import os
 import subprocess
 import sys
 
-import pytest
 
 from batchd.failed_items import REFUSALS_LOGGED, FailedItemsFile, ReplayResult
 from batchd.model import COLUMNS_ITEM_KIND, DEFAULT_ITEM_KIND, ItemRow
+from servers import fill_disk
 from spiders.seed import CrawlTask
 
 NAN = float("nan")
@@ -219,36 +218,13 @@ def test_an_outage_mid_replay_puts_back_what_was_not_stored(private_mysql, caplo
     assert [k["task_id"] for k in lines(failed.path)] == [26]
 
 
-# -- a disk that refuses
-@pytest.fixture
-def small_disk(tmp_path):
-    """A 64 KiB tmpfs of the test's own."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], check=True)
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "--lazy", str(mount)], check=True)
-
-
-def fill(disk):
-    fd = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT)
-    try:
-        while True:
-            os.write(fd, b"\0" * 4096)
-    except OSError as e:
-        assert e.errno == errno.ENOSPC
-    finally:
-        os.close(fd)
-
-
+# -- a disk that refuses (the small_disk fixture: tests/conftest.py)
 def test_a_full_disk_ends_the_retry_with_one_line_and_74(mysql_backend, small_disk):
     mysql_backend.create_tasks(["http://x.invalid/1"])
     item_store(mysql_backend)
     failed = FailedItemsFile(str(small_disk / "failed_items.jsonl"))
     failed.append([record(t) for t in range(1, 6)] + [record(6, {"title": "Title 6", "score": NAN})])
-    fill(small_disk)
+    fill_disk(small_disk)
 
     full = retry_items(mysql_backend, failed.path)
     errors = no_traceback(full)
@@ -276,7 +252,7 @@ def test_a_full_disk_with_a_torn_line_stores_nothing_yet(mysql_backend, small_di
     failed.append([record(1), record(2)])
     with open(failed.path, "ab") as f:
         f.write(b'{"table": "crawl')
-    fill(small_disk)
+    fill_disk(small_disk)
     full = retry_items(mysql_backend, failed.path)
     assert full.returncode == 74 and f"cannot write {failed.torn_path}" in " ".join(no_traceback(full))
     assert mysql_backend.items() == [], "moving the torn line aside comes first"

@@ -12,7 +12,7 @@ import signal
 from batchd.task import TaskState
 from harness import InProcessBatch, wait_for
 from spiders.faulty import RELEASE, BlockedCrawlTask, SpinningCrawlTask
-from supervised import NotifySocket, lines_with, slow_urls, start_batchd
+from supervised import NotifySocket, lines_with, slow_urls, start_batchd, status_snapshot
 
 D, F, P, R = TaskState.DONE, TaskState.FAILED, TaskState.PENDING, TaskState.PROCESSING
 FAULTY = "spiders/faulty.py:{}"
@@ -111,7 +111,7 @@ def test_a_killed_worker_is_replaced_at_once_and_its_leases_given_back(mysql_bac
     urls = slow_urls(site, 12, seconds=1.0)
     mysql_backend.create_tasks(urls)
     proc = start_batchd(procs, mysql_backend, "run", "--workers", "2", BATCH_LOST_TASK_STALE=600)
-    in_hand = wait_for(lambda: [w["pid"] for w in workers_in_snapshot(mysql_backend) if w["tasks"] > 0],
+    in_hand = wait_for(lambda: [w["pid"] for w in status_snapshot(mysql_backend).get("workers", []) if w["tasks"] > 0],
                        message="a worker with tasks in hand")
     victim = in_hand[0]
     os.kill(victim, signal.SIGKILL)
@@ -122,16 +122,6 @@ def test_a_killed_worker_is_replaced_at_once_and_its_leases_given_back(mysql_bac
     wait_for(lambda: set(mysql_backend.states().values()) == {D}, timeout=60, message="every task done")
     proc.send(signal.SIGTERM)
     assert proc.wait(30) == 0
-
-
-def workers_in_snapshot(backend) -> list:
-    """The worker lines of the supervisor's snapshot in Redis (pid, tasks in hand...)."""
-    import json
-    import redis
-    client = redis.Redis.from_url(backend.redis_url)
-    key = next(iter(client.scan_iter(f"{backend.namespace}:status:*")), None)
-    workers = client.hget(key, "workers") if key else None
-    return json.loads(workers) if workers else []
 
 
 # -- outages of a private MariaDB

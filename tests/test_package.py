@@ -242,26 +242,38 @@ def progress(backend):
     return counts.get(TaskState.DONE, 0) + counts.get(TaskState.FAILED, 0), sum(counts.values())
 
 
+def install_deb(built, box) -> None:
+    """The built package into the box, installed by apt-get as an administrator would."""
+    with open(built.deb, "rb") as f:
+        subprocess.run([SDBOX, "run", box.name, "sh", "-c", "cat > /root/batchd.deb"], stdin=f, check=True)
+    box.run("apt-get", "install", "-y", "/root/batchd.deb", timeout=300)
+
+
 def restarted(box, unit, old_pid, restarts):
     state = box.show(unit)
     return (state["ActiveState"] == "active" and state["MainPID"] not in ("0", old_pid)
             and int(state["NRestarts"]) == restarts + 1)
 
 
-def test_services_run_a_batch_under_systemd(built, box, site, mysql_url, redis_url, tmp_path):
+@pytest.fixture
+def box_backend(box, mysql_url, redis_url, tmp_path):
+    """The test's database and Redis namespace as the services in the box reach them; the services'
+    journal is printed at the end (pytest shows it when the test fails)."""
     backend = MysqlBackend(mysql_url, redis_url, str(tmp_path / "unused.jsonl"))
     try:
-        check_service_lifecycle(built, box, site, backend)
+        yield backend
     finally:
         print(box.run("journalctl", "--no-pager", "-u", "batchd-*", check=False).stdout[-20000:])
         backend.conn.close()
 
 
+def test_services_run_a_batch_under_systemd(built, box, site, box_backend):
+    check_service_lifecycle(built, box, site, box_backend)
+
+
 def check_service_lifecycle(built, box, site, backend):
     # -- install: the user, the config's mode, nothing started
-    with open(built.deb, "rb") as f:
-        subprocess.run([SDBOX, "run", box.name, "sh", "-c", "cat > /root/batchd.deb"], stdin=f, check=True)
-    box.run("apt-get", "install", "-y", "/root/batchd.deb", timeout=300)
+    install_deb(built, box)
     user = box.run("getent", "passwd", "batchd").stdout.strip().split(":")
     assert int(user[2]) < 1000 and user[6] == "/usr/sbin/nologin", user
     assert box.run("stat", "-c", "%a %U %G", "/etc/batchd/batchd.toml").stdout.split() == ["640", "root", "batchd"]
@@ -411,21 +423,15 @@ def entry_starting(entries, pattern):
     return next((entry for entry in entries if re.match(pattern, entry["MESSAGE"])), None)
 
 
-def test_journal_entries_cannot_be_forged(built, box, site, mysql_url, redis_url, tmp_path):
+def test_journal_entries_cannot_be_forged(built, box, site, box_backend):
     """Under the installed package (python3-systemd's JournalHandler): a record with a traceback
     is one entry at the record's priority, and a CR LF in a task URL or an exception stays inside
     its entry, escaped."""
-    backend = MysqlBackend(mysql_url, redis_url, str(tmp_path / "unused.jsonl"))
-    try:
-        check_journal_entries(built, box, site, backend)
-    finally:
-        backend.conn.close()
+    check_journal_entries(built, box, site, box_backend)
 
 
 def check_journal_entries(built, box, site, backend):
-    with open(built.deb, "rb") as f:
-        subprocess.run([SDBOX, "run", box.name, "sh", "-c", "cat > /root/batchd.deb"], stdin=f, check=True)
-    box.run("apt-get", "install", "-y", "/root/batchd.deb", timeout=300)
+    install_deb(built, box)
     page, forged = site.url("/page/1"), site.url("/missing") + "\r\nX-Injected: 1"
     backend.create_tasks([page, forged])
     config = box_config(backend).replace("paced.py:PacedSpider", "failing.py:FailingSpider")
@@ -464,22 +470,15 @@ def check_journal_entries(built, box, site, backend):
 
 # -- systemctl reload checks the configuration first ------------------------------------
 
-def test_reload_with_a_broken_config_fails_and_keeps_the_children(built, box, site, mysql_url, redis_url, tmp_path):
+def test_reload_with_a_broken_config_fails_and_keeps_the_children(built, box, site, box_backend):
     """`systemctl reload` runs `batchd reload` in the unit's sandbox: a broken batchd.toml fails the
     reload, with the error in `systemctl status`, and the supervisor keeps its child; once the file
     is fixed, the reload goes through and the child is replaced."""
-    backend = MysqlBackend(mysql_url, redis_url, str(tmp_path / "unused.jsonl"))
-    try:
-        check_reload_checks_first(built, box, site, backend)
-    finally:
-        print(box.run("journalctl", "--no-pager", "-u", "batchd-master", check=False).stdout[-8000:])
-        backend.conn.close()
+    check_reload_checks_first(built, box, site, box_backend)
 
 
 def check_reload_checks_first(built, box, site, backend):
-    with open(built.deb, "rb") as f:
-        subprocess.run([SDBOX, "run", box.name, "sh", "-c", "cat > /root/batchd.deb"], stdin=f, check=True)
-    box.run("apt-get", "install", "-y", "/root/batchd.deb", timeout=300)
+    install_deb(built, box)
     backend.create_tasks([site.url(f"/page/{n}") for n in range(1, 4)])
     config = box_config(backend)
     box.write("/etc/batchd/batchd.toml", config)

@@ -18,10 +18,9 @@ from batchd.errors import ConfigError
 from batchd.backends import open_backend
 from batchd.model import COLUMNS_ITEM_KIND, DEFAULT_ITEM_KIND, ItemRow, TaskLayout
 from batchd.task import Move, TaskState
-from harness import wait_for
+from harness import batch_done, wait_for
 from procs import Proc
 from taskdb import SqliteBackend
-from test_processes import batch_done
 
 FORK = multiprocessing.get_context("fork")
 NAMESPACE = SqliteBackend.namespace
