@@ -1,11 +1,16 @@
 """The master: the batch lifecycle of one namespace, one patrol at a time.
 
-A patrol (every BATCH_MONITOR_INTERVAL s, sooner when a worker wakes the master):
-1. open a new batch when due and the last one has finished (reset every task, in chunks);
+A patrol (every BATCH_MONITOR_INTERVAL s, sooner when a worker wakes the master, at once while a
+walk of the table is under way):
+1. open a new batch when due and the last one has finished: open its record, then reset every
+   task in primary-key chunks (batchd/walks.py), a few chunks per patrol, claiming the rows
+   already reset as it goes; a reset found unfinished is finished before anything else;
 2. reclaim: expired leases back to pending; processing rows no queue knows, once stale;
 3. refill: claim pending tasks (at most BATCH_PUSH_LIMIT in the queue) and push them;
-4. progress: refresh the batch record, log `批次进度 X/Y`;
-5. close: when done + failed == total, `is_done=1` and the `<ns>:batch_done` flag.
+4. progress: from the batch's tally (settled tasks, counted by their write-backs) and the queue,
+   never by counting rows: refresh the batch record, log `批次进度 X/Y`;
+5. close: once the queue runs dry and the state index shows no unsettled row, count the table
+   chunk by chunk and write those exact figures, `is_done=1` and the `<ns>:batch_done` flag.
 
 Only the holder of the namespace's master lock patrols; the lock is renewed by a
 thread of its own so that a long reset or a slow query never lets it lapse.
@@ -27,10 +32,11 @@ from .errors import BackendUnavailable, ConfigError, MasterLockHeld
 from .lifecycle import StopFlag
 from .model import BatchRecord, Progress, TaskLayout
 from .outages import OutageWatch, retry_through_outages
-from .ports import BatchStore, LeaseQueue, MasterLocks, NamespaceRecord, WakeChannel, claim_namespace
+from .ports import BatchStore, BatchTally, LeaseQueue, MasterLocks, NamespaceRecord, WakeChannel, claim_namespace
 from .schedule import is_due, next_due
-from .task import Move
+from .task import Move, TaskState
 from .threads import Heart, check_in, start_thread
+from .walks import CHUNK_SECONDS, CountWalk, ResetWalk
 
 log = logging.getLogger("batchd.master")
 
@@ -38,6 +44,8 @@ WAKE_GAP = 0.5          # seconds between two patrols triggered by wake-ups
 LOCK_POLL = 2.0
 RATE_WINDOW = 120.0     # seconds of progress samples behind the rate and the ETA
 ORPHAN_SCAN_LIMIT = 10000
+WALK_BUDGET = 0.15      # seconds of a walk (the reset, a reconciliation) in one patrol
+RESET_REPORT_EVERY = 10.0   # seconds between two lines on a reset under way
 
 
 class LockKeeper:
@@ -109,9 +117,10 @@ class ProgressRate:
 
 class Master:
     def __init__(self, settings: Settings, layout: TaskLayout, store: BatchStore, leases: LeaseQueue,
-                 locks: MasterLocks, wake: WakeChannel, namespaces: NamespaceRecord, owner: Optional[str] = None):
+                 locks: MasterLocks, wake: WakeChannel, namespaces: NamespaceRecord, tally: BatchTally,
+                 owner: Optional[str] = None):
         self.settings, self.layout, self.store = settings, layout, store
-        self.leases, self.locks, self.wake, self.namespaces = leases, locks, wake, namespaces
+        self.leases, self.locks, self.wake, self.namespaces, self.tally = leases, locks, wake, namespaces, tally
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}"
         self.rate = ProgressRate()
         self.last_progress: Optional[Progress] = None
@@ -121,6 +130,9 @@ class Master:
         self.watch = OutageWatch()
         self._give_up_after: Optional[float] = None
         self.served = False       # a patrol has run to its end (the supervisor respawns such a master at once)
+        self.reset: Optional[ResetWalk] = None     # the reset under way
+        self.count: Optional[CountWalk] = None     # the reconciliation under way
+        self._reported = 0.0                       # when the reset under way was last reported
 
     # -- the loop the supervisor (or start_monitor()) runs
     def run(self, stop: StopFlag, heartbeat: Callable = lambda: None, once: bool = False,
@@ -186,7 +198,8 @@ class Master:
             self.served = self.served or finished is not None
             if once and finished:
                 return True
-            self._wait_for_next_patrol(stop, next_full)
+            if not self.walking:
+                self._wait_for_next_patrol(stop, next_full)
         return stop.is_set()
 
     def _through_outages(self, action: Callable, stop: StopFlag):
@@ -210,13 +223,12 @@ class Master:
 
     # -- one patrol
     def patrol(self, stop: StopFlag, keeper: Optional[LockKeeper] = None, full: bool = True) -> bool:
-        """One patrol; True when the current batch has finished and no new one is due."""
+        """One patrol; True when the current batch has finished and no new one is due. While a walk of the
+        table is under way (a reset, a reconciliation) a patrol takes it WALK_BUDGET seconds further."""
         batch = self.store.last_batch()
         now = self.store.now()
         if batch is None or (batch.is_done and self._due(batch, now)):
-            batch = self.open_batch(stop, keeper)
-            if batch is None:
-                return False
+            batch = self.open_batch(batch)
         elif self._due(batch, now) and not batch.is_done and full:
             log.warning("batch %d is overdue: the next was due at %s, it opens once this one finishes",
                         batch.id, next_due(batch, self.settings.BATCH_INTERVAL, self.settings.BATCH_INTERVAL_UNIT))
@@ -224,11 +236,22 @@ class Master:
         if batch.is_done:
             self._announce_idle(batch)
             return True
+        going_on = _keep_going(stop, keeper)
+        if batch.resetting and not self.go_on_resetting(batch, going_on, full):
+            return False
         self.reclaim()
-        self.refill(batch)
-        if full or self.store.unsettled_count() == 0:
-            return self.check_progress(batch)
+        claimed = self.refill(batch)
+        if self.count is not None or self._queue_dry(claimed):
+            if self.go_on_reconciling(batch, claimed, going_on):
+                return True
+        if full:
+            self.check_progress(batch)
         return False
+
+    @property
+    def walking(self) -> bool:
+        """A walk of the table is under way: the next patrol comes at once."""
+        return self.reset is not None or self.count is not None
 
     def next_due_text(self) -> str:
         """When the next batch is due, on the store's clock ("" before the first batch)."""
@@ -248,26 +271,65 @@ class Master:
     def _due(self, batch: BatchRecord, now: datetime) -> bool:
         return is_due(batch, now, self.settings)
 
-    def open_batch(self, stop: StopFlag, keeper: Optional[LockKeeper]) -> Optional[BatchRecord]:
-        """Clear the queue, reset every task in chunks, then insert the record. A master that dies
-        mid-way leaves no record, so the next one sees the batch still due and resets again:
-        chunks already at pending change nothing, the rest are finished."""
+    # -- opening a batch: the reset
+    def open_batch(self, last: Optional[BatchRecord]) -> BatchRecord:
+        """Clear the queue, open the record (its reset still to walk) and start the reset. The record keeps
+        the reset's cursor, so a master that dies mid-way leaves a batch whose reset the next one finishes."""
         log.info("opening a new batch: resetting every task of `%s` to pending", self.layout.table)
         self.leases.clear_batch()
-        reset = 0
-        for count in self.store.reset_tasks(self.settings.BATCH_RESET_CHUNK):
-            reset += count
-            self._heartbeat()
-            if stop.is_set() or (keeper is not None and keeper.lost.is_set()):
-                log.info("reset interrupted after %d rows; the next master finishes it", reset)
-                return None
-        progress = self.store.progress()
-        batch = self.store.insert_batch(self.settings.BATCH_INTERVAL, self.settings.BATCH_INTERVAL_UNIT,
-                                        progress.total)
+        expected = last.total_count if last is not None else 0
+        batch = self.store.insert_batch(self.settings.BATCH_INTERVAL, self.settings.BATCH_INTERVAL_UNIT, expected)
+        self.tally.set_settled(batch.id, 0, 0)
         self.rate.clear()
-        log.info("batch %d opened at %s: %d tasks (%d reset)", batch.id, batch.batch_date, progress.total, reset)
+        self.reset = ResetWalk(self.store, self.settings.BATCH_RESET_CHUNK, batch, feeds=True)
+        self._reported = time.monotonic()
+        log.info("batch %d opened at %s: the reset walks `%s` in chunks of about %.0f ms; the queue is fed "
+                 "from the rows already reset", batch.id, batch.batch_date, self.layout.table, CHUNK_SECONDS * 1000)
         return batch
 
+    def go_on_resetting(self, batch: BatchRecord, going_on: Callable[[], bool], full: bool) -> bool:
+        """Take the reset of `batch` WALK_BUDGET seconds further; True once it is over. A reset this master
+        began feeds the queue as it goes; one it found unfinished (the master that began it stopped) is
+        finished before anything else."""
+        walk = self.reset
+        if walk is None or walk.batch_id != batch.id or walk.after != batch.reset_position[0]:
+            walk = self.reset = ResetWalk(self.store, self.settings.BATCH_RESET_CHUNK, batch, feeds=False)
+            self._reported = time.monotonic()
+            log.info("batch %d: going on with its reset after id %r (%d rows walked by the master that began it); "
+                     "nothing is claimed until it is over", batch.id, walk.after, walk.walked)
+        walk.steps_for(WALK_BUDGET, going_on)
+        self._heartbeat()
+        if walk.finished:
+            self._finish_reset(batch, walk)
+            return True
+        if not going_on():
+            log.info("batch %d: reset stopped after %d rows; the next master goes on from id %r",
+                     batch.id, walk.walked, walk.after)
+            return False
+        self._report_reset(batch, walk)
+        if walk.may_claim():
+            self.reclaim()
+            self.refill(batch, upto=walk.after)
+            if full:
+                self.check_progress(batch, total=max(batch.total_count, walk.walked))
+        return False
+
+    def _finish_reset(self, batch: BatchRecord, walk: ResetWalk) -> None:
+        walk.finish()
+        batch.total_count, batch.reset_cursor = walk.walked, None
+        self.reset = None
+        seconds = time.monotonic() - walk.started
+        log.info("batch %d reset: %d rows walked, %d set back to pending, in %.1f s (%.0f rows/s, chunks of %s "
+                 "rows); %d tasks in the batch", batch.id, walk.walked_here, walk.moved, seconds, walk.rate(),
+                 walk.chunk_sizes(), walk.walked)
+
+    def _report_reset(self, batch: BatchRecord, walk: ResetWalk) -> None:
+        if time.monotonic() - self._reported >= RESET_REPORT_EVERY:
+            self._reported = time.monotonic()
+            log.info("batch %d resetting: %d rows walked (%.0f rows/s, chunks of %d rows)", batch.id, walk.walked,
+                     walk.rate(), walk.pacer.size)
+
+    # -- the batch under way
     def reclaim(self) -> None:
         expired = self.leases.reclaim_expired(ORPHAN_SCAN_LIMIT)
         if expired:
@@ -285,11 +347,12 @@ class Master:
                     log.warning("reset %d tasks in processing that no queue holds (lost before their lease), "
                                 "among: %s", moved, _some(orphans))
 
-    def refill(self, batch: BatchRecord) -> int:
+    def refill(self, batch: BatchRecord, upto=None) -> int:
+        """Claim what the queue has room for (none past id `upto` while the reset goes on); how many."""
         room = self.settings.BATCH_PUSH_LIMIT - self.leases.pending_count()
         if room <= 0:
             return 0
-        rows = self.store.claim(room)
+        rows = self.store.claim(room, upto)
         if not rows:
             return 0
         id_field = self.layout.id_field
@@ -300,30 +363,86 @@ class Master:
             log.error("task %s failed: leased %d times in batch %d without a write-back "
                       "(BATCH_TASK_MAX_ATTEMPTS=%d)", task_id, limit, batch.id, limit)
         if worn:
-            self.store.move(Move.FINISH_FAILED, worn)
+            self.tally.add_settled(batch.id, 0, self.store.move(Move.FINISH_FAILED, worn))
         fresh = [row for row, n in zip(rows, attempts) if n <= limit]
         self.leases.push(batch.id, fresh, id_field)
-        return len(fresh)
+        return len(rows)
 
-    def check_progress(self, batch: BatchRecord) -> bool:
-        progress = self.store.progress()
-        finished = progress.finished
-        self.store.update_batch(batch.id, progress, is_done=finished)
+    def _queue_dry(self, claimed: int) -> bool:
+        """Nothing was left to claim and no task waits in the queue or under a lease."""
+        return claimed == 0 and self.leases.pending_count() == 0 and self.leases.leased_count() == 0
+
+    def check_progress(self, batch: BatchRecord, total: Optional[int] = None) -> Progress:
+        """The batch's figures from the tally and the queue (no row is counted), into the record and the log."""
+        done, failed = self._settled(batch)
+        in_flight = self.leases.pending_count() + self.leases.leased_count()
+        progress = Progress.from_counters(batch.total_count if total is None else total, done, failed, in_flight)
+        self.store.update_batch(batch.id, progress, is_done=False)
+        self._log_progress(batch, progress)
+        return progress
+
+    def _log_progress(self, batch: BatchRecord, progress: Progress) -> None:
         self.rate.add(progress.settled)
         self.last_progress = progress
-        queued = self.leases.pending_count()
-        log.info("批次进度 %d/%d  batch %d: done %d, failed %d, processing %d, pending %d, queued %d; "
-                 "%.1f tasks/s, ETA %s", progress.settled, progress.total, batch.id, progress.done,
-                 progress.failed, progress.processing, progress.pending, queued, self.rate.per_second(),
-                 self.rate.eta(progress.total - progress.settled))
-        if finished:
-            batch.is_done = True
-            self.leases.set_done(batch.id)
-            self._idle_announced = batch.id
-            log.info("batch %d finished: %d done, %d failed of %d; the next is due at %s", batch.id,
-                     progress.done, progress.failed, progress.total,
-                     next_due(batch, self.settings.BATCH_INTERVAL, self.settings.BATCH_INTERVAL_UNIT))
-        return finished
+        log.info("批次进度 %d/%d  batch %d: done %d, failed %d, processing %d, pending %d; %.1f tasks/s, ETA %s",
+                 progress.settled, progress.total, batch.id, progress.done, progress.failed, progress.processing,
+                 progress.pending, self.rate.per_second(), self.rate.eta(progress.total - progress.settled))
+
+    def _settled(self, batch: BatchRecord) -> tuple:
+        """(done, failed) of the batch from its tally; a tally lost with Redis is restored from the record."""
+        settled = self.tally.settled(batch.id)
+        if settled is None:
+            self.tally.restore_settled(batch.id, batch.done_count, batch.fail_count)
+            log.warning("batch %d: its tally of settled tasks was lost (Redis restarted empty?); restored from the "
+                        "batch record (%d done, %d failed) and reconciled with the table when the batch closes",
+                        batch.id, batch.done_count, batch.fail_count)
+            settled = self.tally.settled(batch.id) or (batch.done_count, batch.fail_count)
+        return settled
+
+    # -- closing a batch: the reconciliation
+    def go_on_reconciling(self, batch: BatchRecord, claimed: int, going_on: Callable[[], bool]) -> bool:
+        """The queue ran dry: when no row is left unsettled (the state index tells at once), count the table
+        chunk by chunk and close the batch with those exact figures; True once closed."""
+        if claimed:        # tasks came back (or were added): the batch is not over
+            self.count = None
+            return False
+        if self.count is None:
+            if self.store.unsettled_count():
+                return False
+            self.count = CountWalk(self.store, self.settings.BATCH_RESET_CHUNK)
+        self.count.steps_for(WALK_BUDGET, going_on)
+        self._heartbeat()
+        if not self.count.finished:
+            return False
+        counts, self.count = self.count.counts, None
+        return self.close(batch, counts)
+
+    def close(self, batch: BatchRecord, counts: collections.Counter) -> bool:
+        """Close the batch with the rows counted by state, unless some are not settled after all."""
+        done, failed = counts[int(TaskState.DONE)], counts[int(TaskState.FAILED)]
+        total = sum(counts.values())
+        if done + failed < total:
+            log.info("batch %d: %d tasks came back while it was counted; it goes on", batch.id, total - done - failed)
+            return False
+        tallied = self._settled(batch)
+        if tallied != (done, failed):
+            log.info("batch %d: the tally said %d done, %d failed; the table holds %d and %d (write-backs by "
+                     "holders that stopped before counting them)", batch.id, *tallied, done, failed)
+        progress = Progress(total=total, done=done, failed=failed, pending=0, processing=0)
+        self.store.update_batch(batch.id, progress, is_done=True)
+        self.tally.set_settled(batch.id, done, failed)
+        self._log_progress(batch, progress)
+        batch.is_done, batch.total_count, batch.done_count, batch.fail_count = True, total, done, failed
+        self.leases.set_done(batch.id)
+        self._idle_announced = batch.id
+        log.info("batch %d finished: %d done, %d failed of %d; the next is due at %s", batch.id, done, failed, total,
+                 next_due(batch, self.settings.BATCH_INTERVAL, self.settings.BATCH_INTERVAL_UNIT))
+        return True
+
+
+def _keep_going(stop: StopFlag, keeper: Optional[LockKeeper]) -> Callable[[], bool]:
+    """Whether a walk may take another chunk: not stopped, and the master lock still ours."""
+    return lambda: not stop.is_set() and not (keeper is not None and keeper.lost.is_set())
 
 
 def _some(ids: list, shown: int = 10) -> str:

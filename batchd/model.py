@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Optional
 
+from .codec import dumps, loads
 from .config import check_identifier
 
 DEFAULT_ITEM_KIND = "default"   # <task_table>_item: one JSON document per item
@@ -57,6 +58,27 @@ class BatchRecord:
     interval: int = 0
     interval_unit: str = "day"
     is_done: bool = False
+    # While the batch's reset walks the task table: JSON [the last id it has reset, rows walked so far]
+    # ([null, 0] before the first chunk). None once every row has been reset. Kept in the record, so a
+    # master that takes over finishes the walk where the last one stopped.
+    reset_cursor: Optional[str] = None
+
+    @property
+    def resetting(self) -> bool:
+        return self.reset_cursor is not None
+
+    @property
+    def reset_position(self) -> tuple:
+        """(the id after which the reset goes on, None from the start; the rows it has walked)."""
+        if not self.reset_cursor:
+            return None, 0
+        after, walked = loads(self.reset_cursor)
+        return after, walked
+
+
+def reset_cursor(after, walked: int) -> str:
+    """The record's reset_cursor for a reset that has walked `walked` rows, up to id `after`."""
+    return dumps([after, walked])
 
 
 @dataclass(frozen=True)
@@ -74,6 +96,15 @@ class Progress:
     @property
     def finished(self) -> bool:
         return self.settled >= self.total
+
+    @classmethod
+    def from_counters(cls, total: int, done: int, failed: int, in_flight: int) -> "Progress":
+        """Progress as the master keeps it without counting rows: the batch's total, the settled tasks its
+        tally counted, and the tasks in the queue or under a lease as processing. Rows added mid-batch
+        raise the total once they are counted."""
+        total = max(total, done + failed + in_flight)
+        return cls(total=total, done=done, failed=failed, processing=in_flight,
+                   pending=total - done - failed - in_flight)
 
 
 @dataclass

@@ -28,7 +28,7 @@ from .http import RequestFailed
 from .items import check_item
 from .lifecycle import Backoff
 from .model import COLUMNS_ITEM_KIND, ItemRow, Lease
-from .ports import BatchStore, LeaseQueue
+from .ports import BatchStore, BatchTally, LeaseQueue
 from .task import TaskState, settling_move
 from .threads import check_in, start_thread
 
@@ -72,9 +72,9 @@ class Abandoned(Exception):
 
 
 class Pipeline:
-    def __init__(self, store: BatchStore, leases: LeaseQueue, ledger, settings, item_table: str, item_kind: str, watch,
-                 on_written=lambda runs: None):
-        self.store, self.leases, self.ledger, self.watch = store, leases, ledger, watch
+    def __init__(self, store: BatchStore, leases: LeaseQueue, tally: BatchTally, ledger, settings, item_table: str,
+                 item_kind: str, watch, on_written=lambda runs: None):
+        self.store, self.leases, self.tally, self.ledger, self.watch = store, leases, tally, ledger, watch
         self.flush_size = settings.ITEM_FLUSH_SIZE
         self.flush_interval = settings.ITEM_FLUSH_INTERVAL
         self.give_up = settings.ITEM_FLUSH_GIVE_UP
@@ -359,13 +359,24 @@ class Pipeline:
         if unreleased:
             self._release_leases(unreleased)
             self.watch.ok(self.leases.backend_name)      # a write that worked: an outage still open is over
-        for outcome in (TaskState.DONE, TaskState.FAILED, TaskState.PENDING):
-            owned = [r for r in runs if r.outcome == outcome and not r.lease_lost]
-            if owned:
-                self.store.move(settling_move(outcome), [r.task_id for r in owned])
-                self.watch.ok(self.store.backend_name)  # (and the replay of dumped items may start)
+        for (outcome, batch_id), owned in _by_outcome_and_batch(r for r in runs if not r.lease_lost).items():
+            moved = self.store.move(settling_move(outcome), [r.task_id for r in owned])
+            self.watch.ok(self.store.backend_name)  # (and the replay of dumped items may start)
+            self._count_settled(outcome, batch_id, moved)
         self._forget(runs)
         return len(runs)
+
+    def _count_settled(self, outcome: TaskState, batch_id: int, moved: int) -> None:
+        """The rows the write-back really moved, into the batch's tally (the master's progress). A tally the
+        queue cannot take now is not worth holding the write-backs for: the master reconciles at close."""
+        if outcome == TaskState.PENDING or not moved:
+            return
+        try:
+            self.tally.add_settled(batch_id, moved if outcome == TaskState.DONE else 0,
+                                   moved if outcome == TaskState.FAILED else 0)
+        except BackendUnavailable as e:
+            log.warning("batch %d: %d settled tasks not counted in its tally (%s); the master counts them when the "
+                        "batch closes", batch_id, moved, e)
 
     def _release_leases(self, runs: list) -> None:
         owned = set(map(id, self.leases.release([r.lease for r in runs])))
@@ -386,6 +397,14 @@ class Pipeline:
                     self.ledger.count(done=int(run.outcome == TaskState.DONE),
                                       failed=int(run.outcome == TaskState.FAILED))
         self.on_written(runs)
+
+
+def _by_outcome_and_batch(runs) -> dict:
+    """(outcome, batch id) -> runs: one write-back statement, and one tally, each."""
+    groups: dict = {}
+    for run in runs:
+        groups.setdefault((run.outcome, run.lease.batch_id), []).append(run)
+    return groups
 
 
 def _culprit_key(item: dict, reason: str) -> str:

@@ -7,6 +7,7 @@ each a narrow contract with its guarantees written in its docstring.
     WakeChannel      workers asking the master for a patrol now
     StatusBoard      supervisors' snapshots for `batchd status` and other hosts
     SeenFilter       request de-duplication within a batch
+    BatchTally       the settled tasks of a batch, counted as write-backs land
     NamespaceRecord  which store a namespace serves
 
 A backend package (batchd/backends/<name>/) provides every port of a namespace from one
@@ -24,7 +25,7 @@ never reclaimed.
 import abc
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Callable, Iterable, Iterator, Optional, Protocol, Sequence
+from typing import Callable, Iterable, Optional, Protocol, Sequence
 
 from .errors import ConfigError
 from .model import BatchRecord, ItemRow, Lease, Progress, TaskLayout
@@ -76,22 +77,38 @@ class BatchStore(abc.ABC):
         """The most recent batch record, or None before the first batch."""
 
     @abc.abstractmethod
-    def reset_tasks(self, chunk_size: int) -> Iterator[int]:
-        """Move every task to PENDING, `chunk_size` rows per short transaction, yielding the number
-        reset by each chunk. Idempotent: running it again after an interruption finishes the job."""
+    def insert_batch(self, interval: int, interval_unit: str, total: int) -> BatchRecord:
+        """Open a batch record dated now(), its reset still to walk (reset_cursor [null, 0]); `total` is the
+        number of tasks expected (the last batch's) until the reset has counted them."""
 
     @abc.abstractmethod
-    def insert_batch(self, interval: int, interval_unit: str, total: int) -> BatchRecord:
-        """Open a batch record dated now(); called only once the reset has finished."""
+    def next_chunk(self, after, size: int) -> Optional[tuple]:
+        """The `size` rows that follow id `after` in id order (from the first when None), as (the last
+        of their ids, how many); None when no row is left. Reads the primary key, nothing else."""
+
+    @abc.abstractmethod
+    def reset_chunk(self, after, upper) -> int:
+        """Move.RESET of every row with after < id <= upper (after None: from the first row); rows
+        already pending are left alone. Return how many moved. One short statement."""
+
+    @abc.abstractmethod
+    def count_chunk(self, after, upper) -> dict:
+        """State -> rows, of the rows with after < id <= upper: a reconciliation walks the table so."""
+
+    @abc.abstractmethod
+    def record_reset(self, batch_id: int, after, walked: int, finished: bool = False) -> None:
+        """Keep the reset's progress in the batch record: every row up to id `after` is reset, `walked`
+        rows so far. `finished`: no row is left; the cursor is cleared and total_count = walked."""
 
     @abc.abstractmethod
     def update_batch(self, batch_id: int, progress: Progress, is_done: bool) -> None:
         """Write the counts of `progress` (and is_done) into the batch record."""
 
     @abc.abstractmethod
-    def claim(self, limit: int) -> list:
-        """Move at most `limit` PENDING tasks to PROCESSING (lowest ids first) and return their rows as
-        dicts. A row returned is one this call moved: no two claims ever return the same row."""
+    def claim(self, limit: int, upto=None) -> list:
+        """Move at most `limit` PENDING tasks to PROCESSING (lowest ids first; with `upto`, none past that
+        id) and return their rows as dicts. A row returned is one this call moved: no two claims ever
+        return the same row. Through the state column's index: never a scan of the table."""
 
     @abc.abstractmethod
     def move(self, move: Move, ids: Sequence, older_than: Optional[float] = None) -> int:
@@ -104,11 +121,13 @@ class BatchStore(abc.ABC):
 
     @abc.abstractmethod
     def progress(self) -> Progress:
-        """Counts of the task table by state; total is every row."""
+        """Counts of the whole task table by state: a scan, for the demo, benchmarks and tests. The master
+        never asks (it counts as tasks settle: BatchTally)."""
 
     @abc.abstractmethod
     def unsettled_count(self) -> int:
-        """PENDING + PROCESSING rows: cheap, asked often to see whether a batch has finished."""
+        """PENDING + PROCESSING rows, through the state column's index: cheap when few are left, which is
+        when the master asks (its queue has run dry and nothing is left to claim)."""
 
     @abc.abstractmethod
     def save_items(self, table: str, kind: str, rows: Sequence[ItemRow]) -> None:
@@ -250,6 +269,27 @@ class SeenFilter(Protocol):
         """Request de-duplication: True the first time this batch sees the fingerprint."""
 
 
+class BatchTally(Protocol):
+    """Done and failed tasks per batch, counted as they settle, so the master never counts rows. Every
+    compare-and-set write-back adds the rows it really moved, so the tally is exact but for the write-backs
+    of a holder that died between its store and its tally (at most the tasks it had in flight), and the
+    master reconciles it with a walk of the table when the batch closes."""
+
+    def add_settled(self, batch_id: int, done: int, failed: int) -> None:
+        """Add rows that just moved to DONE / FAILED in this batch."""
+
+    def settled(self, batch_id: int) -> Optional[tuple]:
+        """(done, failed) of the batch, or None when this backend has not held its tally since the batch
+        opened (Redis restarted empty): the master then restores it with restore_settled()."""
+
+    def restore_settled(self, batch_id: int, done: int, failed: int) -> None:
+        """Unless the tally is held: add these counts (the batch record's, its last word) to what was added
+        since it was lost, and hold it again."""
+
+    def set_settled(self, batch_id: int, done: int, failed: int) -> None:
+        """Hold the tally at exactly these counts (a new batch: 0, 0; a reconciliation: the rows counted)."""
+
+
 class NamespaceRecord(Protocol):
     def claim_namespace(self, identity: str, record: bool = True) -> Optional[str]:
         """Record `identity` (the store's, never a password) as the one store this namespace serves, if
@@ -282,6 +322,7 @@ class Backend:
     board: StatusBoard
     seen: SeenFilter
     namespaces: NamespaceRecord
+    tally: BatchTally
     closers: tuple = field(default=())     # what close() releases besides the store
 
     def close(self) -> None:

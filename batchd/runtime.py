@@ -72,11 +72,11 @@ class Runtime:
     # -- the loops
     def master(self) -> Master:
         b = self.backend
-        return Master(self.settings, self.layout, b.store, b.leases, b.locks, b.wake, b.namespaces)
+        return Master(self.settings, self.layout, b.store, b.leases, b.locks, b.wake, b.namespaces, b.tally)
 
     def worker(self, ledger=None, name: str = "worker", keep_alive: bool = True) -> Worker:
         b = self.backend
-        worker = Worker(self.spider, self.settings, self.layout, b.store, b.leases, b.wake, b.seen, b.namespaces,
+        worker = Worker(self.spider, self.settings, self.layout, b.store, b.leases, b.wake, b.seen, b.namespaces, b.tally,
                         ledger=ledger, name=name, keep_alive=keep_alive)
         self._workers.append(worker)
         return worker
@@ -130,7 +130,10 @@ class Runtime:
         if not self._store_opened:
             self.store.open(self.layout)
             self._store_opened = True
-        self.store.move(mark_move(ok), [task_id])
+        moved = self.store.move(mark_move(ok), [task_id])
+        batch = self.store.last_batch()
+        if moved and batch is not None:
+            self.backend.tally.add_settled(batch.id, moved if ok else 0, 0 if ok else moved)
 
     def failure_reason(self, task_id, response_or_exception) -> Optional[str]:
         """The downloader's reason for the failure failed_request() was given (attempts, HTTP status...)."""

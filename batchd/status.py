@@ -23,6 +23,7 @@ import time
 from typing import Any, Optional
 
 from .errors import BackendUnavailable
+from .model import BatchRecord, Progress
 from .backends import open_supervisor_ports
 from .ports import SupervisorPorts
 
@@ -134,22 +135,26 @@ def status_line(who: str, snapshot: dict, batch: Optional[dict]) -> str:
 # -- `batchd status`
 
 def gather_status(runtime) -> dict:
-    """Everything `batchd status` shows, as plain data: the store's counts, the queue, the snapshots.
-    A backend that cannot be reached is named under "unreachable" and the rest is still gathered: with
-    MySQL down, the batch as the master's supervisor last published it in Redis."""
+    """Everything `batchd status` shows, as plain data: the batch record, its tally and the queue (no row
+    of the task table is counted), the snapshots. A backend that cannot be reached is named under
+    "unreachable" and the rest is still gathered: with MySQL down, the batch as the master's supervisor
+    last published it in Redis."""
     store, layout, backend = runtime.store, runtime.layout, runtime.backend
     unreachable: list[str] = []
-    counts = _reached(unreachable, lambda: (store.open(layout), store.last_batch(), store.progress())[1:])
+    reached = _reached(unreachable, lambda: (store.open(layout), store.last_batch()))
+    record = reached[1] if reached else None
     seen = _reached(unreachable, lambda: (backend.board.read_statuses(), backend.leases.pending_count(),
-                                          backend.leases.leased_count()))
-    snapshots, waiting, leased = seen or ([], None, None)
+                                          backend.leases.leased_count(),
+                                          backend.tally.settled(record.id) if record else None))
+    snapshots, waiting, leased, settled = seen or ([], None, None, None)
     master = freshest_master(snapshots)
     rate = float(master["batch_rate"]) if master else None
-    batch, tasks = _batch_and_tasks(counts, master)
+    batch, tasks = _batch_and_tasks(record, settled, (waiting or 0) + (leased or 0), None if reached else master)
     return {
         "namespace": runtime.namespace,
         "table": layout.table,
         "unreachable": unreachable,
+        "store_reached": reached is not None,
         "batch": batch,
         "tasks": tasks,
         "queue": {"waiting": waiting, "leased": leased},
@@ -171,20 +176,29 @@ def _reached(unreachable: list, read):
         return None
 
 
-def _batch_and_tasks(counts, master: Optional[dict]) -> tuple:
-    """The batch and its task counts from the store; without it, from the master's last snapshot."""
-    if counts is not None:
-        batch, progress = counts
-        return (None if batch is None else {"id": batch.id, "date": batch.batch_date.isoformat(sep=" "),
-                                            "is_done": bool(batch.is_done)},
+def _batch_and_tasks(record: Optional[BatchRecord], settled: Optional[tuple], in_flight: int,
+                     master: Optional[dict]) -> tuple:
+    """The batch and its task counts from its record (exact once it is done) and, while it runs, its tally
+    and the queue; without the store, from the master's last snapshot."""
+    if record is not None:
+        progress = _progress_of(record, settled, in_flight)
+        return ({"id": record.id, "date": record.batch_date.isoformat(sep=" "), "is_done": bool(record.is_done)},
                 {"total": progress.total, "settled": progress.settled, "done": progress.done,
                  "failed": progress.failed, "processing": progress.processing, "pending": progress.pending})
     if master is None:
         return None, None
-    settled, total = int(master["batch_settled"]), int(master["batch_total"])
+    settled_count, total = int(master["batch_settled"]), int(master["batch_total"])
     return ({"id": int(master["batch_id"]), "date": None, "is_done": bool(int(master.get("batch_is_done", 0)))},
-            {"total": total, "settled": settled, "done": None, "failed": None, "processing": None, "pending": None,
-             "as_of": float(master["updated"])})
+            {"total": total, "settled": settled_count, "done": None, "failed": None, "processing": None,
+             "pending": None, "as_of": float(master["updated"])})
+
+
+def _progress_of(record: BatchRecord, settled: Optional[tuple], in_flight: int) -> Progress:
+    if record.is_done:
+        return Progress(total=record.total_count, done=record.done_count, failed=record.fail_count,
+                        pending=0, processing=0)
+    done, failed = settled or (record.done_count, record.fail_count)
+    return Progress.from_counters(record.total_count, done, failed, in_flight)
 
 
 def _host_entry(snapshot: dict) -> dict:
@@ -211,7 +225,8 @@ def render_status(status: dict) -> str:
     lines += [f"MISSING  {reason}" for reason in status["unreachable"]]
     batch, tasks, queue = status["batch"], status["tasks"], status["queue"]
     if batch is None:
-        lines.append("batch    none yet (the master opens the first one)" if tasks else "batch    unknown")
+        lines.append("batch    none yet (the master opens the first one)" if status["store_reached"]
+                     else "batch    unknown")
     else:
         opened = f" opened {batch['date']}" if batch["date"] else ""
         lines.append(f"batch    {batch['id']}{opened}, {'finished' if batch['is_done'] else 'running'}")

@@ -43,7 +43,7 @@ from .lifecycle import Backoff, StopFlag
 from .outages import OutageWatch, retry_through_outages
 from .model import TaskLayout, task_key
 from .pipeline import Pipeline, TaskRun
-from .ports import BatchStore, LeaseQueue, NamespaceRecord, SeenFilter, WakeChannel, claim_namespace
+from .ports import BatchStore, BatchTally, LeaseQueue, NamespaceRecord, SeenFilter, WakeChannel, claim_namespace
 from .schedule import is_due
 from .systemd import set_thread_role
 from .threads import Heart, check_in, guard, start_thread
@@ -114,10 +114,10 @@ def _outside_user_code(run: TaskRun):
 
 class Worker:
     def __init__(self, spider, settings: Settings, layout: TaskLayout, store: BatchStore, leases: LeaseQueue,
-                 wake: WakeChannel, seen: SeenFilter, namespaces: NamespaceRecord, ledger=None,
+                 wake: WakeChannel, seen: SeenFilter, namespaces: NamespaceRecord, tally: BatchTally, ledger=None,
                  name: str = "worker", keep_alive: bool = True):
         self.spider, self.settings, self.layout, self.store = spider, settings, layout, store
-        self.leases, self.wake, self.seen, self.namespaces = leases, wake, seen, namespaces
+        self.leases, self.wake, self.seen, self.namespaces, self.tally = leases, wake, seen, namespaces, tally
         self.name, self.keep_alive = name, keep_alive
         self.thread_count = settings.SPIDER_THREAD_COUNT
         self.ledger = ledger or LocalLedger(self.thread_count * SLOTS_PER_THREAD)
@@ -184,8 +184,8 @@ class Worker:
                                      download_timeout=self.settings.DOWNLOAD_TIMEOUT,
                                      maxsize=self.settings.DOWNLOAD_MAXSIZE, sleep=stop.wait_cold)
         table, kind = self.layout.item_destination
-        self.pipeline = Pipeline(self.store, self.leases, self.ledger, self.settings, table, kind, self.watch,
-                                 on_written=self._after_write_back)
+        self.pipeline = Pipeline(self.store, self.leases, self.tally, self.ledger, self.settings, table, kind,
+                                 self.watch, on_written=self._after_write_back)
         self._pipeline.start()
         keeper_stop = threading.Event()
         keeper = start_thread(self._keep_leases, "batchd-keeper", keeper_stop)

@@ -4,13 +4,15 @@
 StopFlag, exactly the loops the supervisor runs in children) and stops them warm on
 exit. `wait_for` polls a condition read straight from the backend; `stays_true` is its other
 half, for a window in which something must not happen; `patrol_until` patrols as a resident
-master would until a patrol has done what the test waits for.
+master would until a patrol has done what the test waits for; `work_off` does a worker's
+write-backs (tally included) without crawling.
 """
 import threading
 import time
 
 from batchd.errors import BatchdError
 from batchd.lifecycle import StopFlag
+from batchd.task import TaskState, settling_move
 
 
 def batch_done(backend) -> bool:
@@ -45,6 +47,18 @@ def stays_true(predicate, seconds, interval=0.05, message="condition", explain=N
         if left <= 0:
             return
         time.sleep(min(interval, left))
+
+
+def work_off(runtime, outcomes: dict) -> None:
+    """What workers do with every task in the queue, without crawling: lease it, end the lease, write its
+    outcome back (outcomes: task id -> TaskState.DONE or FAILED; any other task goes back to pending) and
+    count what moved in the batch's tally, as the pipeline does."""
+    leases, store, tally = runtime.backend.leases, runtime.backend.store, runtime.backend.tally
+    while (lease := leases.lease("test-worker", 60)) is not None:
+        assert leases.release([lease]) == [lease]
+        outcome = outcomes.get(lease.task_id, TaskState.PENDING)
+        moved = store.move(settling_move(outcome), [lease.task_id])
+        tally.add_settled(lease.batch_id, moved * (outcome == TaskState.DONE), moved * (outcome == TaskState.FAILED))
 
 
 def patrol_until(master, condition, timeout=10.0, message="condition"):

@@ -8,7 +8,7 @@ from batchd.lifecycle import StopFlag
 from batchd.schedule import next_due
 from batchd.model import BatchRecord
 from batchd.task import TaskState
-from harness import patrol_until
+from harness import patrol_until, work_off
 from spiders.seed import CrawlTask
 
 P, D, R, F = TaskState.PENDING, TaskState.DONE, TaskState.PROCESSING, TaskState.FAILED
@@ -72,12 +72,11 @@ def test_processing_rows_no_queue_knows_are_reset_once_stale(backend, caplog):
 
 def test_progress_is_written_to_the_record_and_logged(backend, caplog):
     backend.create_tasks([f"http://x.invalid/{i}" for i in range(5)])
-    master, _ = make_master(backend)
+    master, spider = make_master(backend)
     with caplog.at_level(logging.INFO, logger="batchd"):
         patrol(master)
     assert "批次进度 0/5" in caplog.text
-    backend.set_state(1, D)
-    backend.set_state(2, F)
+    work_off(spider.runtime, {1: D, 2: F})
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="batchd"):
         patrol(master)
@@ -101,8 +100,7 @@ def test_batch_closes_when_every_task_is_settled(backend):
     backend.create_tasks(["http://x.invalid/1", "http://x.invalid/2"])
     master, spider = make_master(backend)
     assert patrol(master) is False
-    backend.set_state(1, D)
-    backend.set_state(2, F)
+    work_off(spider.runtime, {1: D, 2: F})
     assert patrol(master) is True
     record = backend.records()[-1]
     assert record["is_done"] and (record["done_count"], record["fail_count"]) == (1, 1)
@@ -113,8 +111,7 @@ def test_a_due_batch_resets_every_task_and_clears_the_queue(backend):
     backend.create_tasks(["http://x.invalid/1", "http://x.invalid/2", "http://x.invalid/3"])
     master, spider = make_master(backend, BATCH_INTERVAL=7)
     patrol(master)
-    for task_id, state in ((1, D), (2, F), (3, D)):
-        backend.set_state(task_id, state)
+    work_off(spider.runtime, {1: D, 2: F, 3: D})
     assert patrol(master) is True
     backend.age_last_batch(days=6)
     assert patrol(master) is True and len(backend.records()) == 1      # not due yet
@@ -137,23 +134,41 @@ def test_an_unfinished_batch_past_its_interval_is_overdue_not_replaced(backend, 
     assert len(backend.records()) == 1
 
 
-def test_an_interrupted_reset_is_finished_by_the_next_master(backend):
+def test_an_interrupted_reset_is_finished_by_the_next_master_before_it_claims(backend, caplog):
     backend.create_tasks([f"http://x.invalid/{i}" for i in range(10)])
-    master, _ = make_master(backend, BATCH_RESET_CHUNK=3)
+    master, spider = make_master(backend, BATCH_RESET_CHUNK=3)
     patrol(master)
-    for task_id in range(1, 11):
-        backend.set_state(task_id, D)
-    patrol(master)
+    work_off(spider.runtime, {task_id: D for task_id in range(1, 11)})
+    assert patrol(master) is True
     backend.age_last_batch(days=7)
-    stop = StopFlag()
-    master._heartbeat = stop.request            # the master "dies" right after its first chunk
-    assert master.patrol(stop) is False
-    assert len(backend.records()) == 1          # no record until the reset is whole
-    assert sorted(backend.states().values()).count(P) == 3
+    batch = master.open_batch(spider.runtime.store.last_batch())     # the master dies after a chunk and a claim
+    assert master.reset.step() and master.refill(batch, upto=master.reset.after) == 3
+    record = backend.records()[-1]
+    assert len(backend.records()) == 2 and record["reset_cursor"] == "[3,3]"
+    assert [state for _, state in sorted(backend.states().items())] == [R] * 3 + [D] * 7
+
     successor, _ = make_master(backend, BATCH_RESET_CHUNK=3)
-    patrol(successor)
-    assert len(backend.records()) == 2
+    calls = []
+    spy_on_resets_and_claims(successor, calls)
+    with caplog.at_level(logging.INFO, logger="batchd"):
+        patrol(successor)
+    assert "going on with its reset after id 3 (3 rows walked" in caplog.text
+    # Rows 1 to 3, claimed already, are not reset again; nothing is claimed before the reset is over.
+    *resets, claim = calls
+    assert resets[0][0] == 3 and resets[-1][1] == 10 and claim == ("claim", None)
+    assert all(upper == next_after for (_, upper), (next_after, _) in zip(resets, resets[1:]))
+    record = backend.records()[-1]
+    assert record["reset_cursor"] is None and record["total_count"] == 10
     assert set(backend.states().values()) == {R}
+    assert spider.runtime.backend.leases.pending_count() == 10       # each task queued once
+
+
+def spy_on_resets_and_claims(master, calls: list) -> None:
+    """Note each chunk a master resets, and each claim it makes (in order, on the same list)."""
+    store = master.store
+    reset_chunk, claim = store.reset_chunk, store.claim
+    store.reset_chunk = lambda after, upper: calls.append((after, upper)) or reset_chunk(after, upper)
+    store.claim = lambda limit, upto=None: calls.append(("claim", upto)) or claim(limit, upto)
 
 
 @pytest.mark.parametrize("opened, interval, unit, due", [

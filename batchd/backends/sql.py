@@ -9,6 +9,7 @@ only their SQL spelling, their connections, their DDL and their clock:
                claim_lock                      after the claim's SELECT (MySQL: FOR UPDATE SKIP LOCKED)
                move_in_one_transaction         move() runs its chunks in one transaction, or each alone
                stamped_on_insert/_on_update    batch record columns the store sets to now() itself
+               cursor_type                     the record's reset_cursor column (JSON of an id, or NULL)
                now_term()                      the store's clock in a statement: (sql, values)
                older_than_term(column, s)      "column is more than s seconds old": (sql, values)
                time_from_db(value)             a time column as read -> datetime
@@ -38,13 +39,14 @@ from ..codec import plain_json
 from ..config import check_identifier
 from ..errors import ConfigError
 from ..task import Move, TaskState
-from ..model import COLUMNS_ITEM_KIND, BatchRecord, ItemRow, Progress, TaskLayout
+from ..model import COLUMNS_ITEM_KIND, BatchRecord, ItemRow, Progress, TaskLayout, reset_cursor
 from ..ports import BatchStore
 
 log = logging.getLogger("batchd.store")
 
 RECORD_COLUMNS = ("id", "batch_date", "total_count", "done_count", "fail_count", "interval",
                   "interval_unit", "is_done", "create_time", "update_time")
+RESET_CURSOR = "reset_cursor"     # batchd's own column of the record: where an unfinished reset stands
 RECORD_FIELDS = tuple(f.name for f in fields(BatchRecord))      # the columns last_batch() reads
 ITEM_KEY = ("batch_id", "task_id", "request_seq", "item_seq")   # the default item table's unique key
 TASK_COLUMNS = (("id_field", "BATCH_TASK_ID_FIELD"), ("state_field", "BATCH_TASK_STATE_FIELD"),
@@ -54,6 +56,10 @@ TASK_COLUMNS = (("id_field", "BATCH_TASK_ID_FIELD"), ("state_field", "BATCH_TASK
 def marks(n: int, placeholder: str) -> str:
     """n bind markers, for VALUES (...) or IN (...)."""
     return ", ".join([placeholder] * n)
+
+
+def _where(conditions: list) -> str:
+    return " WHERE " + " AND ".join(conditions) if conditions else ""
 
 
 def chunks(seq: Sequence, size: int):
@@ -71,6 +77,7 @@ class SqlBatchStore(BatchStore):
     move_in_one_transaction: bool
     stamped_on_insert: tuple
     stamped_on_update: tuple
+    cursor_type: str
 
     def __init__(self):
         self._item_columns: dict = {}
@@ -201,10 +208,24 @@ class SqlBatchStore(BatchStore):
         if missing:
             raise ConfigError(f"batch record table {self.quote(layout.record_table)} exists without column "
                               f"{self.quote(missing[0])}; rename the old table so batchd can create its own")
+        if RESET_CURSOR not in record_columns:
+            self._add_reset_cursor(layout.record_table)
         if layout.item_table:
             self.item_columns(layout.item_table, setting="__item_table__")
         else:
             self.create_default_item_table(layout.default_item_table)
+
+    def _add_reset_cursor(self, table: str) -> None:
+        """A record table made before batchd kept the reset's cursor in it gets the column (NULL: no reset
+        going on, which is what every old record means)."""
+        statement = f"ALTER TABLE {self.quote(table)} ADD COLUMN {self.quote(RESET_CURSOR)} {self.cursor_type} NULL"
+        try:
+            self.execute(statement)
+        except ConfigError as e:
+            raise ConfigError(f"batch record table {self.quote(table)} needs the column {self.quote(RESET_CURSOR)} "
+                              f"and batchd may not add it ({e}); run: {statement}") from None
+        log.info("batch record table %s: added the column %s (where an unfinished reset stands)",
+                 self.quote(table), self.quote(RESET_CURSOR))
 
     def _warn_unindexed_state(self, layout: TaskLayout) -> None:
         fix = self.missing_state_index(layout)
@@ -240,15 +261,25 @@ class SqlBatchStore(BatchStore):
     def insert_batch(self, interval: int, interval_unit: str, total: int) -> BatchRecord:
         now, now_values = self.now_term()
         stamped = self.stamped_on_insert
-        names = ", ".join(self.quote(c) for c in stamped + ("total_count", "interval", "interval_unit"))
+        names = ", ".join(self.quote(c) for c in stamped + ("total_count", "interval", "interval_unit", RESET_CURSOR))
         self.execute(f"INSERT INTO {self.quote(self.opened_layout.record_table)} ({names}) "
-                     f"VALUES ({', '.join([now] * len(stamped))}, {self.marks(3)})",
-                     now_values * len(stamped) + [total, interval, interval_unit])
+                     f"VALUES ({', '.join([now] * len(stamped))}, {self.marks(4)})",
+                     now_values * len(stamped) + [total, interval, interval_unit, reset_cursor(None, 0)])
         record = self.last_batch()
         if record is None:      # the row just inserted is gone: someone emptied the table meanwhile
             raise RuntimeError(f"the batch record inserted into {self.quote(self.opened_layout.record_table)} "
                                "is not there")
         return record
+
+    def record_reset(self, batch_id: int, after, walked: int, finished: bool = False) -> None:
+        p = self.placeholder
+        values: list
+        if finished:
+            sets, values = f"{self.quote(RESET_CURSOR)} = NULL, {self.quote('total_count')} = {p}", [walked]
+        else:
+            sets, values = f"{self.quote(RESET_CURSOR)} = {p}", [reset_cursor(after, walked)]
+        self.execute(f"UPDATE {self.quote(self.opened_layout.record_table)} SET {sets} WHERE {self.quote('id')} = {p}",
+                     values + [batch_id])
 
     def update_batch(self, batch_id: int, progress: Progress, is_done: bool) -> None:
         now, now_values = self.now_term()
@@ -260,37 +291,40 @@ class SqlBatchStore(BatchStore):
                      [progress.total, progress.done, progress.failed, int(is_done)]
                      + now_values * len(self.stamped_on_update) + [batch_id])
 
-    def reset_tasks(self, chunk_size: int):
-        """Walk the primary key in ranges of chunk_size rows: one short UPDATE each, resumable."""
-        last = None
-        while True:
-            upper = self._nth_id_after(last, chunk_size)
-            yield self._reset_range(last, upper)
-            if upper is None:
-                return
-            last = upper
-
-    def _nth_id_after(self, last, n: int):
-        """The id n rows after `last` (from the start when None), or None when fewer rows are left."""
+    # -- walking the table in primary-key chunks (the reset, the reconciliation)
+    def next_chunk(self, after, size: int) -> Optional[tuple]:
         table, key, _ = self._quoted_task_table()
-        p = self.placeholder
-        after, params = (f"WHERE {key} > {p} ", [last]) if last is not None else ("", [])
-        rows = self.fetch(f"SELECT {key} FROM {table} {after}ORDER BY {key} LIMIT 1 OFFSET {p}", params + [n - 1])
-        return rows[0][0] if rows else None
+        conditions, params = self._id_range(after, None)
+        rows = self.fetch(f"SELECT MAX(chunk_id), COUNT(*) FROM (SELECT {key} AS chunk_id FROM {table}"
+                          f"{_where(conditions)} ORDER BY {key} LIMIT {self.placeholder}) AS chunk", params + [size])
+        last, count = rows[0]
+        return (last, count) if count else None
 
-    def _reset_range(self, last, upper) -> int:
-        """Move.RESET of every row with last < id <= upper (open ends when None); rows already pending
-        are left alone (NULL states are not: every row ends pending)."""
-        _, key, state = self._quoted_task_table()
+    def reset_chunk(self, after, upper) -> int:
+        """Rows already pending are left alone (NULL states are not: every row ends pending)."""
+        _, _, state = self._quoted_task_table()
+        conditions, params = self._id_range(after, upper)
+        not_pending = f"({state} <> {self.placeholder} OR {state} IS NULL)"
+        return self._apply(Move.RESET, " AND ".join(conditions + [not_pending]), params + [int(Move.RESET.target)])
+
+    def count_chunk(self, after, upper) -> dict:
+        table, _, state = self._quoted_task_table()
+        conditions, params = self._id_range(after, upper)
+        rows = self.fetch(f"SELECT {state}, COUNT(*) FROM {table}{_where(conditions)} GROUP BY {state}", params)
+        return {value: n for value, n in rows}
+
+    def _id_range(self, after, upper) -> tuple:
+        """(conditions, values) of after < id <= upper; either end open when None."""
+        _, key, _ = self._quoted_task_table()
         p = self.placeholder
-        conditions, params = [f"({state} <> {p} OR {state} IS NULL)"], [int(Move.RESET.target)]
-        if last is not None:
+        conditions, params = [], []
+        if after is not None:
             conditions.append(f"{key} > {p}")
-            params.append(last)
+            params.append(after)
         if upper is not None:
             conditions.append(f"{key} <= {p}")
             params.append(upper)
-        return self._apply(Move.RESET, " AND ".join(conditions), params)
+        return conditions, params
 
     def _apply(self, move: Move, where: str, params: list) -> int:
         """One compare-and-set statement of the state machine (batchd/task.py): the rows where `where` holds
@@ -309,12 +343,13 @@ class SqlBatchStore(BatchStore):
         return self.quote(layout.table), self.quote(layout.id_field), self.quote(layout.state_field)
 
     # -- task states
-    def claim(self, limit: int) -> list:
+    def claim(self, limit: int, upto=None) -> list:
         table, key, state = self._quoted_task_table()
         p = self.placeholder
+        bound, bound_values = (f" AND {key} <= {p}", [upto]) if upto is not None else ("", [])
         with self.transaction():
-            rows = self.fetch(f"SELECT * FROM {table} WHERE {state} = {p} ORDER BY {key} LIMIT {p}{self.claim_lock}",
-                              (int(TaskState.PENDING), limit), dicts=True)
+            rows = self.fetch(f"SELECT * FROM {table} WHERE {state} = {p}{bound} ORDER BY {key} LIMIT {p}"
+                              f"{self.claim_lock}", [int(TaskState.PENDING)] + bound_values + [limit], dicts=True)
             for part in chunks([row[self.opened_layout.id_field] for row in rows], self.in_chunk):
                 self._apply(Move.CLAIM, f"{key} IN ({self.marks(len(part))})", part)
         for row in rows:

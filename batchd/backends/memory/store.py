@@ -4,12 +4,14 @@ No other process can reach it, so its other ports live in this process too
 (batchd/backends/memory/ports.py) and `start_monitor(once=True)` runs the whole batch here. The items end in
 `store.items`, in the order they landed; a re-run of a task replaces its items.
 """
+import bisect
+import collections
 import threading
 from datetime import datetime
 from typing import Iterable, Optional, Sequence
 
 from ...errors import ConfigError
-from ...model import BatchRecord, ItemRow, Progress, TaskLayout, task_key
+from ...model import BatchRecord, ItemRow, Progress, TaskLayout, reset_cursor, task_key
 from ...ports import BatchStore
 from ...task import Move, TaskState
 
@@ -83,32 +85,58 @@ class MemoryBatchStore(BatchStore):
         with self._lock:
             return self._batches[-1] if self._batches else None
 
-    def reset_tasks(self, chunk_size: int):
-        state = self.opened_layout.state_field
-        for start in range(0, len(self._rows), chunk_size):
-            with self._lock:
-                chunk = self._rows[start:start + chunk_size]
-                changed = [row for row in chunk if row[state] != Move.RESET.target]
-                self._apply(Move.RESET, changed)
-            yield len(changed)
-
     def insert_batch(self, interval: int, interval_unit: str, total: int) -> BatchRecord:
         with self._lock:
             record = BatchRecord(id=len(self._batches) + 1, batch_date=self.now(), total_count=total,
-                                 interval=interval, interval_unit=interval_unit)
+                                 interval=interval, interval_unit=interval_unit, reset_cursor=reset_cursor(None, 0))
             self._batches.append(record)
             return record
 
+    def record_reset(self, batch_id: int, after, walked: int, finished: bool = False) -> None:
+        with self._lock:
+            record = self._batch(batch_id)
+            if finished:
+                record.reset_cursor, record.total_count = None, walked
+            else:
+                record.reset_cursor = reset_cursor(after, walked)
+
     def update_batch(self, batch_id: int, progress: Progress, is_done: bool) -> None:
         with self._lock:
-            record = next(b for b in self._batches if b.id == batch_id)
+            record = self._batch(batch_id)
             record.total_count, record.done_count = progress.total, progress.done
             record.fail_count, record.is_done = progress.failed, is_done
 
-    def claim(self, limit: int) -> list:
+    def _batch(self, batch_id: int) -> BatchRecord:
+        return next(b for b in self._batches if b.id == batch_id)
+
+    def next_chunk(self, after, size: int) -> Optional[tuple]:
+        with self._lock:
+            ids = self._ids_in(after, None)[:size]
+            return (ids[-1], len(ids)) if ids else None
+
+    def reset_chunk(self, after, upper) -> int:
         with self._lock:
             state = self.opened_layout.state_field
-            pending = [row for row in self._rows if row[state] == TaskState.PENDING][:limit]
+            rows = [self._by_id[task_key(i)] for i in self._ids_in(after, upper)]
+            return self._apply(Move.RESET, [row for row in rows if row[state] != Move.RESET.target])
+
+    def count_chunk(self, after, upper) -> dict:
+        with self._lock:
+            state = self.opened_layout.state_field
+            return dict(collections.Counter(self._by_id[task_key(i)][state] for i in self._ids_in(after, upper)))
+
+    def _ids_in(self, after, upper) -> list:
+        """The ids with after < id <= upper, in order (either end open when None)."""
+        ids = sorted(row[self.opened_layout.id_field] for row in self._rows)
+        start = 0 if after is None else bisect.bisect_right(ids, after)
+        end = len(ids) if upper is None else bisect.bisect_right(ids, upper)
+        return ids[start:end]
+
+    def claim(self, limit: int, upto=None) -> list:
+        with self._lock:
+            state, key = self.opened_layout.state_field, self.opened_layout.id_field
+            pending = sorted((row for row in self._rows if row[state] == TaskState.PENDING
+                              and (upto is None or row[key] <= upto)), key=lambda row: row[key])[:limit]
             self._apply(Move.CLAIM, pending)
             return [dict(row) for row in pending]
 

@@ -5,7 +5,7 @@ from ...errors import ConfigError
 from ...ports import Backend, BatchStore, SupervisorPorts
 from .mysql import MysqlBatchStore
 from .redis_ports import (RedisLeaseQueue, RedisMasterLocks, RedisNamespaceRecord, RedisSeenFilter,
-                          RedisStatusBoard, RedisWake, connect_redis)
+                          RedisStatusBoard, RedisTally, RedisWake, connect_redis)
 
 
 def open_store(url: str, setting: str = "MYSQL_URL") -> MysqlBatchStore:
@@ -21,7 +21,8 @@ def open_backend(store: BatchStore, namespace: str, settings) -> Backend:
     return Backend(store=store, leases=RedisLeaseQueue(url, namespace, client),
                    locks=RedisMasterLocks(url, namespace, client), wake=RedisWake(url, namespace, client),
                    board=RedisStatusBoard(url, namespace, client), seen=RedisSeenFilter(url, namespace, client),
-                   namespaces=RedisNamespaceRecord(url, namespace, client), closers=(client.close,))
+                   namespaces=RedisNamespaceRecord(url, namespace, client), tally=RedisTally(url, namespace, client),
+                   closers=(client.close,))
 
 
 def open_supervisor_ports(settings, namespace: str, timeout: float) -> SupervisorPorts:

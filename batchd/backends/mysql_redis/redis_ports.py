@@ -11,6 +11,8 @@ The key schema, all under `<ns>:` (built only by `Keys`):
     <ns>:master_lock     STRING  the master's owner string, with a TTL the live master renews
     <ns>:wake            LIST    wake-ups for the master, trimmed to one entry, with a TTL
     <ns>:seen            SET     <batch id>:<fingerprint> of the requests made (REQUEST_FILTER_ENABLE), with a TTL
+    <ns>:tally:<batch>   HASH    done, failed: tasks settled in the batch, added by each write-back;
+                                 held=1 since it was set (missing: lost with Redis), with a TTL
     <ns>:store           STRING  the identity of the one store this namespace serves (server, database,
                                  task table; never a password), recorded by the first master or worker
     <ns>:status:<host>:<instance>  HASH  a supervisor's snapshot for `batchd status`, with a TTL
@@ -32,6 +34,18 @@ from ...model import Lease, task_key
 
 WAKE_TTL = 60
 SEEN_TTL = 40 * 24 * 3600
+TALLY_TTL = 400 * 24 * 3600     # longer than any batch: a tally is set when its batch opens
+
+# Restore a tally lost with Redis, unless held. ARGV: done, failed, ttl s.
+RESTORE_TALLY_SCRIPT = """
+if redis.call('HEXISTS', KEYS[1], 'held') == 0 then
+  redis.call('HINCRBY', KEYS[1], 'done', ARGV[1])
+  redis.call('HINCRBY', KEYS[1], 'failed', ARGV[2])
+  redis.call('HSET', KEYS[1], 'held', 1)
+  redis.call('EXPIRE', KEYS[1], ARGV[3])
+end
+return 0
+"""
 
 # ARGV: token, lease ms. Returns {payload, length left} or nil.
 LEASE_SCRIPT = """
@@ -146,6 +160,9 @@ class Keys:
     wake = property(lambda self: self._key("wake"))
     seen = property(lambda self: self._key("seen"))
     store = property(lambda self: self._key("store"))
+
+    def tally(self, batch_id: int) -> str:
+        return self._key(f"tally:{batch_id}")
 
     def status(self, name: str) -> str:
         """A supervisor's snapshot; `name` is host:instance."""
@@ -433,6 +450,38 @@ class RedisSeenFilter(RedisPort):
             pipe.expire(self.keys.seen, SEEN_TTL)
             added, _ = pipe.execute()
         return bool(added)
+
+
+class RedisTally(RedisPort):
+    """The BatchTally port: one hash per batch."""
+
+    def __init__(self, url: str, namespace: str, client):
+        super().__init__(url, namespace, client)
+        self._restore = client.register_script(RESTORE_TALLY_SCRIPT)
+
+    @translated
+    def add_settled(self, batch_id: int, done: int, failed: int) -> None:
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hincrby(self.keys.tally(batch_id), "done", done)
+            pipe.hincrby(self.keys.tally(batch_id), "failed", failed)
+            pipe.execute()
+
+    @translated
+    def settled(self, batch_id: int) -> Optional[tuple]:
+        held, done, failed = self.redis.hmget(self.keys.tally(batch_id), "held", "done", "failed")
+        return None if held is None else (int(done or 0), int(failed or 0))
+
+    @translated
+    def restore_settled(self, batch_id: int, done: int, failed: int) -> None:
+        self._restore(keys=[self.keys.tally(batch_id)], args=[done, failed, TALLY_TTL])
+
+    @translated
+    def set_settled(self, batch_id: int, done: int, failed: int) -> None:
+        key = self.keys.tally(batch_id)
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(key, mapping={"done": done, "failed": failed, "held": 1})
+            pipe.expire(key, TALLY_TTL)
+            pipe.execute()
 
 
 class RedisNamespaceRecord(RedisPort):

@@ -3,7 +3,7 @@ file (no MySQL, no Redis), for the master and the workers of one host."""
 from ...ports import Backend, SupervisorPorts
 from .file import SqliteFile
 from .ports import (SqliteLeaseQueue, SqliteMasterLocks, SqliteNamespaceRecord, SqliteSeenFilter,
-                    SqliteStatusBoard, SqliteWake, create_schema)
+                    SqliteStatusBoard, SqliteTally, SqliteWake, create_schema)
 from .store import SqliteBatchStore
 
 
@@ -17,7 +17,8 @@ def open_backend(store: SqliteBatchStore, namespace: str, settings=None) -> Back
     create_schema(db)
     return Backend(store=store, leases=SqliteLeaseQueue(db, namespace), locks=SqliteMasterLocks(db, namespace),
                    wake=SqliteWake(db, namespace), board=SqliteStatusBoard(db, namespace),
-                   seen=SqliteSeenFilter(db, namespace), namespaces=SqliteNamespaceRecord(db, namespace))
+                   seen=SqliteSeenFilter(db, namespace), namespaces=SqliteNamespaceRecord(db, namespace),
+                   tally=SqliteTally(db, namespace))
 
 
 def open_supervisor_ports(path: str, namespace: str, timeout: float) -> SupervisorPorts:

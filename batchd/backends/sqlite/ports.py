@@ -12,6 +12,7 @@ table has the namespace as a column, so spiders sharing a file keep apart:
     batchd_flag      namespace, name, value                           'done' (the batch id), 'wake', and
                                                                       'store' (the store this namespace serves)
     batchd_status    namespace, name, fields, expires                 a supervisor's snapshot (JSON), until expires
+    batchd_tally     namespace, batch_id, done, failed, held          tasks settled per batch (BatchTally)
 
 A step that must not be split (pop + lease, check the token + renew / release, take the
 lock unless another owner holds it) is one statement or one `BEGIN IMMEDIATE`
@@ -50,6 +51,10 @@ CREATE TABLE IF NOT EXISTS batchd_lock (
 CREATE TABLE IF NOT EXISTS batchd_flag (
     namespace TEXT NOT NULL, name TEXT NOT NULL, value TEXT NOT NULL,
     PRIMARY KEY (namespace, name)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS batchd_tally (
+    namespace TEXT NOT NULL, batch_id INTEGER NOT NULL, done INTEGER NOT NULL DEFAULT 0,
+    failed INTEGER NOT NULL DEFAULT 0, held INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (namespace, batch_id)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS batchd_status (
     namespace TEXT NOT NULL, name TEXT NOT NULL, fields TEXT NOT NULL, expires REAL NOT NULL,
     PRIMARY KEY (namespace, name)) WITHOUT ROWID;
@@ -274,6 +279,30 @@ class SqliteSeenFilter(SqlitePort):
     def first_seen(self, batch_id: int, fingerprint: str) -> bool:
         return bool(self.db.change("INSERT INTO batchd_seen (namespace, batch_id, fingerprint) VALUES (?, ?, ?) "
                                    "ON CONFLICT DO NOTHING", (self.namespace, batch_id, fingerprint)))
+
+
+class SqliteTally(SqlitePort):
+    """The BatchTally port: a row of batchd_tally per batch."""
+
+    def add_settled(self, batch_id: int, done: int, failed: int) -> None:
+        self._upsert(batch_id, done, failed, "done = done + excluded.done, failed = failed + excluded.failed")
+
+    def settled(self, batch_id: int) -> Optional[tuple]:
+        rows = self.db.rows("SELECT done, failed FROM batchd_tally WHERE namespace = ? AND batch_id = ? AND held = 1",
+                            (self.namespace, batch_id))
+        return (rows[0][0], rows[0][1]) if rows else None
+
+    def restore_settled(self, batch_id: int, done: int, failed: int) -> None:
+        self._upsert(batch_id, done, failed, "done = done + excluded.done, failed = failed + excluded.failed, "
+                                             "held = 1 WHERE held = 0", held=1)
+
+    def set_settled(self, batch_id: int, done: int, failed: int) -> None:
+        self._upsert(batch_id, done, failed, "done = excluded.done, failed = excluded.failed, held = 1", held=1)
+
+    def _upsert(self, batch_id: int, done: int, failed: int, on_conflict: str, held: int = 0) -> None:
+        self.db.change("INSERT INTO batchd_tally (namespace, batch_id, done, failed, held) VALUES (?, ?, ?, ?, ?) "
+                       f"ON CONFLICT (namespace, batch_id) DO UPDATE SET {on_conflict}",
+                       (self.namespace, batch_id, done, failed, held))
 
 
 class SqliteNamespaceRecord(SqlitePort):
