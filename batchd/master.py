@@ -34,7 +34,7 @@ from .model import BatchRecord, Progress, TaskLayout
 from .outages import OutageWatch, retry_through_outages
 from .ports import BatchStore, BatchTally, LeaseQueue, MasterLocks, NamespaceRecord, WakeChannel, claim_namespace
 from .schedule import is_due, next_due
-from .task import Move, TaskState
+from .task import Move
 from .threads import Heart, check_in, start_thread
 from .walks import CHUNK_SECONDS, CountWalk, ResetWalk
 
@@ -414,13 +414,11 @@ class Master:
         self._heartbeat()
         if not self.count.finished:
             return False
-        counts, self.count = self.count.counts, None
-        return self.close(batch, counts)
+        counted, self.count = self.count, None
+        return self.close(batch, counted.rows, counted.done, counted.failed)
 
-    def close(self, batch: BatchRecord, counts: collections.Counter) -> bool:
-        """Close the batch with the rows counted by state, unless some are not settled after all."""
-        done, failed = counts[int(TaskState.DONE)], counts[int(TaskState.FAILED)]
-        total = sum(counts.values())
+    def close(self, batch: BatchRecord, total: int, done: int, failed: int) -> bool:
+        """Close the batch with the rows counted, unless some are not settled after all."""
         if done + failed < total:
             log.info("batch %d: %d tasks came back while it was counted; it goes on", batch.id, total - done - failed)
             return False

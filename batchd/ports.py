@@ -92,8 +92,8 @@ class BatchStore(abc.ABC):
         already pending are left alone. Return how many moved. One short statement."""
 
     @abc.abstractmethod
-    def count_chunk(self, after, upper) -> dict:
-        """State -> rows, of the rows with after < id <= upper: a reconciliation walks the table so."""
+    def count_chunk(self, after, upper) -> tuple:
+        """(rows, done, failed) among the rows with after < id <= upper: a reconciliation walks the table so."""
 
     @abc.abstractmethod
     def record_reset(self, batch_id: int, after, walked: int, finished: bool = False) -> None:

@@ -8,7 +8,6 @@ the first has BATCH_RESET_CHUNK rows, each next one is scaled by how long the la
 doubled or halved), so a walk slows itself down when the server is busy and speeds up when it is
 not. The master runs a walk a few chunks per patrol (docs/architecture.md, A batch's life).
 """
-import collections
 import time
 from typing import Callable
 from .model import BatchRecord
@@ -102,11 +101,12 @@ class ResetWalk(TableWalk):
 
 
 class CountWalk(TableWalk):
-    """Rows by state, counted chunk by chunk (a reconciliation: exact once nothing moves meanwhile)."""
+    """Rows, done and failed, counted chunk by chunk (a reconciliation: exact once nothing moves meanwhile)."""
 
     def __init__(self, store: BatchStore, first_chunk: int):
         super().__init__(store, first_chunk)
-        self.counts: collections.Counter = collections.Counter()
+        self.rows = self.done = self.failed = 0
 
     def handle(self, after, upper, rows: int) -> None:
-        self.counts.update(self.store.count_chunk(after, upper))
+        counted, done, failed = self.store.count_chunk(after, upper)
+        self.rows, self.done, self.failed = self.rows + counted, self.done + done, self.failed + failed

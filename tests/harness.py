@@ -49,6 +49,14 @@ def stays_true(predicate, seconds, interval=0.05, message="condition", explain=N
         time.sleep(min(interval, left))
 
 
+def make_master(backend, **settings):
+    """A master of the seed spider on `backend` (its store open), and the spider."""
+    from spiders.seed import CrawlTask
+    spider = CrawlTask(batch_store=backend.store(), settings=backend.settings(**settings))
+    spider.runtime.store.open(spider.runtime.layout)
+    return spider.runtime.master(), spider
+
+
 def work_off(runtime, outcomes: dict) -> None:
     """What workers do with every task in the queue, without crawling: lease it, end the lease, write its
     outcome back (outcomes: task id -> TaskState.DONE or FAILED; any other task goes back to pending) and

@@ -8,16 +8,9 @@ from batchd.lifecycle import StopFlag
 from batchd.schedule import next_due
 from batchd.model import BatchRecord
 from batchd.task import TaskState
-from harness import patrol_until, work_off
-from spiders.seed import CrawlTask
+from harness import make_master, patrol_until, work_off
 
 P, D, R, F = TaskState.PENDING, TaskState.DONE, TaskState.PROCESSING, TaskState.FAILED
-
-
-def make_master(backend, **settings):
-    spider = CrawlTask(batch_store=backend.store(), settings=backend.settings(**settings))
-    spider.runtime.store.open(spider.runtime.layout)
-    return spider.runtime.master(), spider
 
 
 def patrol(master):

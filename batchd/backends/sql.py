@@ -307,11 +307,14 @@ class SqlBatchStore(BatchStore):
         not_pending = f"({state} <> {self.placeholder} OR {state} IS NULL)"
         return self._apply(Move.RESET, " AND ".join(conditions + [not_pending]), params + [int(Move.RESET.target)])
 
-    def count_chunk(self, after, upper) -> dict:
+    def count_chunk(self, after, upper) -> tuple:
         table, _, state = self._quoted_task_table()
         conditions, params = self._id_range(after, upper)
-        rows = self.fetch(f"SELECT {state}, COUNT(*) FROM {table}{_where(conditions)} GROUP BY {state}", params)
-        return {value: n for value, n in rows}
+        p = self.placeholder
+        rows, done, failed = self.fetch(f"SELECT COUNT(*), COALESCE(SUM(CASE WHEN {state} = {p} THEN 1 ELSE 0 END), 0), "
+                                        f"COALESCE(SUM(CASE WHEN {state} = {p} THEN 1 ELSE 0 END), 0) FROM {table}"
+                                        f"{_where(conditions)}", [int(TaskState.DONE), int(TaskState.FAILED)] + params)[0]
+        return int(rows), int(done), int(failed)
 
     def _id_range(self, after, upper) -> tuple:
         """(conditions, values) of after < id <= upper; either end open when None."""

@@ -5,7 +5,6 @@ No other process can reach it, so its other ports live in this process too
 `store.items`, in the order they landed; a re-run of a task replaces its items.
 """
 import bisect
-import collections
 import threading
 from datetime import datetime
 from typing import Iterable, Optional, Sequence
@@ -120,10 +119,10 @@ class MemoryBatchStore(BatchStore):
             rows = [self._by_id[task_key(i)] for i in self._ids_in(after, upper)]
             return self._apply(Move.RESET, [row for row in rows if row[state] != Move.RESET.target])
 
-    def count_chunk(self, after, upper) -> dict:
+    def count_chunk(self, after, upper) -> tuple:
         with self._lock:
-            state = self.opened_layout.state_field
-            return dict(collections.Counter(self._by_id[task_key(i)][state] for i in self._ids_in(after, upper)))
+            states = [self._by_id[task_key(i)][self.opened_layout.state_field] for i in self._ids_in(after, upper)]
+            return len(states), states.count(TaskState.DONE), states.count(TaskState.FAILED)
 
     def _ids_in(self, after, upper) -> list:
         """The ids with after < id <= upper, in order (either end open when None)."""
