@@ -501,6 +501,36 @@ def test_stores_claiming_a_namespace_at_once_one_wins(ports):
     assert set(answers) == {None, winner}
 
 
+# -- BatchTally
+def test_a_tally_is_held_from_its_setting_and_adds_what_write_backs_moved(opener, ports):
+    tally = ports.tally
+    tally.set_settled(5, 0, 0)
+    assert tally.settled(5) == (0, 0)
+    tally.add_settled(5, 3, 1)
+    tally.add_settled(5, 2, 0)
+    assert tally.settled(5) == (5, 1)
+    assert tally.settled(6) is None                              # a batch never set is not held
+    assert opener.other_namespace().tally.settled(5) is None     # nor another namespace's
+    tally.set_settled(5, 40, 2)                                  # a reconciliation overwrites
+    assert tally.settled(5) == (40, 2)
+
+
+def test_tallies_added_to_from_many_threads_at_once_lose_nothing(ports):
+    ports.tally.set_settled(1, 0, 0)
+    at_once(lambda n: [ports.tally.add_settled(1, 1, n % 2) for _ in range(25)])
+    assert ports.tally.settled(1) == (RACERS * 25, RACERS // 2 * 25)
+
+
+def test_restoring_a_tally_adds_the_records_figures_to_what_came_since_unless_held(ports):
+    tally = ports.tally
+    tally.add_settled(9, 2, 1)             # write-backs after the tally was lost (Redis restarted empty)
+    assert tally.settled(9) is None
+    tally.restore_settled(9, 100, 10)
+    assert tally.settled(9) == (102, 11)
+    tally.restore_settled(9, 100, 10)      # held now: nothing is added twice
+    assert tally.settled(9) == (102, 11)
+
+
 # -- the bundles
 def protocol_fields(bundle) -> dict:
     """The fields of a bundle dataclass typed by a Protocol, with that Protocol."""

@@ -55,26 +55,29 @@ class LocalQueue:
         self._woken = False
         self._statuses: dict = {}     # key -> (fields, expiry)
         self._identity: Optional[str] = None
-        self._tallies: dict = {}      # batch id -> [done, failed]; held from its set_settled() on
+        self._tallies: dict = {}      # batch id -> [done, failed, held since set or restored]
 
     # -- the BatchTally port
     def add_settled(self, batch_id: int, done: int, failed: int) -> None:
         with self._cond:
-            tally = self._tallies.setdefault(batch_id, [0, 0])
+            tally = self._tallies.setdefault(batch_id, [0, 0, False])
             tally[0] += done
             tally[1] += failed
 
     def settled(self, batch_id: int) -> Optional[tuple]:
         with self._cond:
-            return tuple(self._tallies[batch_id]) if batch_id in self._tallies else None
+            tally = self._tallies.get(batch_id)
+            return (tally[0], tally[1]) if tally and tally[2] else None
 
     def restore_settled(self, batch_id: int, done: int, failed: int) -> None:
-        with self._cond:      # lost only if never set: nothing was added meanwhile either
-            self._tallies.setdefault(batch_id, [done, failed])
+        with self._cond:
+            tally = self._tallies.setdefault(batch_id, [0, 0, False])
+            if not tally[2]:
+                self._tallies[batch_id] = [tally[0] + done, tally[1] + failed, True]
 
     def set_settled(self, batch_id: int, done: int, failed: int) -> None:
         with self._cond:
-            self._tallies[batch_id] = [done, failed]
+            self._tallies[batch_id] = [done, failed, True]
 
     def claim_namespace(self, identity: str, record: bool = True) -> Optional[str]:
         with self._cond:
