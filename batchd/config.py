@@ -78,7 +78,8 @@ class Settings:
     BATCH_TASK_TIME_FIELD: str = setting("update_time", "the task table's update-time column", identifier=True)
     BATCH_TASK_MAX_ATTEMPTS: int = setting(10, "leases of one task in one batch before it is marked failed",
                                            1, 1000)
-    BATCH_RESET_CHUNK: int = setting(5000, "rows set back to pending per statement when a batch opens",
+    BATCH_RESET_CHUNK: int = setting(5000, "rows in the first chunk of a walk of the task table (the reset "
+                                           "opening a batch); later chunks are sized to take about 50 ms",
                                      1, 1_000_000)
     NAMESPACE: Optional[str] = setting(None, "prefix of every queue key", default_text="the task table",
                                        pattern=NAMESPACE_PATTERN, may_hold="letters, digits and _ . : -")

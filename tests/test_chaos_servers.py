@@ -11,6 +11,7 @@ server stops one of its own (tests/servers.py), never the shared 127.0.0.1:3306 
 - a MariaDB down for 30 s mid-batch, with ITEM_FLUSH_GIVE_UP shorter than the outage;
 - a MariaDB in read-only mode while the failed-items disk is full or read-only.
 """
+import json
 import os
 import re
 import signal
@@ -81,8 +82,9 @@ def became_master(proc) -> bool:
 def test_the_master_sigkilled_mid_batch_and_mid_reset_while_a_standby_waits(mysql_backend, site, procs):
     """One master per namespace: the standby takes the lock once the dead master's TTL has run out
     (MASTER_LOCK_TIMEOUT=5 s) and carries the batch on. Killed mid-reset (BATCH_RESET_CHUNK=1: a
-    statement per row), the master leaves a half-reset table and no batch record: the next master
-    finishes the reset before it claims anything, so every task of batch 2 is crawled again."""
+    first chunk of one row), the master leaves a half-reset table, its cursor in the batch record: the
+    next master finishes the reset from there before it claims anything, so every task of batch 2 is
+    crawled again and no row is reset twice (the rows already claimed are not set back)."""
     batch = ChaosBatch(procs, mysql_backend, site, tasks=1000, path="/slow?seconds=0.05&task={n}",
                        BATCH_PUSH_LIMIT=100, BATCH_RESET_CHUNK=1)
     first = batch.start("master")
@@ -101,23 +103,24 @@ def test_the_master_sigkilled_mid_batch_and_mid_reset_while_a_standby_waits(mysq
     assert tasks_with_items_of(mysql_backend, 1) == 1000
 
     # Batch 2 is due; a new standby waits; the master is killed while it resets the table. The
-    # test holds a row lock on task 500, so the reset (a statement per row) stops there: the kill
-    # lands mid-reset whatever the machine's speed.
+    # test holds a row lock on task 500, so the reset stops at the chunk that holds it (the claims
+    # feed the workers from the rows before it meanwhile): the kill lands mid-reset whatever the
+    # machine's speed.
     second_standby = batch.start("master")
     wait_for(lambda: lines_with(second_standby, "waiting: "), timeout=60, message="a new standby")
     with row_locked(mysql_backend, 500):
         mysql_backend.age_last_batch(days=8)
         wait_for(lambda: lines_with(standby, "opening a new batch"), timeout=60, message="the reset started")
-        wait_for(lambda: count(mysql_backend, P) == 499, timeout=60, message="the reset up to the locked row")
+        reset_by_the_killed = wait_for(steady_for(lambda: reset_walked(mysql_backend, 2), 1.0), timeout=60,
+                                       message="the reset held at the chunk of row 500")
+        assert 0 < reset_by_the_killed < 500
         sigkill_tree(standby)
         killed = time.monotonic()
     wait_for(lambda: became_master(second_standby), timeout=60, message="the second takeover")
     takeover_mid_reset = time.monotonic() - killed
-    opened = wait_for(lambda: lines_with(second_standby, "batch 2 opened"), timeout=60, message="batch 2 opened")
-    reset_by_the_next = int(re.search(r"\((\d+) reset\)", opened[0]).group(1))
-    # What the next master found pending is what the killed one had reset: the 499 rows before the
-    # locked one, and row 500 if its statement, left waiting for the lock, ran once the lock was gone.
-    reset_by_the_killed = 1000 - reset_by_the_next
+    resumed = wait_for(lambda: lines_with(second_standby, "batch 2 reset: "), timeout=60, message="batch 2 reset")
+    going_on = lines_with(second_standby, "going on with its reset after id")
+    reset_by_the_next = int(re.search(r"batch 2 reset: (\d+) rows walked", resumed[0]).group(1))
     batch.wait_closed(batch=2)
     workers.send(signal.SIGTERM)
     second_standby.send(signal.SIGTERM)
@@ -129,8 +132,29 @@ def test_the_master_sigkilled_mid_batch_and_mid_reset_while_a_standby_waits(mysq
                             rows_reset_by_the_killed_master=reset_by_the_killed,
                             rows_reset_by_the_next=reset_by_the_next)
     verdict.assert_sound()
-    assert reset_by_the_killed in (499, 500), "killed mid-reset, and nothing moved until the next master reset the rest"
+    assert f"after id {reset_by_the_killed} ({reset_by_the_killed} rows walked" in going_on[0], \
+        "the next master went on from where the killed one stopped"
+    assert reset_by_the_killed + reset_by_the_next == 1000, "no row reset twice, none left out"
     assert tasks_with_items_of(mysql_backend, 2) == 1000, "every task crawled again in batch 2"
+
+
+def steady_for(read, seconds: float):
+    """A condition for wait_for: `read()` has given the same true value for `seconds` (that value)."""
+    seen = {"value": None, "since": time.monotonic()}
+
+    def steady():
+        value, now = read(), time.monotonic()
+        if value != seen["value"]:
+            seen.update(value=value, since=now)
+            return None
+        return value if value and now - seen["since"] >= seconds else None
+    return steady
+
+
+def reset_walked(backend, batch_id: int) -> int:
+    """Rows the reset of a batch has walked, as its record keeps them (0 before it has a record)."""
+    rows = backend.sql("SELECT `reset_cursor` FROM `crawl_task_batch_record` WHERE `id` = %s", (batch_id,))
+    return json.loads(rows[0][0])[1] if rows and rows[0][0] else 0
 
 
 # -- helpers for the outages
