@@ -37,7 +37,12 @@ What it does:
    - the master's RSS (VmRSS, sampled every second): at start, peak, at the end.
 
 A human-readable table, then with --json one JSON line of the figures. The bench never changes
-batchd: it times the master by wrapping its methods in the master's own process.
+batchd: it times the master by wrapping its methods in the master's own process. It runs the batchd
+it imports, so PYTHONPATH=<an export of another commit> measures that commit's master.
+
+Other options: --monitor-interval (BATCH_MONITOR_INTERVAL, 1 s), --reset-chunk (BATCH_RESET_CHUNK),
+--push-limit (BATCH_PUSH_LIMIT), --buffer-pool, --workdir (/var/tmp), --timeout (for the reset),
+--keep (keep the run's directory: the master's and the simulator's logs, the events, the slow log).
 """
 import argparse
 import functools
@@ -112,10 +117,10 @@ def ms(seconds: Optional[float]) -> Optional[float]:
     return None if seconds is None else round(seconds * 1000, 2)
 
 
-def spread(seconds: list) -> dict:
-    """count, p50, p99, max of durations, in ms."""
-    return {"count": len(seconds), "p50_ms": ms(percentile(seconds, 0.5)), "p99_ms": ms(percentile(seconds, 0.99)),
-            "max_ms": ms(max(seconds) if seconds else None)}
+def spread(name: str, seconds: list) -> dict:
+    """Durations as figures: how many (`name`s), `name`_p50_ms, `name`_p99_ms, `name`_max_ms."""
+    return {f"{name}s": len(seconds), f"{name}_p50_ms": ms(percentile(seconds, 0.5)),
+            f"{name}_p99_ms": ms(percentile(seconds, 0.99)), f"{name}_max_ms": ms(max(seconds) if seconds else None)}
 
 
 class Longest:
@@ -126,10 +131,17 @@ class Longest:
 
     def add(self, phase: str, seconds: float, statement: str) -> None:
         if seconds > self.by_phase.get(phase, (-1.0, ""))[0]:
-            self.by_phase[phase] = (seconds, " ".join(statement.split())[:200])
+            self.by_phase[phase] = (seconds, shortened(statement))
 
     def get(self, phase: str) -> tuple:
         return self.by_phase.get(phase, (None, ""))
+
+
+def shortened(statement: str) -> str:
+    """A statement on one line, a long IN list said as its length, at most 200 characters."""
+    flat = " ".join(statement.split())
+    flat = re.sub(r"IN \(([^()]{60,})\)", lambda m: f"IN (... {m.group(1).count(',') + 1} values)", flat)
+    return flat[:200]
 
 
 # -- the processes' shared files: a run directory holds the config, the events and each child's summary
@@ -251,7 +263,9 @@ class MysqlPlace:
         return {"MYSQL_URL": self.url(USERS[role], PASSWORD), "REDIS_URL": self.redis.url(0)}
 
     def builder(self):
-        return store_from_url(self.url())
+        """The store the bench builds and checks the table through, as root: a statement of the build may
+        take longer than batchd's 60 s socket timeout on a slow disk."""
+        return store_from_url(self.url() + "?read_timeout=3600&write_timeout=3600")
 
     @staticmethod
     def url_of(id_sql: str) -> str:
@@ -339,7 +353,7 @@ def longest_in_slow_log(path: str, user: str) -> Longest:
     in the order statements ended; a phase begins at the marker statement naming it."""
     longest, phase = Longest(), "start"
     for entry_user, seconds, statement in slow_log_entries(path):
-        found = re.search(rf"'{MARKER}: (\w+)'", statement)
+        found = re.search(rf"'{re.escape(MARKER)}: (\w+)'", statement)
         if found:
             phase = found.group(1)
         elif entry_user == user:
@@ -724,17 +738,19 @@ def run_children(run: RunDir, args) -> dict:
 
 
 def figures_of(place, measured: dict, rows: int, build_seconds: float, args) -> dict:
+    """Every figure of the run, by name (the JSON line). The reset phase runs from the master's `opening a
+    new batch` line to the line saying the reset is over; the steady phase from there to the stop."""
     events, master, simulator = measured["events"], measured["master"], measured["simulator"]
-    opening, opened, reset = events["opening"], events.get("opened", {}), events["reset_finished"]
+    opening, opened, reset = events["opening"], events.get("opened"), events["reset_finished"]
     reset_seconds = reset["t"] - opening["t"]
+    steady_seconds = measured["steady_end"] - reset["t"]
     longest = place.longest_statements(master)
-    writebacks = simulator["writebacks"]
+    writebacks = simulator["writebacks"]        # (ended, seconds, tasks, rows moved)
     during_reset = [w for w in writebacks if w[0] < reset["t"]]
     steady = [w for w in writebacks if w[0] >= reset["t"]]
-    steady_seconds = measured["steady_end"] - reset["t"]
     first_lease = simulator["first_lease"]
     figures = {
-        "store": place.kind, "server": place.describe(), "rows": rows,
+        "store": place.kind, "server": place.describe(), "rows": rows, "monitor_interval_s": args.monitor_interval,
         "build_s": round(build_seconds, 2), "build_rows_per_s": round(rows / build_seconds),
         "reset_s": round(reset_seconds, 3), "reset_rows": reset["rows"], "reset_moved": reset["moved"],
         "reset_rows_per_s": round(reset["rows"] / reset_seconds) if reset_seconds > 0 else None,
@@ -745,32 +761,22 @@ def figures_of(place, measured: dict, rows: int, build_seconds: float, args) -> 
         "patrol_longest_statement": longest.get("steady")[1],
         "statements_measured_by": place.statements_measured,
         "steady_s": round(steady_seconds, 1),
-        "patrols_steady": len(master["patrols"]["steady"]),
-        "patrol_p50_ms": spread(master["patrols"]["steady"])["p50_ms"],
-        "patrol_p99_ms": spread(master["patrols"]["steady"])["p99_ms"],
-        "patrol_max_ms": spread(master["patrols"]["steady"])["max_ms"],
-        "patrols_reset": len(master["patrols"]["reset"]),
-        "reset_patrol_max_ms": spread(master["patrols"]["reset"])["max_ms"],
+        **spread("patrol", master["patrols"]["steady"]),
+        **spread("reset_patrol", master["patrols"]["reset"]),
         "reset_chunk_timed": master["walk_step"],
-        "reset_chunks": len(master["chunks"]),
-        "reset_chunk_p50_ms": spread(master["chunks"])["p50_ms"],
-        "reset_chunk_p99_ms": spread(master["chunks"])["p99_ms"],
-        "reset_chunk_max_ms": spread(master["chunks"])["max_ms"],
-        "writebacks_reset": len(during_reset),
-        "writeback_reset_p50_ms": ms(percentile([w[1] for w in during_reset], 0.5)),
-        "writeback_reset_p99_ms": ms(percentile([w[1] for w in during_reset], 0.99)),
-        "writebacks_steady": len(steady),
-        "writeback_steady_p50_ms": ms(percentile([w[1] for w in steady], 0.5)),
-        "writeback_steady_p99_ms": ms(percentile([w[1] for w in steady], 0.99)),
-        "writeback_rate_target": args.writeback_rate,
-        "writeback_rate_steady": round(sum(w[3] for w in steady) / steady_seconds, 1) if steady_seconds > 0 else None,
+        **spread("reset_chunk", master["chunks"]),
+        **spread("reset_writeback", [w[1] for w in during_reset]),
+        **spread("steady_writeback", [w[1] for w in steady]),
+        "writeback_rate_asked": args.writeback_rate,
+        # (over the steady phase alone: the simulator, stopped after it, may write back once more)
+        "steady_writeback_rate": round(sum(w[3] for w in steady if w[0] <= measured["steady_end"]) / steady_seconds, 1)
+        if steady_seconds > 0 else None,
         "tasks_leased": simulator["leased"],
         "tasks_written_back": sum(w[3] for w in writebacks),
         "first_lease_after_open_s": round(first_lease - opened["t"], 3) if first_lease and opened else None,
         "first_lease_after_opening_s": round(first_lease - opening["t"], 3) if first_lease else None,
         "master_rss_start_mb": measured["rss"]["start"], "master_rss_peak_mb": measured["rss"]["peak"],
         "master_rss_end_mb": measured["rss"]["end"],
-        "monitor_interval_s": args.monitor_interval,
     }
     if master["transactions"]:
         figures["reset_longest_transaction_ms"] = ms(master["transactions"].get("reset", (None,))[0])
@@ -830,6 +836,9 @@ def report(f: dict) -> str:
     def n(value, unit: str = "", digits: int = 1) -> str:
         return "—" if value is None else f"{value:,.{digits}f}{unit}"
 
+    def durations(name: str) -> str:
+        return ", ".join(f"{q} {n(f[f'{name}_{q}_ms'], ' ms')}" for q in ("p50", "p99", "max"))
+
     lines = [
         f"{f['store']}: {f['rows']:,} rows ({f['server']}; BATCH_MONITOR_INTERVAL={f['monitor_interval_s']:g})",
         ("table build", f"{n(f['build_s'], ' s')}  ({n(f['build_rows_per_s'], ' rows/s', 0)}, INSERT ... SELECT "
@@ -844,17 +853,13 @@ def report(f: dict) -> str:
         lines.append(("longest write transaction", f"reset {n(f['reset_longest_transaction_ms'], ' ms')}, "
                                                    f"patrols {n(f['patrol_longest_transaction_ms'], ' ms')}"))
     lines += [
-        ("patrols, steady", f"{f['patrols_steady']} in {n(f['steady_s'], ' s')}: p50 {n(f['patrol_p50_ms'], ' ms')}, "
-                            f"p99 {n(f['patrol_p99_ms'], ' ms')}, max {n(f['patrol_max_ms'], ' ms')}"),
-        ("patrols, reset", f"{f['patrols_reset']}: max {n(f['reset_patrol_max_ms'], ' ms')}"),
-        ("reset chunks", f"{f['reset_chunks']} ({f['reset_chunk_timed']}): p50 {n(f['reset_chunk_p50_ms'], ' ms')}, "
-                         f"p99 {n(f['reset_chunk_p99_ms'], ' ms')}, max {n(f['reset_chunk_max_ms'], ' ms')}"
+        ("patrols, steady", f"{f['patrols']} in {n(f['steady_s'], ' s')}: {durations('patrol')}"),
+        ("patrols, reset", f"{f['reset_patrols']}: {durations('reset_patrol')}"),
+        ("reset chunks", f"{f['reset_chunks']} ({f['reset_chunk_timed']}): {durations('reset_chunk')}"
          if f["reset_chunk_timed"] else "— (this master has no reset step to time)"),
-        ("write-back, during the reset", f"{f['writebacks_reset']} moves: p50 {n(f['writeback_reset_p50_ms'], ' ms')}, "
-                                         f"p99 {n(f['writeback_reset_p99_ms'], ' ms')}"),
-        ("write-back, steady", f"{f['writebacks_steady']} moves: p50 {n(f['writeback_steady_p50_ms'], ' ms')}, "
-                               f"p99 {n(f['writeback_steady_p99_ms'], ' ms')}; {n(f['writeback_rate_steady'])} "
-                               f"tasks/s of {f['writeback_rate_target']:g} asked"),
+        ("write-back, during the reset", f"{f['reset_writebacks']} moves: {durations('reset_writeback')}"),
+        ("write-back, steady", f"{f['steady_writebacks']} moves: {durations('steady_writeback')}; "
+                               f"{n(f['steady_writeback_rate'])} tasks/s of {f['writeback_rate_asked']:g} asked"),
         ("first lease", f"{n(f['first_lease_after_open_s'], ' s', 2)} after `batch N opened`, "
                         f"{n(f['first_lease_after_opening_s'], ' s', 2)} after `opening a new batch`"),
         ("master RSS", f"start {n(f['master_rss_start_mb'], ' MB')}, peak {n(f['master_rss_peak_mb'], ' MB')}, "
