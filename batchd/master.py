@@ -233,6 +233,7 @@ class Master:
             log.warning("batch %d is overdue: the next was due at %s, it opens once this one finishes",
                         batch.id, next_due(batch, self.settings.BATCH_INTERVAL, self.settings.BATCH_INTERVAL_UNIT))
         self.batch = batch
+        self._drop_stale_walks(batch)
         if batch.is_done:
             self._announce_idle(batch)
             return True
@@ -247,6 +248,13 @@ class Master:
         if full:
             self.check_progress(batch)
         return False
+
+    def _drop_stale_walks(self, batch: BatchRecord) -> None:
+        """Walks another master ended while this one had lost the lock are over here too."""
+        if self.reset is not None and not (batch.resetting and batch.id == self.reset.batch_id):
+            self.reset = None
+        if batch.is_done:
+            self.count = None
 
     @property
     def walking(self) -> bool:

@@ -163,3 +163,13 @@ def test_a_lost_tally_is_restored_from_the_record(mysql_backend, caplog):
         patrol(master)
     assert "its tally of settled tasks was lost" in caplog.text
     assert spider.runtime.backend.tally.settled(1) == (3, 0)
+
+
+def test_a_master_that_lost_the_lock_mid_reset_forgets_its_walk_once_another_finished_it(thousands):
+    master, spider = make_master(thousands, BATCH_RESET_CHUNK=100)
+    patrol(master)
+    assert master.walking
+    successor, _ = make_master(thousands)
+    patrol_until(successor, lambda: not spider.runtime.store.last_batch().resetting, message="the successor's reset")
+    patrol(master)                           # the lock back: its walk is over, so patrols wait again
+    assert master.reset is None and not master.walking
