@@ -13,7 +13,6 @@ import hashlib
 import json as jsonlib
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from functools import cached_property
 from http.cookiejar import CookieJar
 from typing import IO, TYPE_CHECKING, Any, Optional, Union, overload
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -119,7 +118,11 @@ def _pairs(fields: Optional[Fields]) -> list[tuple[str, str]]:
 
 
 class Response:
-    """A downloaded page, with the decoded text and a parsel selector made on demand."""
+    """A downloaded page, with the decoded text and a parsel selector made on demand.
+
+    They are kept in plain attributes, not functools.cached_property: in Python 3.11 that holds one
+    lock per property shared by every instance, so a worker's threads would parse one page at a time.
+    A Response is read by the thread that downloaded it; nothing here needs a lock."""
 
     def __init__(self, raw: requests.Response, request: Request, content: bytes) -> None:
         self.status_code: int = raw.status_code
@@ -128,25 +131,39 @@ class Response:
         self.content = content  # decoded, read by the Downloader within its limits
         self.request = request
         self.meta = request.meta
+        self._encoding: Optional[str] = None
+        self._text: Optional[str] = None
+        self._selector: Optional[parsel.Selector] = None
 
-    @cached_property
+    @property
     def encoding(self) -> str:
-        return _choose_encoding(self.headers.get("Content-Type", ""), self.content)
+        if self._encoding is None:
+            self._encoding = _choose_encoding(self.headers.get("Content-Type", ""), self.content)
+        return self._encoding
 
-    @cached_property
+    @encoding.setter
+    def encoding(self, codec: str) -> None:
+        """The codec to read the body with, as the spider knows it better (the text is decoded again)."""
+        self._encoding, self._text, self._selector = codec, None, None
+
+    @property
     def text(self) -> str:
-        text = self.content.decode(self.encoding, errors="replace")
-        return text[1:] if text.startswith("\ufeff") else text
+        if self._text is None:
+            text = self.content.decode(self.encoding, errors="replace")
+            self._text = text[1:] if text.startswith("\ufeff") else text
+        return self._text
 
     def json(self, **kwargs: Any) -> Any:
         return jsonlib.loads(self.text, **kwargs)
 
-    @cached_property
+    @property
     def selector(self) -> parsel.Selector:
-        content_type = self.headers.get("Content-Type", "").lower()
-        # None lets parsel pick (HTML, or JSON on parsel versions that know it).
-        kind = "xml" if "xml" in content_type and "html" not in content_type else None
-        return parsel.Selector(text=self.text, type=kind, base_url=self.url)
+        if self._selector is None:
+            content_type = self.headers.get("Content-Type", "").lower()
+            # None lets parsel pick (HTML, or JSON on parsel versions that know it).
+            kind = "xml" if "xml" in content_type and "html" not in content_type else None
+            self._selector = parsel.Selector(text=self.text, type=kind, base_url=self.url)
+        return self._selector
 
     def css(self, query: str) -> parsel.SelectorList[parsel.Selector]:
         return self.selector.css(query)

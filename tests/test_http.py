@@ -480,3 +480,44 @@ def test_request_defaults():
     assert second.meta == {}
     assert first.callback is None
     assert repr(first) == "<Request GET http://example.com/>"
+
+
+def a_response(html: str, url: str = "http://x.invalid/") -> Response:
+    raw = requests.Response()
+    raw.status_code, raw.url, raw.headers["Content-Type"] = 200, url, "text/html; charset=utf-8"
+    return Response(raw, Request(url), html.encode())
+
+
+def test_parsing_one_response_never_waits_for_another(monkeypatch):
+    """No lock shared by every Response: a thread making one page's selector does not hold up another
+    thread reading another page (functools.cached_property in Python 3.11 would)."""
+    import batchd.http
+    slow, fast = a_response("<p>slow</p>"), a_response("<p>fast</p>")
+    inside, release = threading.Event(), threading.Event()
+    real_selector = batchd.http.parsel.Selector
+
+    def selector(text, **kwargs):
+        if "slow" in text:
+            inside.set()
+            release.wait(30)
+        return real_selector(text=text, **kwargs)
+
+    monkeypatch.setattr(batchd.http.parsel, "Selector", selector)
+    parsing = threading.Thread(target=lambda: slow.css("p"))
+    parsing.start()
+    try:
+        assert inside.wait(10)
+        done = threading.Event()
+        threading.Thread(target=lambda: (fast.css("p::text").get(), done.set())).start()
+        assert done.wait(5), "the second page waited for the first one's parse"
+    finally:
+        release.set()
+        parsing.join(10)
+    assert slow.css("p::text").get() == "slow" and fast.css("p::text").get() == "fast"
+
+
+def test_setting_the_encoding_decodes_the_body_again():
+    response = a_response("<p>caf\u00e9</p>")
+    assert response.css("p::text").get() == "caf\u00e9"
+    response.encoding = "latin-1"
+    assert response.css("p::text").get() == "caf\u00c3\u00a9"
