@@ -133,6 +133,12 @@ class Lease:
     def key(self) -> str:
         return task_key(self.task_id)
 
+    @classmethod
+    def of_payload(cls, payload: dict, token: str, queue_left: int) -> "Lease":
+        """The lease of a queued task: its payload as the queue holds it (codec.encode_task)."""
+        return cls(task_id=payload["id"], batch_id=payload["batch"], task=payload["task"], token=token,
+                   queue_left=queue_left)
+
 
 def task_key(task_id) -> str:
     """Ids are kept as strings in queues; the payload carries the typed id."""

@@ -189,6 +189,11 @@ class LeaseQueue(Protocol):
     def lease(self, token: str, lease_seconds: float) -> Optional[Lease]:
         """Take the next pending task under a new lease, atomically, or None when the list is empty."""
 
+    def lease_many(self, tokens: Sequence[str], lease_seconds: float) -> list:
+        """Take up to one pending task per token, in list order, each under a new lease with its token, in
+        one atomic step (one round trip): fewer when the list runs short, [] when it is empty. Each
+        Lease's queue_left counts the tasks behind it in the list."""
+
     def renew(self, leases: Iterable[Lease], lease_seconds: float) -> int:
         """Push back the deadlines of the leases still owned; return how many were."""
 

@@ -146,6 +146,25 @@ def test_lease_takes_pending_tasks_in_push_order_with_their_rows(ports):
     assert (queue.pending_count(), queue.leased_count()) == (0, 4)
 
 
+def test_lease_many_takes_several_in_one_step_each_with_its_token(ports):
+    queue = ports.leases
+    pushed(queue, 1, 2, 3, 4, 5)
+    taken = queue.lease_many(["w:a", "w:b", "w:c"], LONG)
+    assert [(lease.task_id, lease.token, lease.queue_left) for lease in taken] == \
+        [(1, "w:a", 4), (2, "w:b", 3), (3, "w:c", 2)]
+    assert [lease.task_id for lease in queue.lease_many(["w:d", "w:e", "w:f"], LONG)] == [4, 5]
+    assert queue.lease_many(["w:g"], LONG) == []
+    assert queue.leased_count() == 5 and queue.release(taken[:1]) == taken[:1]
+    assert queue.release([as_foreign(taken[1])]) == []             # each lease is its own token's
+
+
+def test_threads_leasing_many_at_once_never_get_the_same_task(ports):
+    pushed(ports.leases, *range(1, 21))
+    taken = at_once(lambda n: ports.leases.lease_many([f"w:{n}:{k}" for k in range(3)], LONG))
+    ids = [lease.task_id for leases in taken for lease in leases]
+    assert sorted(ids) == list(range(1, 21))
+
+
 def test_threads_leasing_at_once_never_get_the_same_task(ports):
     queue, count = ports.leases, 300
     pushed(queue, *range(1, count + 1))

@@ -166,14 +166,18 @@ class LocalQueue:
         return len(self._leases)
 
     def lease(self, token: str, lease_seconds: float) -> Optional[Lease]:
+        return next(iter(self.lease_many([token], lease_seconds)), None)
+
+    def lease_many(self, tokens: Sequence[str], lease_seconds: float) -> list:
         with self._cond:
-            if not self._pending:
-                return None
-            batch_id, row, id_field = self._pending.popleft()
-            lease = Lease(task_id=row[id_field], batch_id=batch_id, task=row, token=token,
-                          queue_left=len(self._pending))
-            self._leases[lease.key] = (token, time.monotonic() + lease_seconds)
-            return lease
+            leases = []
+            for token in tokens[:len(self._pending)]:
+                batch_id, row, id_field = self._pending.popleft()
+                lease = Lease(task_id=row[id_field], batch_id=batch_id, task=row, token=token,
+                              queue_left=len(self._pending))
+                self._leases[lease.key] = (token, time.monotonic() + lease_seconds)
+                leases.append(lease)
+            return leases
 
     def renew(self, leases: Iterable[Lease], lease_seconds: float) -> int:
         with self._cond:

@@ -47,18 +47,24 @@ end
 return 0
 """
 
-# ARGV: token, lease ms. Returns {payload, length left} or nil.
+# ARGV: lease ms, then one token per task wanted. Returns the payloads taken (in list order), then the
+# list's length left.
 LEASE_SCRIPT = """
 if redis.replicate_commands then redis.replicate_commands() end
-local payload = redis.call('LPOP', KEYS[1])
-if not payload then return nil end
-local key = cjson.decode(payload)['key']
 local t = redis.call('TIME')
-local deadline = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[2])
-redis.call('SREM', KEYS[2], key)
-redis.call('ZADD', KEYS[3], deadline, key)
-redis.call('HSET', KEYS[4], key, ARGV[1])
-return {payload, redis.call('LLEN', KEYS[1])}
+local deadline = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[1])
+local taken = {}
+for i = 2, #ARGV do
+  local payload = redis.call('LPOP', KEYS[1])
+  if not payload then break end
+  local key = cjson.decode(payload)['key']
+  redis.call('SREM', KEYS[2], key)
+  redis.call('ZADD', KEYS[3], deadline, key)
+  redis.call('HSET', KEYS[4], key, ARGV[i])
+  taken[#taken + 1] = payload
+end
+taken[#taken + 1] = redis.call('LLEN', KEYS[1])
+return taken
 """
 
 # ARGV: lease ms, then key, token pairs. Returns how many were still owned.
@@ -323,15 +329,15 @@ class RedisLeaseQueue(RedisPort):
     def leased_count(self) -> int:
         return self.redis.zcard(self.keys.leases)
 
-    @translated
     def lease(self, token: str, lease_seconds: float) -> Optional[Lease]:
-        found = self._lease(keys=[self.keys.pending, self.keys.queued, self.keys.leases,
-                                  self.keys.lease_owner], args=[token, int(lease_seconds * 1000)])
-        if not found:
-            return None
-        payload = decode_task(found[0])
-        return Lease(task_id=payload["id"], batch_id=payload["batch"], task=payload["task"], token=token,
-                     queue_left=found[1])
+        return next(iter(self.lease_many([token], lease_seconds)), None)
+
+    @translated
+    def lease_many(self, tokens: Sequence[str], lease_seconds: float) -> list:
+        *payloads, left = self._lease(keys=[self.keys.pending, self.keys.queued, self.keys.leases,
+                                            self.keys.lease_owner], args=[int(lease_seconds * 1000), *tokens])
+        return [Lease.of_payload(decode_task(payload), token, left + len(payloads) - 1 - n)
+                for n, (payload, token) in enumerate(zip(payloads, tokens))]
 
     @translated
     def renew(self, leases: Iterable[Lease], lease_seconds: float) -> int:

@@ -150,23 +150,25 @@ class SqliteLeaseQueue(SqlitePort):
         return self.db.rows("SELECT COUNT(*) FROM batchd_lease WHERE namespace = ?", (self.namespace,))[0][0]
 
     def lease(self, token: str, lease_seconds: float) -> Optional[Lease]:
+        return next(iter(self.lease_many([token], lease_seconds)), None)
+
+    def lease_many(self, tokens: Sequence[str], lease_seconds: float) -> list:
         # An idle worker polls: looking first spares the write lock while the list is empty.
         if not self.db.rows("SELECT 1 FROM batchd_queue WHERE namespace = ? LIMIT 1", (self.namespace,)):
-            return None
+            return []
         with self.db.transaction() as conn:
-            taken = conn.execute("DELETE FROM batchd_queue WHERE seq = (SELECT seq FROM batchd_queue "
-                                 "WHERE namespace = ? ORDER BY seq LIMIT 1) RETURNING task_key, payload",
-                                 (self.namespace,)).fetchall()
-            if not taken:
-                return None
-            key, payload = taken[0]
-            conn.execute("INSERT INTO batchd_lease (namespace, task_key, token, deadline) VALUES (?, ?, ?, ?) "
-                         "ON CONFLICT (namespace, task_key) DO UPDATE SET token = excluded.token, "
-                         "deadline = excluded.deadline", (self.namespace, key, token, time.time() + lease_seconds))
+            taken = sorted(tuple(row) for row in conn.execute(
+                "DELETE FROM batchd_queue WHERE seq IN (SELECT seq FROM batchd_queue WHERE namespace = ? "
+                "ORDER BY seq LIMIT ?) RETURNING seq, task_key, payload", (self.namespace, len(tokens))))
+            deadline = time.time() + lease_seconds
+            conn.executemany("INSERT INTO batchd_lease (namespace, task_key, token, deadline) VALUES (?, ?, ?, ?) "
+                             "ON CONFLICT (namespace, task_key) DO UPDATE SET token = excluded.token, "
+                             "deadline = excluded.deadline",
+                             [(self.namespace, key, token, deadline) for (_, key, _), token in zip(taken, tokens)])
             left = conn.execute("SELECT COUNT(*) FROM batchd_queue WHERE namespace = ?",
                                 (self.namespace,)).fetchall()[0][0]
-        task = decode_task(payload)
-        return Lease(task_id=task["id"], batch_id=task["batch"], task=task["task"], token=token, queue_left=left)
+        return [Lease.of_payload(decode_task(payload), token, left + len(taken) - 1 - n)
+                for n, ((_, _, payload), token) in enumerate(zip(taken, tokens))]
 
     def renew(self, leases: Iterable[Lease], lease_seconds: float) -> int:
         leases = list(leases)
