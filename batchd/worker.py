@@ -42,6 +42,7 @@ from .ledger import LocalLedger
 from .lifecycle import Backoff, StopFlag
 from .outages import OutageWatch, retry_through_outages
 from .model import TaskLayout, task_key
+from .prefetch import LeasePrefetch
 from .pipeline import Pipeline, TaskRun
 from .ports import BatchStore, BatchTally, LeaseQueue, NamespaceRecord, SeenFilter, WakeChannel, claim_namespace
 from .schedule import is_due
@@ -125,6 +126,7 @@ class Worker:
         # Unique per worker (several may share a process), found by its process's prefix.
         self.token_prefix = f"{worker_token_prefix(os.getpid())}{uuid.uuid4().hex[:8]}:"
         self._lease_numbers = itertools.count(1)
+        self.prefetch = LeasePrefetch(leases, self.lease_seconds, self._next_token, self.ledger.free_slots)
         self._low_water = max(1, settings.BATCH_PUSH_LIMIT // 4)
         self._last_empty_wake = 0.0
         self._leasing = threading.Event()
@@ -264,7 +266,7 @@ class Worker:
 
     def _give_back_leases(self) -> None:
         """Tasks this worker will not write back: the master requeues them at its next patrol."""
-        leases = self._pipeline.unwritten_leases()
+        leases = self._pipeline.unwritten_leases() + self.prefetch.drain()
         if not leases:
             return
         try:
@@ -338,7 +340,7 @@ class Worker:
             if keeper_stop.wait(renew_every):
                 return
             try:
-                self.leases.renew(self._pipeline.held_leases(), self.lease_seconds)
+                self.leases.renew(self._pipeline.held_leases() + self.prefetch.waiting(), self.lease_seconds)
             except BackendUnavailable as e:
                 self.watch.failed(e)      # the next renewal is the retry: a lease outlives a short outage
                 continue
@@ -356,7 +358,7 @@ class Worker:
                 stop.wait(0.05)
                 continue
             try:
-                lease = self.leases.lease(self._next_token(), self.lease_seconds)
+                lease = self.prefetch.take()
             except BackendUnavailable as e:
                 self.ledger.release_slot(slot)
                 self.watch.failed(e)

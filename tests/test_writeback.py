@@ -109,3 +109,16 @@ def test_a_stale_holders_write_back_is_ignored(backend):
     assert fresh.task_id == stale.task_id
     assert queue.release([stale]) == []            # the old holder's write-back does not count
     assert queue.release([fresh]) == [fresh]
+
+
+def test_a_stopping_worker_gives_back_the_leases_it_took_ahead(backend, site):
+    backend.create_tasks([site.url(f"/slow?seconds=0.2&n={i}") for i in range(1, 201)])
+    with InProcessBatch(factory(backend, CrawlTask, SPIDER_THREAD_COUNT=1)) as batch:
+        worker = worker_of(batch)
+        ahead = wait_for(lambda: [lease.task_id for lease in worker.prefetch.waiting()], message="leases taken ahead")
+        batch.stop("worker")
+        assert worker.prefetch.waiting() == []
+        leases = worker.leases
+        wait_for(lambda: leases.leased_count() == 0 and leases.known([str(i) for i in ahead]) == {str(i) for i in ahead},
+                 timeout=10, message="the leases taken ahead given back, their tasks requeued and queued again")
+        assert all(backend.states()[task_id] != D for task_id in ahead)

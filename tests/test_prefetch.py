@@ -1,0 +1,63 @@
+"""A worker's leases taken several per round trip (batchd/prefetch.py), on the in-process queue."""
+import itertools
+
+from batchd.backends.memory.ports import LocalQueue
+from batchd.prefetch import PREFETCH_MOST, LeasePrefetch
+
+
+class CountingQueue(LocalQueue):
+    """The in-process queue, counting its round trips (lease_many calls)."""
+
+    def __init__(self):
+        super().__init__("prefetch")
+        self.round_trips = 0
+
+    def lease_many(self, tokens, lease_seconds):
+        self.round_trips += 1
+        return super().lease_many(tokens, lease_seconds)
+
+
+def queue_of(tasks: int) -> CountingQueue:
+    queue = CountingQueue()
+    queue.push(1, [{"id": n} for n in range(1, tasks + 1)], "id")
+    return queue
+
+
+def prefetch_on(queue, free_slots=lambda: 100) -> LeasePrefetch:
+    numbers = itertools.count(1)
+    return LeasePrefetch(queue, 60, lambda: f"w:{next(numbers)}", free_slots)
+
+
+def test_a_long_queue_is_leased_several_tasks_per_round_trip_in_order():
+    queue = queue_of(1000)
+    prefetch = prefetch_on(queue)
+    taken = [prefetch.take().task_id for _ in range(400)]
+    assert taken == list(range(1, 401))
+    assert queue.round_trips <= 400 / PREFETCH_MOST + 2
+    assert queue.leased_count() == 400 + len(prefetch.waiting())
+
+
+def test_the_tail_of_the_queue_is_leased_one_at_a_time():
+    queue = queue_of(12)
+    prefetch = prefetch_on(queue)
+    assert [prefetch.take().task_id for _ in range(12)] == list(range(1, 13))
+    assert queue.round_trips == 12 and prefetch.take() is None
+
+
+def test_no_more_are_leased_than_the_ledger_has_free_slots_for():
+    queue = queue_of(1000)
+    prefetch = prefetch_on(queue, free_slots=lambda: 0)
+    for _ in range(20):
+        prefetch.take()
+    assert queue.round_trips == 20 and prefetch.waiting() == []
+
+
+def test_leases_waiting_are_renewable_and_drained_at_a_stop():
+    queue = queue_of(1000)
+    prefetch = prefetch_on(queue)
+    prefetch.take()
+    prefetch.take()
+    waiting = prefetch.waiting()
+    assert waiting and queue.renew(waiting, 60) == len(waiting)
+    assert prefetch.drain() == waiting and prefetch.waiting() == []
+    assert queue.give_back(waiting) == len(waiting)
