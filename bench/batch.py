@@ -27,7 +27,7 @@ from batchd.backends import store_from_url  # noqa: E402
 from batchd.model import TaskLayout  # noqa: E402
 from httpserver import TestSite  # noqa: E402
 
-MYSQL_SERVER = "mysql://root@127.0.0.1:3306"
+MYSQL_PORT = 3306
 REDIS_URL = "redis://127.0.0.1:6379/12"
 LAYOUT = TaskLayout(table="crawl_task")
 
@@ -35,30 +35,36 @@ LAYOUT = TaskLayout(table="crawl_task")
 class Place:
     """Where the batch runs: its store URL, the settings that name it, and its clean-up."""
 
-    def __init__(self, kind: str):
+    def __init__(self, kind: str, mysql_port: int = MYSQL_PORT, redis_url: str = REDIS_URL):
+        """MySQL: a new database on the server at 127.0.0.1:`mysql_port` (root, no password), the
+        namespace on `redis_url` (python -m bench compare passes servers of its own)."""
         self.kind, self.name = kind, "bench_" + uuid.uuid4().hex[:8]
+        self.mysql_port, self.redis_url = mysql_port, redis_url
         if kind == "sqlite":
             self.dir = tempfile.mkdtemp(prefix="batchd-bench-")
             self.url = f"sqlite:///{self.dir}/bench.db"
             self.settings = {"STORE": self.url}
         else:
-            import MySQLdb
-            conn = MySQLdb.connect(host="127.0.0.1", user="root", autocommit=True)
+            conn = self.connect()
             conn.cursor().execute(f"CREATE DATABASE `{self.name}`")
             conn.close()
-            self.url = f"{MYSQL_SERVER}/{self.name}"
-            self.settings = {"MYSQL_URL": self.url, "REDIS_URL": REDIS_URL, "NAMESPACE": self.name}
+            self.url = f"mysql://root@127.0.0.1:{mysql_port}/{self.name}"
+            self.settings = {"MYSQL_URL": self.url, "REDIS_URL": redis_url, "NAMESPACE": self.name}
+
+    def connect(self):
+        """A root connection to the MySQL server (no database selected)."""
+        import MySQLdb
+        return MySQLdb.connect(host="127.0.0.1", port=self.mysql_port, user="root", autocommit=True)
 
     def remove(self) -> None:
         if self.kind == "sqlite":
             shutil.rmtree(self.dir, ignore_errors=True)
             return
-        import MySQLdb
         import redis
-        conn = MySQLdb.connect(host="127.0.0.1", user="root", autocommit=True)
+        conn = self.connect()
         conn.cursor().execute(f"DROP DATABASE IF EXISTS `{self.name}`")
         conn.close()
-        client = redis.Redis.from_url(REDIS_URL)
+        client = redis.Redis.from_url(self.redis_url)
         keys = list(client.scan_iter(match=f"{self.name}:*"))
         if keys:
             client.delete(*keys)

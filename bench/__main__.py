@@ -1,0 +1,94 @@
+"""The benchmarks, as one command (run from the repository's root):
+
+    .venv/bin/python -m bench compare                       # 5,000 tasks, 3 rounds, 1x4, 1x8, 2x8 + 500 at 2x8
+    .venv/bin/python -m bench compare --tasks 2000 --rounds 1 --configs 2x8 --small 0 --json
+
+`compare` runs, in one sitting and alternating round by round, these contenders over the same local
+site and the same task list, and prints one table (markdown; with --json one JSON document instead):
+
+- `baseline`, the bare loop (bench/baseline.py): no framework. P processes (fork) share out the task
+  ids; each of their T threads takes tasks from its process's list, GETs the page with requests (a
+  Session per thread), parses it with parsel and stores the items with multi-row INSERTs of 200 rows,
+  each with one `UPDATE ... WHERE id IN (...)` marking those tasks done, into the private MariaDB;
+  the same useful work as a framework, without a queue, a lease or a guarantee;
+- `mysql`, batchd on MySQL + Redis: `batchd run bench.spider:CompareSpider --once --workers P` with
+  SPIDER_THREAD_COUNT=T, on the private MariaDB and a private Redis;
+- `sqlite`, the same on one SQLite file (STORE=sqlite:///...).
+
+The bare loop and batchd's spider (bench/spider.py) parse the same fields (bench/fields.py) and
+store one item per page in the same table (batchd's default item table, `crawl_task_item`). Each
+run starts on a fresh database (or file) holding N pending tasks; it is timed from its process's
+start to its exit, then read back: N tasks done and N items stored, or the bench fails loudly.
+
+The site (bench/site.py): documentation-like pages of about 95 KB (head with meta, link and script
+tags, a nav of 100 links, headings, 30 to 60 paragraphs with inline markup, code blocks, a table, a
+footer), made deterministically from each page's number. nginx serves them when `shutil.which` finds
+it (static files, a config and a port of the bench's own, a child process stopped at the end), the
+built-in asyncio server (pages in memory, HTTP/1.1 keep-alive, Content-Length) otherwise; the output
+says which. The servers: a private mariadbd (tests/servers.py, a 512M buffer pool) and a private
+redis-server, started when a contender needs them, so that their counters see nothing else.
+
+Configurations: PROCESSESxTHREADS (the bare loop's processes and threads, batchd's --workers and
+SPIDER_THREAD_COUNT), each at --tasks tasks, then a small batch of --small tasks at 2x8. batchd runs
+with BATCH_MONITOR_INTERVAL=--monitor-interval (1 s, as bench/batch.py) and every other setting at
+its default.
+
+The columns (medians over the rounds; peaks for memory):
+- tasks/s: N / (exit - start), median (min-max);
+- x bare loop: the median of each round's ratio to the bare loop's run of the same configuration;
+- CPU ms/task: user + system CPU of the contender's whole process tree (os.wait4's rusage of its root,
+  which holds every child it reaped) / N;
+- DB servers CPU ms/task: the private mariadbd's and redis-server's CPU during the run / N;
+- Redis round trips/task: requests the private Redis answered (INFO `total_writes_processed`: a
+  command, a pipeline or a Lua script is one) / N; the JSON also has `redis_commands_per_task`
+  (`total_commands_processed`, which counts each redis.call() inside a script);
+- MySQL statements/task: the private mariadbd's `Questions` (statements sent by clients) / N;
+- peak RSS MB: the resident set of every process of the tree, sampled every 0.2 s from /proc: the
+  largest worker, the master (the bare loop's parent), batchd's supervisor;
+- first fetch s: from the process's start to the site's first page hit;
+- close delay s (batchd): from the last task's write-back to the master's `batch N finished` line
+  (stamped as it came out of the pipe). The write-back's moment is the database's: a trigger stamps a
+  `done_at` column with the microsecond clock as a task becomes done (the same trigger on every
+  contender's table);
+- exit after last write-back s: from that moment to the process tree's exit.
+
+Options: --tasks N (5000), --rounds R (3), --configs 1x4,1x8,2x8, --small 500 (0: none),
+--contenders baseline,mysql,sqlite, --site nginx|builtin|auto (auto), --monitor-interval 1,
+--json.
+"""
+import argparse
+import json
+import sys
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    compare = commands.add_parser("compare", help="batchd against the bare loop, round by round",
+                                  description="batchd against the bare loop: see `python -m bench --help` "
+                                              "and bench/__main__.py")
+    compare.add_argument("--tasks", type=int, default=5000, help="tasks per run (5000)")
+    compare.add_argument("--rounds", type=int, default=3, help="rounds (3)")
+    compare.add_argument("--configs", default="1x4,1x8,2x8", help="PROCESSESxTHREADS,... (1x4,1x8,2x8)")
+    compare.add_argument("--small", type=int, default=500, help="tasks of the small batch at 2x8 (500; 0: none)")
+    compare.add_argument("--contenders", default="baseline,mysql,sqlite", help="baseline,mysql,sqlite")
+    compare.add_argument("--site", choices=("auto", "nginx", "builtin"), default="auto",
+                         help="who serves the pages (auto: nginx when installed)")
+    compare.add_argument("--monitor-interval", type=float, default=1.0, help="batchd's BATCH_MONITOR_INTERVAL (1)")
+    compare.add_argument("--json", action="store_true", help="one JSON document instead of the table")
+    args = parser.parse_args(argv)
+    if args.tasks < 1 or args.rounds < 1 or args.small < 0:
+        parser.error("--tasks and --rounds must be at least 1, --small at least 0")
+
+    from bench.compare import BenchFailure, compare as run_compare, markdown
+    try:
+        report = run_compare(args)
+    except BenchFailure as failure:
+        print(f"bench compare failed: {failure}", file=sys.stderr)
+        return 1
+    print(json.dumps(report, indent=1) if args.json else markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,429 @@
+"""`python -m bench compare`: batchd against the bare loop, on one site and one task list, round by
+round. How to run it and what each figure means: bench/__main__.py."""
+import os
+import re
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+from bench.baseline import FLUSH_ROWS
+from bench.batch import LAYOUT, TESTS, Place, load_tasks     # also puts tests/ on sys.path
+from bench.probes import MysqlCounters, RedisCounters, Run, cpu_seconds_of
+from bench.site import open_site
+from batchd.backends import store_from_url
+from servers import PrivateMariaDB, PrivateRedis
+
+REPOSITORY = os.path.dirname(TESTS)
+CONTENDERS = ("baseline", "mysql", "sqlite")
+TITLES = {"baseline": "bare loop (MySQL)", "mysql": "batchd MySQL+Redis", "sqlite": "batchd SQLite"}
+FINISHED = re.compile(r"\bbatch \d+ finished: ")            # the master's line closing the batch
+BUFFER_POOL = "512M"          # the whole run's tables stay in memory: disk reads are not what is measured
+DONE = 1                      # batchd's state value for done (batchd/task.py), which the bare loop writes too
+MB = 1024 * 1024
+
+
+class BenchFailure(Exception):
+    """A contender did not do the whole job: the comparison stops and says why."""
+
+
+@dataclass(frozen=True)
+class Config:
+    processes: int
+    threads: int
+    tasks: int
+    small: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"{self.processes}x{self.threads}" + (" small" if self.small else "")
+
+
+def parse_configs(text: str, tasks: int, small: int) -> list:
+    """`1x4,1x8,2x8` at `tasks` tasks each, then the small batch at 2x8 unless `small` is 0."""
+    configs = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        found = re.fullmatch(r"(\d+)x(\d+)", part)
+        if not found or min(int(found.group(1)), int(found.group(2))) < 1:
+            raise SystemExit(f"--configs: {part!r} is not PROCESSESxTHREADS (e.g. 2x8)")
+        configs.append(Config(int(found.group(1)), int(found.group(2)), tasks))
+    if small:
+        configs.append(Config(2, 8, small, small=True))
+    return configs
+
+
+# -- the servers the contenders share
+class BenchMariaDB(PrivateMariaDB):
+    """tests/servers.py's private mariadbd, its buffer pool big enough for every table of a run."""
+
+    def command(self) -> list:
+        return [arg for arg in super().command() if not arg.startswith("--innodb-buffer-pool-size=")] + [
+            f"--innodb-buffer-pool-size={BUFFER_POOL}", "--max-connections=1000"]
+
+
+class Servers:
+    """A private mariadbd and redis-server when a contender needs MySQL, so that their counters count
+    only the contender's statements and commands, and their CPU only its load."""
+
+    def __init__(self, contenders: list):
+        self.needed = any(c in ("baseline", "mysql") for c in contenders)
+        self.db: Optional[BenchMariaDB] = None
+        self.redis: Optional[PrivateRedis] = None
+
+    def __enter__(self):
+        if self.needed:
+            self.db = BenchMariaDB().__enter__()
+            try:
+                self.redis = PrivateRedis().__enter__()
+            except BaseException:
+                self.db.__exit__(*sys.exc_info())
+                raise
+        return self
+
+    def __exit__(self, *exc_info):
+        try:
+            if self.redis is not None:
+                self.redis.__exit__(*exc_info)
+        finally:
+            if self.db is not None:
+                self.db.__exit__(*exc_info)
+
+    def cpu_seconds(self) -> float:
+        return sum(cpu_seconds_of(server.process.pid) for server in (self.db, self.redis) if server is not None)
+
+    def describe(self) -> dict:
+        if not self.needed:
+            return {}
+        conn = self.db.connect()
+        cur = conn.cursor()
+        cur.execute("SELECT VERSION()")
+        mariadb = cur.fetchone()[0]
+        conn.close()
+        redis_version = RedisCounters(self.redis.url()).client.info("server")["redis_version"]
+        return {"mysql": f"private MariaDB {mariadb}, buffer pool {BUFFER_POOL}",
+                "redis": f"private Redis {redis_version}"}
+
+
+# -- the contenders
+class Contender:
+    """How one contender is set up, started and read."""
+
+    name = ""
+    store_kind = "mysql"
+    root_role = "supervisor"          # what the root of its process tree is
+    closes_batches = True             # it logs the `batch N finished` line
+
+    def __init__(self, servers: Servers, workdir: str, monitor_interval: float):
+        self.servers, self.workdir, self.monitor_interval = servers, workdir, monitor_interval
+
+    def place(self) -> Place:
+        if self.store_kind == "sqlite":
+            return Place("sqlite")
+        return Place("mysql", mysql_port=self.servers.db.port, redis_url=self.servers.redis.url(0))
+
+    def prepare(self, place: Place, tasks: int, site) -> None:
+        """The task table with `tasks` pending tasks (bench/batch.py's load, through batchd's store),
+        plus the column that times each task's write-back."""
+        load_tasks(place, tasks, site)
+        store = store_from_url(place.url)
+        try:
+            add_write_back_clock(store, self.store_kind)
+        finally:
+            store.close()
+
+    def command(self, place: Place, config: Config) -> list:
+        return [sys.executable, "-m", "batchd", "run", "bench.spider:CompareSpider", "--once",
+                "--workers", str(config.processes)]
+
+    def environment(self, place: Place, config: Config) -> dict:
+        settings = dict(place.settings, SPIDER_THREAD_COUNT=str(config.threads), LOG_LEVEL="INFO",
+                        BATCH_MONITOR_INTERVAL=f"{self.monitor_interval:g}",
+                        FAILED_ITEMS_PATH=os.path.join(self.workdir, f"{place.name}-failed.jsonl"))
+        return dict(child_environment(), BATCHD_CONFIG=os.devnull,
+                    **{f"BATCHD_{name}": value for name, value in settings.items()})
+
+
+class BatchdMysql(Contender):
+    name = "mysql"
+
+
+class BatchdSqlite(Contender):
+    name = "sqlite"
+    store_kind = "sqlite"
+
+
+class Baseline(Contender):
+    name = "baseline"
+    root_role = "master"
+    closes_batches = False
+
+    def prepare(self, place: Place, tasks: int, site) -> None:
+        super().prepare(place, tasks, site)
+        store = store_from_url(place.url)
+        try:
+            store.create_default_item_table(LAYOUT.default_item_table)    # the table batchd's spider writes
+        finally:
+            store.close()
+
+    def command(self, place: Place, config: Config) -> list:
+        return [sys.executable, "-m", "bench.baseline", "--port", str(self.servers.db.port),
+                "--database", place.name, "--processes", str(config.processes), "--threads", str(config.threads)]
+
+    def environment(self, place: Place, config: Config) -> dict:
+        return child_environment()
+
+
+def child_environment() -> dict:
+    """This environment without what would steer batchd elsewhere (a developer's BATCHD_* or a systemd
+    unit's variables), the repository importable (bench.spider, bench.fields)."""
+    env = {name: value for name, value in os.environ.items()
+           if not name.startswith("BATCHD_") and name not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "INVOCATION_ID",
+                                                              "JOURNAL_STREAM", "STATE_DIRECTORY")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, (REPOSITORY, os.environ.get("PYTHONPATH"))))
+    return env
+
+
+def add_write_back_clock(store, kind: str) -> None:
+    """A `done_at` column the database itself stamps, to the microsecond, when a task moves to done:
+    the task table's own time column has whole seconds, too coarse for the close delay. The same
+    trigger on every contender's table, so that all pay for it alike."""
+    table, state = LAYOUT.table, LAYOUT.state_field
+    if kind == "mysql":
+        store.execute(f"ALTER TABLE `{table}` ADD COLUMN `done_at` DATETIME(6) NULL")
+        store.execute(f"CREATE TRIGGER `{table}_done_at` BEFORE UPDATE ON `{table}` FOR EACH ROW "
+                      f"SET NEW.`done_at` = IF(NEW.`{state}` = {DONE} AND NOT OLD.`{state}` <=> {DONE}, "
+                      "SYSDATE(6), NEW.`done_at`)")
+    else:
+        store.execute(f'ALTER TABLE "{table}" ADD COLUMN "done_at" REAL')
+        store.execute(f'CREATE TRIGGER "{table}_done_at" AFTER UPDATE OF "{state}" ON "{table}" '
+                      f'WHEN NEW."{state}" = {DONE} AND OLD."{state}" IS NOT {DONE} BEGIN '
+                      f'UPDATE "{table}" SET "done_at" = (julianday(\'now\') - 2440587.5) * 86400.0 '
+                      f'WHERE rowid = NEW.rowid; END')
+
+
+def read_back(place: Place, kind: str) -> dict:
+    """Tasks done, items stored and the last write-back's time (Unix seconds), from the store."""
+    table, items = LAYOUT.table, LAYOUT.default_item_table
+    last = "UNIX_TIMESTAMP(MAX(`done_at`))" if kind == "mysql" else 'MAX("done_at")'
+    store = store_from_url(place.url)
+    try:
+        done, last_done = store.fetch(f"SELECT COUNT(*), {last} FROM {store.quote(table)} "
+                                      f"WHERE {store.quote(LAYOUT.state_field)} = {DONE}")[0]
+        stored = store.fetch(f"SELECT COUNT(*) FROM {store.quote(items)}")[0][0]
+    finally:
+        store.close()
+    return {"done": int(done), "items": int(stored), "last_done": float(last_done) if last_done is not None else None}
+
+
+# -- one run
+def run_once(contender: Contender, config: Config, site, timeout: float) -> dict:
+    """The contender on `config.tasks` fresh pending tasks: started, waited for, checked, measured."""
+    place = contender.place()
+    try:
+        contender.prepare(place, config.tasks, site)
+        counters = ServerCounters(contender)
+        site.reset()
+        run = Run(contender.command(place, config), contender.environment(place, config),
+                  cwd=contender.workdir).go(timeout)
+        counted = counters.finish()
+        if run.exit_code != 0:
+            raise BenchFailure(f"{contender.name} {config.label}: exit {run.exit_code}; its last lines:\n{run.tail()}")
+        stored = read_back(place, contender.store_kind)
+    finally:
+        place.remove()
+    if not stored["done"] == stored["items"] == config.tasks:
+        raise BenchFailure(f"{contender.name} {config.label}: {stored['done']} tasks done and {stored['items']} items "
+                           f"stored, {config.tasks} expected; its last lines:\n{run.tail()}")
+    return figures_of(run, contender, config, stored, counted, site)
+
+
+class ServerCounters:
+    """The private servers' counters and CPU, read before a run and after it."""
+
+    def __init__(self, contender: Contender):
+        servers = contender.servers
+        self.redis = RedisCounters(servers.redis.url()) if contender.name == "mysql" else None
+        self.mysql = MysqlCounters(servers.db.connect) if contender.store_kind == "mysql" else None
+        self.servers = servers if contender.store_kind == "mysql" else None
+        self.before = {"redis": self.redis.read() if self.redis else None,
+                       "mysql": self.mysql.read() if self.mysql else None,
+                       "cpu": self.servers.cpu_seconds() if self.servers else None}
+
+    def finish(self) -> dict:
+        counted: dict = {"cpu": self.servers.cpu_seconds() - self.before["cpu"] if self.servers else None}
+        if self.redis:
+            counted.update(RedisCounters.delta(self.before["redis"], self.redis.read()))
+        if self.mysql:
+            counted.update(MysqlCounters.delta(self.before["mysql"], self.mysql.read()))
+            self.mysql.close()
+        return counted
+
+
+def figures_of(run: Run, contender: Contender, config: Config, stored: dict, counted: dict, site) -> dict:
+    tasks, elapsed = config.tasks, run.ended - run.started
+    first_hit, finished = site.first_hit_since_reset(), run.first_line_time(FINISHED)
+    last_done = stored["last_done"]
+
+    def per_task(value, scale: float = 1.0):
+        return None if value is None else value * scale / tasks
+
+    return {
+        "tasks": tasks, "done": stored["done"], "items": stored["items"], "site_hits": site.hits_since_reset(),
+        "elapsed_s": elapsed, "tasks_per_s": tasks / elapsed,
+        "cpu_ms_per_task": per_task(run.cpu_seconds, 1000),
+        "db_cpu_ms_per_task": per_task(counted["cpu"], 1000),
+        "redis_round_trips_per_task": per_task(counted.get("round_trips")),
+        "redis_commands_per_task": per_task(counted.get("commands")),
+        "mysql_statements_per_task": per_task(counted.get("statements")),
+        **rss_by_role(run, contender.root_role),
+        "first_fetch_s": first_hit - run.started if first_hit else None,
+        "close_delay_s": finished - last_done if (finished and last_done and contender.closes_batches) else None,
+        "exit_after_last_done_s": run.ended - last_done if last_done else None,
+    }
+
+
+def rss_by_role(run: Run, root_role: str) -> dict:
+    """Peak resident MB of the tree's processes by role: the workers (the most of any one), the master,
+    the supervisor. batchd's children are told apart by their process titles; the probe is left out."""
+    peaks = {"worker": 0, "master": 0, "supervisor": 0}
+    for pid, peak in run.tree.peak.items():
+        title = run.tree.title.get(pid, "")
+        if pid == run.tree.root:
+            role = root_role
+        elif title.startswith("batchd: probe"):
+            continue
+        elif title.startswith("batchd: master"):
+            role = "master"
+        else:
+            role = "worker"
+        peaks[role] = max(peaks[role], peak)
+    return {f"rss_{role}_mb": (peak / MB if peak else None) for role, peak in peaks.items()}
+
+
+# -- the sitting
+def compare(args) -> dict:
+    contenders = [name.strip() for name in args.contenders.split(",") if name.strip()]
+    unknown = sorted(set(contenders) - set(CONTENDERS))
+    if unknown or not contenders:
+        raise SystemExit(f"--contenders: {', '.join(unknown) or '(none)'} unknown; choose among {', '.join(CONTENDERS)}")
+    configs = parse_configs(args.configs, args.tasks, args.small)
+    if not configs:
+        raise SystemExit("--configs: no configuration to run")
+    workdir = tempfile.mkdtemp(prefix="bench-compare-")
+    results: dict = {}
+    try:
+        with open_site(args.site, max(c.tasks for c in configs)) as site, Servers(contenders) as servers:
+            say(f"site: {site.describe()}")
+            made = {name: kind(servers, workdir, args.monitor_interval)
+                    for name, kind in (("baseline", Baseline), ("mysql", BatchdMysql), ("sqlite", BatchdSqlite))
+                    if name in contenders}
+            for round_no in range(args.rounds):
+                for config in configs:
+                    for name in rotated(contenders, round_no):
+                        figures = run_once(made[name], config, site, timeout=run_timeout(config.tasks))
+                        results.setdefault((name, config), []).append(figures)
+                        say(f"round {round_no + 1}/{args.rounds} {config.label:>9} {name:>8}: {config.tasks} tasks in "
+                            f"{figures['elapsed_s']:.1f} s, {figures['tasks_per_s']:.0f} tasks/s, "
+                            f"{figures['cpu_ms_per_task']:.1f} CPU ms/task")
+            report = {"site": site.describe(), "site_kind": site.kind, "environment": environment(servers, args),
+                      "rounds": args.rounds, "tasks": args.tasks, "small": args.small,
+                      "contenders": contenders, "configs": [c.label for c in configs],
+                      "rows": rows_of(results, contenders, configs)}
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return report
+
+
+def rotated(contenders: list, round_no: int) -> list:
+    """Each round starts with the next contender, so that none always runs first (on a cold cache) or
+    always right after the same one."""
+    shift = round_no % len(contenders)
+    return contenders[shift:] + contenders[:shift]
+
+
+def run_timeout(tasks: int) -> float:
+    return 120 + tasks * 0.2
+
+
+def say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def environment(servers: Servers, args) -> dict:
+    commit = subprocess.run(["git", "-C", REPOSITORY, "describe", "--always", "--dirty"],
+                            capture_output=True, text=True).stdout.strip()
+    return {"batchd": commit or "unknown", "python": sys.version.split()[0], "cpus": os.cpu_count(),
+            "sqlite": sqlite3.sqlite_version, "batch_monitor_interval": args.monitor_interval,
+            "baseline_flush_rows": FLUSH_ROWS,
+            **servers.describe()}
+
+
+# -- the figures
+MEDIANS = ("cpu_ms_per_task", "db_cpu_ms_per_task", "redis_round_trips_per_task", "redis_commands_per_task",
+           "mysql_statements_per_task", "first_fetch_s", "close_delay_s", "exit_after_last_done_s")
+PEAKS = ("rss_worker_mb", "rss_master_mb", "rss_supervisor_mb")
+
+
+def median_of(values) -> Optional[float]:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def rows_of(results: dict, contenders: list, configs: list) -> list:
+    """One row per contender and configuration: medians over the rounds (peaks for memory), the ratio
+    to the baseline the median of each round's ratio to the baseline's run of the same round."""
+    rows = []
+    for config in configs:
+        baseline = results.get(("baseline", config))
+        for name in contenders:
+            rounds = results[(name, config)]
+            speeds = [r["tasks_per_s"] for r in rounds]
+            ratios = [mine["tasks_per_s"] / theirs["tasks_per_s"] for mine, theirs in zip(rounds, baseline)] \
+                if baseline else []
+            row = {"contender": name, "title": TITLES[name], "config": config.label, "processes": config.processes,
+                   "threads": config.threads, "tasks": config.tasks, "small": config.small,
+                   "tasks_per_s": {"median": statistics.median(speeds), "min": min(speeds), "max": max(speeds)},
+                   "ratio_to_baseline": median_of(ratios)}
+            row.update({name_: median_of(r[name_] for r in rounds) for name_ in MEDIANS})
+            row.update({name_: max((r[name_] for r in rounds if r[name_] is not None), default=None)
+                        for name_ in PEAKS})
+            row["every_task_done_and_stored"] = all(r["done"] == r["items"] == config.tasks for r in rounds)
+            row["rounds"] = rounds
+            rows.append(row)
+    return rows
+
+
+def number(value, digits: int = 1) -> str:
+    return "–" if value is None else f"{value:,.{digits}f}"
+
+
+COLUMNS = ("contender", "config", "tasks", "tasks/s median (min–max)", "× bare loop", "CPU ms/task",
+           "DB servers CPU ms/task", "Redis round trips/task", "MySQL statements/task",
+           "peak RSS MB worker / master / supervisor", "first fetch s", "close delay s", "exit after last write-back s")
+
+
+def markdown(report: dict) -> str:
+    env = report["environment"]
+    machine = [f"batchd {env['batchd']}", f"Python {env['python']}", f"{env['cpus']} CPUs",
+               *(env[k] for k in ("mysql", "redis") if k in env), f"SQLite {env['sqlite']}",
+               f"BATCH_MONITOR_INTERVAL={env['batch_monitor_interval']:g} s",
+               f"bare loop flushes every {env['baseline_flush_rows']} tasks"]
+    lines = [f"site: {report['site']}", "; ".join(machine),
+             f"{report['rounds']} rounds, contenders alternating round by round; medians over the rounds, peaks for RSS",
+             "", "| " + " | ".join(COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
+    for row in report["rows"]:
+        speed = row["tasks_per_s"]
+        rss = " / ".join(number(row[k], 0) for k in PEAKS)
+        cells = (row["title"], row["config"], f"{row['tasks']:,}",
+                 f"{speed['median']:,.0f} ({speed['min']:,.0f}–{speed['max']:,.0f})",
+                 number(row["ratio_to_baseline"], 2), number(row["cpu_ms_per_task"]),
+                 number(row["db_cpu_ms_per_task"]), number(row["redis_round_trips_per_task"], 2),
+                 number(row["mysql_statements_per_task"], 2), rss, number(row["first_fetch_s"], 2),
+                 number(row["close_delay_s"], 2), number(row["exit_after_last_done_s"], 2))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)

@@ -1,0 +1,195 @@
+"""What `python -m bench compare` measures around a contender's run, from outside its processes:
+
+- `Run`: the contender's command started with its output on a pipe, each line stamped with the
+  wall-clock time it arrived (sub-second, unlike the log's own timestamps); its exit waited for by
+  os.wait4, whose rusage is the CPU of the whole tree (every child the tree reaped counts in its
+  parent's, and so up to the root); and, every SAMPLE_EVERY seconds, the resident set of every
+  process of the tree (/proc/<pid>/statm's resident pages: the VmRSS of /proc/<pid>/status, cheaper
+  to read), kept per process with its last process title;
+- `RedisCounters`, `MysqlCounters`: the private servers' own counters, read before and after;
+- `cpu_seconds_of`: a server's CPU (user + system) from /proc, to see what a contender costs the
+  servers it talks to.
+"""
+import os
+import subprocess
+import threading
+import time
+from typing import Optional
+
+SAMPLE_EVERY = 0.2
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+class ProcessTree:
+    """The processes under `root` (the root too): peak resident bytes and last title per pid.
+    Children are found through each process's parent in /proc/<pid>/stat; only pids above the root's
+    are read, since a child's pid is allocated after its parent's (this kernel has no
+    /proc/<pid>/task/<tid>/children), which keeps a sample to a few small reads."""
+
+    def __init__(self, root: int):
+        self.root = root
+        self.peak: dict = {}       # pid -> bytes
+        self.title: dict = {}      # pid -> cmdline as ps shows it (setproctitle's title, if any)
+
+    def sample(self) -> None:
+        parents = {}
+        for name in os.listdir("/proc"):
+            if name.isdigit() and int(name) >= self.root:
+                parent = _parent_of(int(name))
+                if parent is not None:
+                    parents[int(name)] = parent
+        for pid in self._descendants(parents):
+            resident = _resident_bytes(pid)
+            if resident is None:
+                continue
+            self.peak[pid] = max(self.peak.get(pid, 0), resident)
+            title = _title_of(pid)
+            if title:
+                self.title[pid] = title
+
+    def _descendants(self, parents: dict) -> list:
+        inside, found = {self.root}, [self.root]
+        for pid in sorted(parents):          # a parent's pid is below its children's
+            if parents[pid] in inside and pid != self.root:
+                inside.add(pid)
+                found.append(pid)
+        return found
+
+
+def _read(path: str) -> Optional[str]:
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode(errors="replace")
+    except OSError:          # the process ended between the listing and the read
+        return None
+
+
+def _parent_of(pid: int) -> Optional[int]:
+    stat = _read(f"/proc/{pid}/stat")
+    if not stat:
+        return None
+    # The command name may hold spaces and parentheses: the fields after the last ')' are plain.
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def _resident_bytes(pid: int) -> Optional[int]:
+    statm = _read(f"/proc/{pid}/statm")
+    return int(statm.split()[1]) * PAGE_SIZE if statm else None
+
+
+def _title_of(pid: int) -> str:
+    cmdline = _read(f"/proc/{pid}/cmdline") or ""
+    return " ".join(part for part in cmdline.split("\0") if part)
+
+
+def cpu_seconds_of(pid: int) -> float:
+    """User + system CPU of a process (all its threads), from /proc/<pid>/stat."""
+    stat = _read(f"/proc/{pid}/stat")
+    if not stat:
+        return 0.0
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS      # utime, stime: fields 14 and 15
+
+
+class Run:
+    """One run of a command: its lines as they arrive, its exit, its tree's CPU and resident sets."""
+
+    def __init__(self, command: list, env: dict, cwd: str):
+        self.command, self.env, self.cwd = command, env, cwd
+        self.lines: list = []          # (arrival time, text)
+        self.started = self.ended = 0.0
+        self.exit_code: Optional[int] = None
+        self.cpu_seconds = 0.0
+        self.tree: Optional[ProcessTree] = None
+
+    def go(self, timeout: float) -> "Run":
+        self.started = time.time()
+        process = subprocess.Popen(self.command, env=self.env, cwd=self.cwd, stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.tree = ProcessTree(process.pid)
+        reader = threading.Thread(target=self._read_lines, args=(process.stdout,), name="bench-lines", daemon=True)
+        reader.start()
+        exited = threading.Event()
+        waiter = threading.Thread(target=self._wait, args=(process, exited), name="bench-wait", daemon=True)
+        waiter.start()
+        deadline = time.monotonic() + timeout
+        while not exited.wait(SAMPLE_EVERY):
+            self.tree.sample()
+            if time.monotonic() > deadline:
+                _kill_tree(self.tree)
+                exited.wait(10)
+                raise RuntimeError(f"{' '.join(self.command[:4])}... still running after {timeout:.0f} s; killed")
+        reader.join(10)
+        return self
+
+    def _read_lines(self, pipe) -> None:
+        for raw in pipe:
+            self.lines.append((time.time(), raw.decode(errors="replace").rstrip("\n")))
+        pipe.close()
+
+    def _wait(self, process: subprocess.Popen, exited: threading.Event) -> None:
+        # wait4 rather than Popen.wait: the rusage of the whole tree comes with the exit.
+        _, status, usage = os.wait4(process.pid, 0)
+        self.ended = time.time()
+        self.exit_code = os.waitstatus_to_exitcode(status)
+        process.returncode = self.exit_code          # so Popen does not wait for it again
+        self.cpu_seconds = usage.ru_utime + usage.ru_stime
+        exited.set()
+
+    def first_line_time(self, pattern) -> Optional[float]:
+        for arrived, text in self.lines:
+            if pattern.search(text):
+                return arrived
+        return None
+
+    def tail(self, count: int = 40) -> str:
+        return "\n".join(text for _, text in self.lines[-count:])
+
+
+def _kill_tree(tree: ProcessTree) -> None:
+    for pid in sorted(tree.peak, reverse=True):
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
+
+
+class RedisCounters:
+    """INFO stats of a private redis-server. Round trips are its `total_writes_processed`: one write
+    of replies per request the client waited for, whether the request was one command, a pipeline or
+    a Lua script (whose inner redis.call()s `total_commands_processed` counts one by one)."""
+
+    def __init__(self, url: str):
+        import redis
+        self.client = redis.Redis.from_url(url)
+
+    def read(self) -> dict:
+        stats = self.client.info("stats")
+        return {"round_trips": stats["total_writes_processed"], "commands": stats["total_commands_processed"]}
+
+    @staticmethod
+    def delta(before: dict, after: dict) -> dict:
+        # The INFO that read `before` is counted in `after` (its reply was written after it read the counters).
+        return {name: after[name] - before[name] - 1 for name in before}
+
+
+class MysqlCounters:
+    """`Questions` of a private mariadbd: the statements clients sent (those inside triggers and
+    stored programs, and pings, are not counted)."""
+
+    def __init__(self, connect):
+        self.conn = connect()
+
+    def read(self) -> dict:
+        cur = self.conn.cursor()
+        cur.execute("SHOW GLOBAL STATUS LIKE 'Questions'")
+        return {"statements": int(cur.fetchone()[1])}
+
+    @staticmethod
+    def delta(before: dict, after: dict) -> dict:
+        # The SHOW that read `before` counts in `after`, as with Redis.
+        return {"statements": after["statements"] - before["statements"] - 1}
+
+    def close(self) -> None:
+        self.conn.close()
