@@ -52,7 +52,7 @@ from .threads import Heart, check_in, guard, start_thread
 log = logging.getLogger("batchd.worker")
 
 SLOTS_PER_THREAD = 8         # tasks a thread may leave waiting for their items' flush
-IDLE_POLL_CAP = 0.5         # an idle thread looks for a task at least this often: a new batch starts within it
+IDLE_POLL_CAP = 0.1         # an idle thread looks for a task at least this often (prefetch.py: one round trip)
 WATCH_EVERY = 0.2            # the watching thread's rhythm: heartbeat, timeouts, the end
 EMPTY_WAKE_GAP = 5.0         # an idle worker reminds the master at most this often
 ERRORS_REMEMBERED = 10000    # distinct (task, error) pairs whose traceback was logged

@@ -3,6 +3,7 @@ import itertools
 
 from batchd.backends.memory.ports import LocalQueue
 from batchd.prefetch import PREFETCH_MOST, LeasePrefetch
+from harness import wait_for
 
 
 class CountingQueue(LocalQueue):
@@ -61,3 +62,13 @@ def test_leases_waiting_are_renewable_and_drained_at_a_stop():
     assert waiting and queue.renew(waiting, 60) == len(waiting)
     assert prefetch.drain() == waiting and prefetch.waiting() == []
     assert queue.give_back(waiting) == len(waiting)
+
+
+def test_idle_threads_share_one_look_at_an_empty_queue():
+    queue = queue_of(0)
+    prefetch = prefetch_on(queue)
+    assert [prefetch.take() for _ in range(50)] == [None] * 50
+    assert queue.round_trips == 1
+    queue.push(1, [{"id": 1}], "id")
+    wait_for(lambda: prefetch.take() is not None, timeout=2, message="the task seen after the next look")
+    assert queue.round_trips >= 2

@@ -8,7 +8,7 @@ import pytest
 from batchd.lifecycle import StopFlag
 from batchd.task import Move, TaskState
 from batchd.walks import CHUNK_SECONDS, ChunkPacer
-from harness import make_master, patrol_until, work_off
+from harness import make_master, patrol_until, wait_for, work_off
 
 P, D, R, F = TaskState.PENDING, TaskState.DONE, TaskState.PROCESSING, TaskState.FAILED
 
@@ -173,3 +173,16 @@ def test_a_master_that_lost_the_lock_mid_reset_forgets_its_walk_once_another_fin
     patrol_until(successor, lambda: not spider.runtime.store.last_batch().resetting, message="the successor's reset")
     patrol(master)                           # the lock back: its walk is over, so patrols wait again
     assert master.reset is None and not master.walking
+
+
+def test_a_batch_closes_within_half_a_second_of_its_last_write_back_whatever_the_patrol_interval(backend, site):
+    from harness import InProcessBatch
+    from spiders.seed import CrawlTask
+    backend.create_tasks([site.url(f"/page/{i}") for i in range(1, 41)])
+    spider = lambda: CrawlTask(batch_store=backend.store(), settings=backend.settings(BATCH_MONITOR_INTERVAL=60))  # noqa: E731
+    with InProcessBatch(spider):
+        wait_for(lambda: set(backend.states().values()) == {D}, timeout=30, interval=0.01, message="every task done")
+        all_done = time.monotonic()
+        wait_for(lambda: backend.records() and backend.records()[-1]["is_done"], timeout=5, interval=0.01,
+                 message="the batch closed")
+        assert time.monotonic() - all_done < 0.5
