@@ -37,7 +37,8 @@ The columns (medians over the rounds; peaks for memory):
 - tasks/s: N / (exit - start), median (min-max);
 - x bare loop: the median of each round's ratio to the bare loop's run of the same configuration;
 - CPU ms/task: user + system CPU of the contender's whole process tree (os.wait4's rusage of its root,
-  which holds every child it reaped) / N;
+  which holds every child it reaped) / N; cores busy: the same CPU / the run's time (2.0 would be
+  both cores of a 2-core machine all the time: below that, the tree waited);
 - DB servers CPU ms/task: the private mariadbd's and redis-server's CPU during the run / N;
 - Redis round trips/task: requests the private Redis answered (INFO `total_writes_processed`: a
   command, a pipeline or a Lua script is one) / N; the JSON also has `redis_commands_per_task`
@@ -45,11 +46,13 @@ The columns (medians over the rounds; peaks for memory):
 - MySQL statements/task: the private mariadbd's `Questions` (statements sent by clients) / N;
 - peak RSS MB: the resident set of every process of the tree, sampled every 0.2 s from /proc: the
   largest worker, the master (the bare loop's parent), batchd's supervisor;
+- batch opened s (batchd): from the process's start to the master's `batch N opened` line, stamped
+  as it came out of the pipe;
 - first fetch s: from the process's start to the site's first page hit;
-- close delay s (batchd): from the last task's write-back to the master's `batch N finished` line
-  (stamped as it came out of the pipe). The write-back's moment is the database's: a trigger stamps a
-  `done_at` column with the microsecond clock as a task becomes done (the same trigger on every
-  contender's table);
+- last fetch -> last write-back s: from the site's last page hit to the last task's write-back. The
+  write-back's moment is the database's: a trigger stamps a `done_at` column with the microsecond
+  clock as a task becomes done (the same trigger on every contender's table);
+- close delay s (batchd): from the last task's write-back to the master's `batch N finished` line;
 - exit after last write-back s: from that moment to the process tree's exit.
 
 Options: --tasks N (5000), --rounds R (3), --configs 1x4,1x8,2x8, --small 500 (0: none),

@@ -8,7 +8,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from typing import Optional
 
@@ -22,6 +21,7 @@ from servers import PrivateMariaDB, PrivateRedis
 REPOSITORY = os.path.dirname(TESTS)
 CONTENDERS = ("baseline", "mysql", "sqlite")
 TITLES = {"baseline": "bare loop (MySQL)", "mysql": "batchd MySQL+Redis", "sqlite": "batchd SQLite"}
+OPENED = re.compile(r"\bbatch \d+ opened at ")              # the master's line opening the batch
 FINISHED = re.compile(r"\bbatch \d+ finished: ")            # the master's line closing the batch
 BUFFER_POOL = "512M"          # the whole run's tables stay in memory: disk reads are not what is measured
 DONE = 1                      # batchd's state value for done (batchd/task.py), which the bare loop writes too
@@ -266,24 +266,30 @@ class ServerCounters:
 
 def figures_of(run: Run, contender: Contender, config: Config, stored: dict, counted: dict, site) -> dict:
     tasks, elapsed = config.tasks, run.ended - run.started
-    first_hit, finished = site.first_hit_since_reset(), run.first_line_time(FINISHED)
+    first_hit, last_hit = site.first_hit_since_reset(), site.last_hit_since_reset()
+    opened, finished = run.first_line_time(OPENED), run.first_line_time(FINISHED)
     last_done = stored["last_done"]
 
     def per_task(value, scale: float = 1.0):
         return None if value is None else value * scale / tasks
 
+    def between(earlier: Optional[float], later: Optional[float]) -> Optional[float]:
+        return later - earlier if earlier and later else None
+
     return {
         "tasks": tasks, "done": stored["done"], "items": stored["items"], "site_hits": site.hits_since_reset(),
         "elapsed_s": elapsed, "tasks_per_s": tasks / elapsed,
-        "cpu_ms_per_task": per_task(run.cpu_seconds, 1000),
+        "cpu_ms_per_task": per_task(run.cpu_seconds, 1000), "cpu_cores_busy": run.cpu_seconds / elapsed,
         "db_cpu_ms_per_task": per_task(counted["cpu"], 1000),
         "redis_round_trips_per_task": per_task(counted.get("round_trips")),
         "redis_commands_per_task": per_task(counted.get("commands")),
         "mysql_statements_per_task": per_task(counted.get("statements")),
         **rss_by_role(run, contender.root_role),
-        "first_fetch_s": first_hit - run.started if first_hit else None,
-        "close_delay_s": finished - last_done if (finished and last_done and contender.closes_batches) else None,
-        "exit_after_last_done_s": run.ended - last_done if last_done else None,
+        "batch_opened_s": between(run.started, opened),
+        "first_fetch_s": between(run.started, first_hit),
+        "last_done_after_last_fetch_s": between(last_hit, last_done),
+        "close_delay_s": between(last_done, finished) if contender.closes_batches else None,
+        "exit_after_last_done_s": between(last_done, run.ended),
     }
 
 
@@ -310,12 +316,14 @@ def compare(args) -> dict:
     contenders = [name.strip() for name in args.contenders.split(",") if name.strip()]
     unknown = sorted(set(contenders) - set(CONTENDERS))
     if unknown or not contenders:
-        raise SystemExit(f"--contenders: {', '.join(unknown) or '(none)'} unknown; choose among {', '.join(CONTENDERS)}")
+        raise SystemExit(f"--contenders: {', '.join(unknown) or '(none)'} unknown; "
+                         f"choose among {', '.join(CONTENDERS)}")
     configs = parse_configs(args.configs, args.tasks, args.small)
     if not configs:
         raise SystemExit("--configs: no configuration to run")
     workdir = tempfile.mkdtemp(prefix="bench-compare-")
     results: dict = {}
+    version_at_start = batchd_version()
     try:
         with open_site(args.site, max(c.tasks for c in configs)) as site, Servers(contenders) as servers:
             say(f"site: {site.describe()}")
@@ -330,7 +338,8 @@ def compare(args) -> dict:
                         say(f"round {round_no + 1}/{args.rounds} {config.label:>9} {name:>8}: {config.tasks} tasks in "
                             f"{figures['elapsed_s']:.1f} s, {figures['tasks_per_s']:.0f} tasks/s, "
                             f"{figures['cpu_ms_per_task']:.1f} CPU ms/task")
-            report = {"site": site.describe(), "site_kind": site.kind, "environment": environment(servers, args),
+            report = {"site": site.describe(), "site_kind": site.kind,
+                      "environment": environment(servers, args, version_at_start),
                       "rounds": args.rounds, "tasks": args.tasks, "small": args.small,
                       "contenders": contenders, "configs": [c.label for c in configs],
                       "rows": rows_of(results, contenders, configs)}
@@ -354,18 +363,28 @@ def say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def environment(servers: Servers, args) -> dict:
-    commit = subprocess.run(["git", "-C", REPOSITORY, "describe", "--always", "--dirty"],
-                            capture_output=True, text=True).stdout.strip()
-    return {"batchd": commit or "unknown", "python": sys.version.split()[0], "cpus": os.cpu_count(),
+def batchd_version() -> str:
+    """The commit every run imports batchd from, `-dirty` with uncommitted changes."""
+    described = subprocess.run(["git", "-C", REPOSITORY, "describe", "--always", "--dirty"],
+                               capture_output=True, text=True).stdout.strip()
+    return described or "unknown"
+
+
+def environment(servers: Servers, args, version_at_start: str) -> dict:
+    # Each run imports batchd afresh: a commit made during the sitting changes what later runs measure.
+    version_at_end = batchd_version()
+    version = version_at_start if version_at_end == version_at_start else \
+        f"{version_at_start} at the start, {version_at_end} at the end (changed during the sitting)"
+    return {"batchd": version, "python": sys.version.split()[0], "cpus": os.cpu_count(),
             "sqlite": sqlite3.sqlite_version, "batch_monitor_interval": args.monitor_interval,
             "baseline_flush_rows": FLUSH_ROWS,
             **servers.describe()}
 
 
 # -- the figures
-MEDIANS = ("cpu_ms_per_task", "db_cpu_ms_per_task", "redis_round_trips_per_task", "redis_commands_per_task",
-           "mysql_statements_per_task", "first_fetch_s", "close_delay_s", "exit_after_last_done_s")
+MEDIANS = ("cpu_ms_per_task", "cpu_cores_busy", "db_cpu_ms_per_task", "redis_round_trips_per_task",
+           "redis_commands_per_task", "mysql_statements_per_task", "batch_opened_s", "first_fetch_s",
+           "last_done_after_last_fetch_s", "close_delay_s", "exit_after_last_done_s")
 PEAKS = ("rss_worker_mb", "rss_master_mb", "rss_supervisor_mb")
 
 
@@ -402,9 +421,10 @@ def number(value, digits: int = 1) -> str:
     return "–" if value is None else f"{value:,.{digits}f}"
 
 
-COLUMNS = ("contender", "config", "tasks", "tasks/s median (min–max)", "× bare loop", "CPU ms/task",
+COLUMNS = ("contender", "config", "tasks", "tasks/s median (min–max)", "× bare loop", "CPU ms/task", "cores busy",
            "DB servers CPU ms/task", "Redis round trips/task", "MySQL statements/task",
-           "peak RSS MB worker / master / supervisor", "first fetch s", "close delay s", "exit after last write-back s")
+           "peak RSS MB worker / master / supervisor", "batch opened s", "first fetch s",
+           "last fetch → last write-back s", "close delay s", "exit after last write-back s")
 
 
 def markdown(report: dict) -> str:
@@ -414,16 +434,18 @@ def markdown(report: dict) -> str:
                f"BATCH_MONITOR_INTERVAL={env['batch_monitor_interval']:g} s",
                f"bare loop flushes every {env['baseline_flush_rows']} tasks"]
     lines = [f"site: {report['site']}", "; ".join(machine),
-             f"{report['rounds']} rounds, contenders alternating round by round; medians over the rounds, peaks for RSS",
+             f"{report['rounds']} rounds, contenders alternating round by round; "
+             "medians over the rounds, peaks for RSS",
              "", "| " + " | ".join(COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
     for row in report["rows"]:
         speed = row["tasks_per_s"]
         rss = " / ".join(number(row[k], 0) for k in PEAKS)
         cells = (row["title"], row["config"], f"{row['tasks']:,}",
                  f"{speed['median']:,.0f} ({speed['min']:,.0f}–{speed['max']:,.0f})",
-                 number(row["ratio_to_baseline"], 2), number(row["cpu_ms_per_task"]),
+                 number(row["ratio_to_baseline"], 2), number(row["cpu_ms_per_task"]), number(row["cpu_cores_busy"], 2),
                  number(row["db_cpu_ms_per_task"]), number(row["redis_round_trips_per_task"], 2),
-                 number(row["mysql_statements_per_task"], 2), rss, number(row["first_fetch_s"], 2),
+                 number(row["mysql_statements_per_task"], 2), rss, number(row["batch_opened_s"], 2),
+                 number(row["first_fetch_s"], 2), number(row["last_done_after_last_fetch_s"], 2),
                  number(row["close_delay_s"], 2), number(row["exit_after_last_done_s"], 2))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -12,7 +12,8 @@ other, the same page is the same in every run and every process, and making one 
 millisecond, so the pages are made before the clock starts.
 
 Both servers record hits of /page/ paths, so that the bench can tell when a contender fetched its
-first page (`first_hit_since`) and how many it fetched (`hits_since`).
+first page and its last (`first_hit_since_reset`, `last_hit_since_reset`) and how many it fetched
+(`hits_since_reset`).
 """
 import asyncio
 import html
@@ -36,6 +37,7 @@ PARAGRAPHS = (30, 60)     # per page, spread over the sections
 SENTENCES_PER_PARAGRAPH = (4, 8)
 TABLE_ROWS = (10, 20)
 
+MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 _SYLLABLES = ("ba", "con", "de", "fig", "ge", "hash", "in", "ja", "ker", "lo", "mu", "net", "op", "pro",
               "qu", "ra", "sto", "ta", "un", "ver", "wal", "xe", "yo", "zer", "cache", "que", "tion",
               "ment", "ser", "vice", "load", "sync", "log", "shard", "tree", "node", "page", "row")
@@ -170,7 +172,8 @@ class PageMaker:
 
     def _table(self, rng: random.Random) -> str:
         rows = "".join(f"<tr><td>{rng.choice(self.words)}</td><td>{rng.randrange(10000)}</td>"
-                       f"<td>{html.escape(self._phrase(rng, 3, 8))}</td><td>{rng.choice(('yes', 'no', 'n/a'))}</td></tr>"
+                       f"<td>{html.escape(self._phrase(rng, 3, 8))}</td>"
+                       f"<td>{rng.choice(('yes', 'no', 'n/a'))}</td></tr>"
                        for _ in range(rng.randint(*TABLE_ROWS)))
         return ('<table class="docutils align-default"><thead><tr><th>Name</th><th>Default</th>'
                 f'<th>Meaning</th><th>Reloadable</th></tr></thead><tbody>{rows}</tbody></table>')
@@ -183,7 +186,7 @@ class PageMaker:
                  f'<li><a href="/page/0">Docs</a></li><li><a href="/page/{n // 100}">{self._phrase(rng, 1, 3).title()}'
                  f'</a></li><li><a href="/page/{n // 10}">{self._phrase(rng, 1, 3).title()}</a></li></ol>'
                  f'<h1>{title}</h1><p class="meta">Updated <time datetime="2024-{1 + n % 12:02d}-{1 + n % 28:02d}">'
-                 f'{1 + n % 28} {("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")[n % 12]}'
+                 f'{1 + n % 28} {MONTHS[n % 12]}'
                  f' 2024</time></p>', self._paragraph(rng, "lead")]
         for section in range(sections):
             heading = self._phrase(rng, 2, 6).capitalize()
@@ -224,19 +227,21 @@ def make_pages(count: int) -> Iterator[tuple]:
 # -- the servers
 class _Hits:
     """Hits of /page/ paths in shared memory, so the site's process and the bench's agree: the first
-    hit's wall-clock time since the last `reset` and the number of hits since."""
+    and the last hit's wall-clock time since the last `reset`, and the number of hits since."""
 
     def __init__(self):
-        self.shared = multiprocessing.get_context("fork").RawArray("d", 2)
+        self.shared = multiprocessing.get_context("fork").RawArray("d", 3)    # first, last, count
 
     def reset(self) -> None:
-        self.shared[0], self.shared[1] = 0.0, 0.0
+        self.shared[0], self.shared[1], self.shared[2] = 0.0, 0.0, 0.0
 
     def record(self) -> None:
         # One writer (the site's event loop), so no lock.
-        if self.shared[1] == 0:
-            self.shared[0] = time.time()
-        self.shared[1] += 1
+        now = time.time()
+        if self.shared[2] == 0:
+            self.shared[0] = now
+        self.shared[1] = now
+        self.shared[2] += 1
 
 
 class _PageProtocol(asyncio.Protocol):
@@ -338,8 +343,11 @@ class BuiltinSite:
     def first_hit_since_reset(self) -> Optional[float]:
         return self.hits.shared[0] or None
 
+    def last_hit_since_reset(self) -> Optional[float]:
+        return self.hits.shared[1] or None
+
     def hits_since_reset(self) -> int:
-        return int(self.hits.shared[1])
+        return int(self.hits.shared[2])
 
 
 NGINX_CONF = """\
@@ -457,8 +465,10 @@ class NginxSite:
                 if line.count(" ") >= 2 and line.split(" ")[2].startswith("/page/")]
 
     def first_hit_since_reset(self) -> Optional[float]:
-        times = self._hit_times()
-        return min(times) if times else None
+        return min(self._hit_times(), default=None)
+
+    def last_hit_since_reset(self) -> Optional[float]:
+        return max(self._hit_times(), default=None)
 
     def hits_since_reset(self) -> int:
         return len(self._hit_times())

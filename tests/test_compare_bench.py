@@ -30,13 +30,18 @@ def test_the_comparison_runs_every_contender_on_the_same_tasks():
         assert run["done"] == run["items"] == TASKS and run["site_hits"] >= TASKS, name
         assert 0 < row["tasks_per_s"]["min"] <= row["tasks_per_s"]["median"] <= row["tasks_per_s"]["max"], name
         assert row["ratio_to_baseline"] > 0, name
-        assert row["cpu_ms_per_task"] > 0 and row["rss_worker_mb"] > 0 and row["rss_master_mb"] > 0, name
-        assert row["first_fetch_s"] > 0 and row["exit_after_last_done_s"] >= 0, name
+        assert row["cpu_ms_per_task"] > 0 and row["cpu_cores_busy"] > 0, name
+        assert row["rss_worker_mb"] > 0 and row["rss_master_mb"] > 0, name
+        assert row["first_fetch_s"] > 0 and row["last_done_after_last_fetch_s"] is not None, name
+        assert row["exit_after_last_done_s"] >= 0, name
     assert rows["baseline"]["ratio_to_baseline"] == 1.0
-    # Only batchd has a supervisor and closes a batch; only the MySQL contenders talk to MariaDB, only batchd's to Redis.
+    # Only batchd has a supervisor and closes a batch; only the MySQL contenders talk to MariaDB, and only
+    # batchd's to Redis.
     assert rows["baseline"]["rss_supervisor_mb"] is None and rows["baseline"]["close_delay_s"] is None
+    assert rows["baseline"]["batch_opened_s"] is None
     for name in ("mysql", "sqlite"):
         assert rows[name]["rss_supervisor_mb"] > 0 and rows[name]["close_delay_s"] >= 0, name
+        assert 0 < rows[name]["batch_opened_s"] < rows[name]["first_fetch_s"], name
     assert rows["mysql"]["redis_round_trips_per_task"] > 0 and rows["mysql"]["mysql_statements_per_task"] > 0
     assert rows["baseline"]["mysql_statements_per_task"] > 0 and rows["baseline"]["redis_round_trips_per_task"] is None
     assert rows["sqlite"]["mysql_statements_per_task"] is None and rows["sqlite"]["redis_round_trips_per_task"] is None
