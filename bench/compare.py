@@ -68,7 +68,8 @@ class BenchMariaDB(PrivateMariaDB):
 
 class Servers:
     """A private mariadbd and redis-server when a contender needs MySQL, so that their counters count
-    only the contender's statements and commands, and their CPU only its load."""
+    only the contender's statements and commands, and their CPU only its load. Redis comes with
+    MariaDB even for the bare loop alone: bench/batch.py's Place cleans its namespace there."""
 
     def __init__(self, contenders: list):
         self.needed = any(c in ("baseline", "mysql") for c in contenders)
@@ -364,10 +365,13 @@ def say(line: str) -> None:
 
 
 def batchd_version() -> str:
-    """The commit every run imports batchd from, `-dirty` with uncommitted changes."""
-    described = subprocess.run(["git", "-C", REPOSITORY, "describe", "--always", "--dirty"],
-                               capture_output=True, text=True).stdout.strip()
-    return described or "unknown"
+    """The commit every run imports batchd from, with a word when batchd/ has uncommitted changes (the
+    bench's own files do not count)."""
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", "-C", REPOSITORY, *args], capture_output=True, text=True)
+    commit = git("rev-parse", "--short", "HEAD").stdout.strip() or "unknown"
+    changed = git("status", "--porcelain", "--", "batchd").stdout.strip()
+    return commit + (" + uncommitted changes in batchd/" if changed else "")
 
 
 def environment(servers: Servers, args, version_at_start: str) -> dict:
