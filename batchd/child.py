@@ -41,7 +41,7 @@ from .lifecycle import Backoff, StopFlag
 from .loader import SpiderSource, build_runtime
 from .systemd import set_process_role, set_process_title, setup_logging
 from .threads import guard
-from .worker import SLOTS_PER_THREAD
+from .worker import ledger_slots
 
 log = logging.getLogger("batchd.child")
 
@@ -134,7 +134,7 @@ def _run_role(spec: ChildSpec, source: SpiderSource, block, stop: StopFlag) -> N
         master.run(stop, lambda: block.master_beat(spec.row, master), once=spec.once,
                    on_outages=lambda outages: block.set_outages(spec.row, outages))
         return
-    ledger = block.worker_ledger(spec.row, runtime.settings.SPIDER_THREAD_COUNT * SLOTS_PER_THREAD)
+    ledger = block.worker_ledger(spec.row, ledger_slots(runtime.settings))
     worker = runtime.worker(ledger=ledger, name=spec.name, keep_alive=spec.keep_alive)
     block.mark_running(spec.row)
     worker.run(stop, ledger.beat)

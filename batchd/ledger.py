@@ -9,6 +9,7 @@ it reaches 0. A worker with no free slot takes no new task.
 the supervisor swaps in `SharedLedger` rows that it can read from outside.
 """
 import abc
+import collections
 import ctypes
 import multiprocessing
 import os
@@ -73,16 +74,17 @@ class LocalLedger(Ledger):
         self._lock = threading.Lock()
         self._keys: list = [None] * slots
         self._counts = [0] * slots
+        self._free = collections.deque(range(slots))
         self._totals = {"done": 0, "failed": 0, "items": 0}
         self.heartbeat = time.monotonic()
 
     def acquire_slot(self) -> Optional[int]:
         with self._lock:
-            for slot, key in enumerate(self._keys):
-                if key is None:
-                    self._keys[slot], self._counts[slot] = "", 0
-                    return slot
-            return None
+            if not self._free:
+                return None
+            slot = self._free.popleft()
+            self._keys[slot], self._counts[slot] = "", 0
+            return slot
 
     def label(self, slot: int, task_key: str) -> None:
         with self._lock:
@@ -90,6 +92,8 @@ class LocalLedger(Ledger):
 
     def release_slot(self, slot: int) -> None:
         with self._lock:
+            if self._keys[slot] is not None:
+                self._free.append(slot)
             self._keys[slot], self._counts[slot] = None, 0
 
     def add(self, slot: int, n: int) -> None:
@@ -104,7 +108,7 @@ class LocalLedger(Ledger):
         return self._counts[slot]
 
     def free_slots(self) -> int:
-        return self._keys.count(None)
+        return len(self._free)
 
     def beat(self) -> None:
         self.heartbeat = time.monotonic()
@@ -290,6 +294,7 @@ class SharedLedger(Ledger):
         self._block, self._number = block, number
         self._row = block.row(number)
         self._slots = block.slots(number)[:slots]
+        self._free = collections.deque(n for n, slot in enumerate(self._slots) if not slot.in_use)
 
     def note_served(self) -> None:
         self._row.served = 1
@@ -299,11 +304,12 @@ class SharedLedger(Ledger):
 
     def acquire_slot(self) -> Optional[int]:
         with self._lock:
-            for number, slot in enumerate(self._slots):
-                if not slot.in_use:
-                    slot.key_len, slot.unflushed, slot.in_use = 0, 0, 1
-                    return number
-            return None
+            if not self._free:
+                return None
+            number = self._free.popleft()
+            slot = self._slots[number]
+            slot.key_len, slot.unflushed, slot.in_use = 0, 0, 1
+            return number
 
     def label(self, slot: int, task_key: str) -> None:
         data = task_key.encode("utf-8")[:KEY_BYTES]
@@ -314,6 +320,8 @@ class SharedLedger(Ledger):
     def release_slot(self, slot: int) -> None:
         with self._lock:
             entry = self._slots[slot]
+            if entry.in_use:
+                self._free.append(slot)
             entry.in_use, entry.unflushed, entry.key_len = 0, 0, 0
 
     def add(self, slot: int, n: int) -> None:
@@ -328,7 +336,7 @@ class SharedLedger(Ledger):
         return self._slots[slot].unflushed
 
     def free_slots(self) -> int:
-        return sum(1 for slot in self._slots if not slot.in_use)
+        return len(self._free)
 
     def beat(self) -> None:
         self._row.heartbeat = time.monotonic()

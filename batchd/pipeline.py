@@ -137,6 +137,14 @@ class Pipeline:
             self._flush_now = True
             self._cond.notify_all()
 
+    def flush_when_idle(self) -> None:
+        """The worker has no task in hand and none to lease: what is buffered need not wait for
+        ITEM_FLUSH_INTERVAL (at a batch's end, its last tasks are written back at once)."""
+        with self._cond:
+            if self._buffer and not self._flush_now:
+                self._flush_now = True
+                self._cond.notify_all()
+
     def held_leases(self) -> list:
         """The leases to renew: every task not yet written back, but those TASK_TIMEOUT failed."""
         with self._cond:

@@ -40,7 +40,7 @@ from .loader import SpiderSource
 from .master import ProgressRate
 from .status import SnapshotPublisher, status_line, supervisor_ports
 from .systemd import Notifier, set_process_role, set_process_title, watchdog_usec
-from .worker import SLOTS_PER_THREAD, worker_token_prefix
+from .worker import ledger_slots, worker_token_prefix
 
 log = logging.getLogger("batchd.supervisor")
 
@@ -135,7 +135,7 @@ class Supervisor:
         workers = self.seats["worker"].wanted if "worker" in self.seats else None
         self.block = LedgerBlock(MASTER_ROWS if "master" in self.seats else 0,
                                  0 if workers is None else 2 * workers + SPARE_WORKER_ROWS,
-                                 settings.SPIDER_THREAD_COUNT * SLOTS_PER_THREAD)
+                                 ledger_slots(settings))
         log.info("supervising %s for namespace %r: %s; ledger of %d bytes (%d slots per worker)",
                  self.source.path, namespace, " + ".join(_count(s.wanted, r) for r, s in self.seats.items()),
                  self.block.size, self.block.slots_per_worker)
@@ -161,10 +161,11 @@ class Supervisor:
         wanted = settings.WORKERS if settings.WORKERS is not None else (os.cpu_count() or 1)
         if self.block is None:
             return wanted
-        slots = settings.SPIDER_THREAD_COUNT * SLOTS_PER_THREAD
+        slots = ledger_slots(settings)
         if slots > self.block.slots_per_worker:
-            log.warning("SPIDER_THREAD_COUNT=%d wants %d ledger slots per worker; the ledger made at start has %d "
-                        "(restart to grow it)", settings.SPIDER_THREAD_COUNT, slots, self.block.slots_per_worker)
+            log.warning("SPIDER_THREAD_COUNT=%d and ITEM_FLUSH_SIZE=%d want %d ledger slots per worker; the ledger "
+                        "made at start has %d (restart to grow it)", settings.SPIDER_THREAD_COUNT,
+                        settings.ITEM_FLUSH_SIZE, slots, self.block.slots_per_worker)
         room = self.block.worker_rows // 2
         if wanted > room:
             log.warning("WORKERS=%d does not fit the ledger made at start; running %d (restart to grow it)",

@@ -51,7 +51,8 @@ from .threads import Heart, check_in, guard, start_thread
 
 log = logging.getLogger("batchd.worker")
 
-SLOTS_PER_THREAD = 8         # tasks a thread may leave waiting for their items' flush
+SLOTS_PER_THREAD = 8         # tasks a thread may leave waiting for their items' flush, beyond a flush's worth
+FLUSH_SLOTS_MOST = 2048      # slots for a flush's worth of tasks, at most (each is 80 bytes of shared memory)
 IDLE_POLL_CAP = 0.1         # an idle thread looks for a task at least this often (prefetch.py: one round trip)
 WATCH_EVERY = 0.2            # the watching thread's rhythm: heartbeat, timeouts, the end
 EMPTY_WAKE_GAP = 5.0         # an idle worker reminds the master at most this often
@@ -113,6 +114,13 @@ def _outside_user_code(run: TaskRun):
             run.in_user_code = inside
 
 
+def ledger_slots(settings: Settings) -> int:
+    """Ledger slots of a worker: a task holds one from its lease until its items have landed. Enough for a
+    whole flush's worth of tasks (ITEM_FLUSH_SIZE, one item each) besides what the threads have in hand,
+    so threads do not stall for slots between two flushes."""
+    return settings.SPIDER_THREAD_COUNT * SLOTS_PER_THREAD + min(settings.ITEM_FLUSH_SIZE, FLUSH_SLOTS_MOST)
+
+
 class Worker:
     def __init__(self, spider, settings: Settings, layout: TaskLayout, store: BatchStore, leases: LeaseQueue,
                  wake: WakeChannel, seen: SeenFilter, namespaces: NamespaceRecord, tally: BatchTally, ledger=None,
@@ -121,7 +129,7 @@ class Worker:
         self.leases, self.wake, self.seen, self.namespaces, self.tally = leases, wake, seen, namespaces, tally
         self.name, self.keep_alive = name, keep_alive
         self.thread_count = settings.SPIDER_THREAD_COUNT
-        self.ledger = ledger or LocalLedger(self.thread_count * SLOTS_PER_THREAD)
+        self.ledger = ledger or LocalLedger(ledger_slots(settings))
         self.lease_seconds = settings.BATCH_LOST_TASK_STALE
         # Unique per worker (several may share a process), found by its process's prefix.
         self.token_prefix = f"{worker_token_prefix(os.getpid())}{uuid.uuid4().hex[:8]}:"
@@ -368,6 +376,8 @@ class Worker:
             self.watch.ok(self.leases.backend_name)
             if lease is None:
                 self.ledger.release_slot(slot)
+                if not self._in_hand:        # nothing left to wait for: the last items need not wait either
+                    self._pipeline.flush_when_idle()
                 self._wake_master_when_empty()
                 stop.wait(idle.next_delay())
                 continue

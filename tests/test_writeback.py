@@ -6,7 +6,13 @@ from harness import InProcessBatch, patrol_until, stays_true, wait_for
 from spiders.seed import CrawlTask
 
 P, D, R, F = TaskState.PENDING, TaskState.DONE, TaskState.PROCESSING, TaskState.FAILED
-HELD = {"ITEM_FLUSH_INTERVAL": 30.0, "ITEM_FLUSH_SIZE": 10000}   # items stay in the buffer
+HELD = {"ITEM_FLUSH_INTERVAL": 30.0, "ITEM_FLUSH_SIZE": 10000}   # items stay in the buffer...
+BUSY_SECONDS = 3     # ...while a thread is busy with task 1 (a worker with nothing in hand flushes at once)
+
+
+def tasks_beside_a_busy_one(backend, site, urls):
+    """Task 1 keeps a thread busy for BUSY_SECONDS; the others (ids 2, 3, ...) are `urls`."""
+    backend.create_tasks([site.url(f"/slow?seconds={BUSY_SECONDS}")] + urls)
 
 
 class NoItemSpider(CrawlTask):
@@ -42,7 +48,7 @@ def worker_of(batch):
 
 
 def test_done_waits_until_the_items_have_landed(backend, site):
-    backend.create_tasks([site.url(f"/page/{i}") for i in range(1, 6)])
+    tasks_beside_a_busy_one(backend, site, [site.url(f"/page/{i}") for i in range(1, 6)])
     with InProcessBatch(factory(backend, CrawlTask, **HELD)) as batch:
         worker = worker_of(batch)
         wait_for(lambda: worker.ledger.totals()["unflushed"] == 5, message="5 items buffered")
@@ -51,7 +57,7 @@ def test_done_waits_until_the_items_have_landed(backend, site):
                    explain=lambda: f"states {backend.states()}, items {backend.items()}")
         batch.stop("worker")                       # warm stop: flush, then write back
     assert set(backend.states().values()) == {D}
-    assert len(backend.items()) == 5
+    assert len(backend.items()) == 6
 
 
 def test_a_request_with_no_item_is_written_at_once(backend, site):
@@ -61,11 +67,11 @@ def test_a_request_with_no_item_is_written_at_once(backend, site):
 
 
 def test_a_failure_is_written_at_once_even_with_items_buffered(backend, site):
-    backend.create_tasks([site.url("/page/1")])
+    tasks_beside_a_busy_one(backend, site, [site.url("/page/1")])
     with InProcessBatch(factory(backend, FailWithItemSpider, **HELD)) as batch:
-        wait_for(lambda: backend.states()[1] == F, timeout=10, message="failed without a flush")
+        wait_for(lambda: backend.states()[2] == F, timeout=10, message="failed without a flush")
         assert worker_of(batch).ledger.totals()["unflushed"] == 1
-    assert len(backend.items()) == 1               # the item still landed at the warm stop
+    assert len(backend.items()) == 2               # the items still landed at the warm stop
 
 
 def test_update_task_outside_processing_is_written_at_once(backend):
@@ -122,3 +128,11 @@ def test_a_stopping_worker_gives_back_the_leases_it_took_ahead(backend, site):
         wait_for(lambda: leases.leased_count() == 0 and leases.known([str(i) for i in ahead]) == {str(i) for i in ahead},
                  timeout=10, message="the leases taken ahead given back, their tasks requeued and queued again")
         assert all(backend.states()[task_id] != D for task_id in ahead)
+
+
+def test_the_last_tasks_of_a_batch_are_flushed_without_waiting_for_the_flush_interval(backend, site):
+    backend.create_tasks([site.url(f"/page/{i}") for i in range(1, 6)])
+    with InProcessBatch(factory(backend, CrawlTask, ITEM_FLUSH_INTERVAL=30.0)):
+        wait_for(lambda: set(backend.states().values()) == {D}, timeout=5,
+                 message="every task done long before ITEM_FLUSH_INTERVAL=30 s: the queue ran dry, so they flushed")
+    assert len(backend.items()) == 5
