@@ -18,7 +18,7 @@ from .ports import LeaseQueue
 
 PREFETCH_MOST = 8      # leases per round trip, at most
 SHARE_OF_QUEUE = 16    # while the queue is short, take at most 1/16 of what is left in it
-EMPTY_RECHECK = 0.1    # s: after the queue was found empty, the worker's idle threads look again this often
+EMPTY_RECHECK = 0.05   # s: after the queue was found empty, the worker's idle threads look again this often
 
 
 class LeasePrefetch:

@@ -105,6 +105,7 @@ class Supervisor:
             loaded = self._load_spider()
             if loaded is not None:
                 self._begin(*loaded)
+                self._fill_seats(time.monotonic())     # the children start now, not after the loop's first TICK
                 while self.children or not self.stopping:
                     self._turn()
         except ConfigError as e:
