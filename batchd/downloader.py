@@ -12,6 +12,7 @@ the decoded body: a larger Content-Length fails before the body is read, and the
 read and decompressed here, in pieces, so that a compression bomb fails with
 `ResponseTooLarge` (not retried) once it has produced DOWNLOAD_MAXSIZE bytes.
 """
+import os
 import random
 import re
 import socket
@@ -22,6 +23,7 @@ from datetime import timezone
 from email.utils import parsedate_to_datetime
 from functools import cache
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 import requests
 import urllib3.exceptions
@@ -77,6 +79,7 @@ class Downloader:
         self._local = threading.local()
         self._sessions = []
         self._sessions_lock = threading.Lock()
+        self._proxies_by_origin: dict = {}     # what the environment says for each origin, read once
 
     def fetch(self, request):
         """The 2xx Response for `request`, or RequestFailed."""
@@ -133,7 +136,7 @@ class Downloader:
                 request.method, request.url, params=request.params, data=request.data,
                 json=request.json, headers=request.headers, cookies=request.cookies,
                 timeout=self.timeout if request.timeout is None else request.timeout,
-                allow_redirects=request.allow_redirects, proxies=request.proxies,
+                allow_redirects=request.allow_redirects, proxies=self._proxies_for(request),
                 verify=request.verify, auth=request.auth,
                 **{**request.kwargs, "stream": True, "hooks": _hooks_with(reader, request.kwargs.get("hooks"))})
         except Exception as exc:
@@ -169,8 +172,24 @@ class Downloader:
                 self._sessions.append(session)
         return session
 
+    def _proxies_for(self, request):
+        """The request's own proxies, else the environment's for its origin (HTTP_PROXY, NO_PROXY...), read
+        once per origin: the sessions do not read the environment on every request (trust_env off)."""
+        if request.proxies is not None:
+            return request.proxies
+        parts = urlsplit(request.url)
+        origin = f"{parts.scheme}://{parts.netloc}"
+        if origin not in self._proxies_by_origin:
+            self._proxies_by_origin[origin] = requests.utils.get_environ_proxies(origin)
+        return self._proxies_by_origin[origin]
+
     def _new_session(self):
         session = requests.Session()
+        # With trust_env, requests reads the environment (proxies, ~/.netrc, CA bundle) again for every
+        # request: about 4 % of a worker's CPU. Proxies are read once per origin (_proxies_for), the CA
+        # bundle here; ~/.netrc is not read (give a Request its auth).
+        session.trust_env = False
+        session.verify = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or True
         adapter = _TrackingAdapter(pool_connections=self.pool_size, pool_maxsize=self.pool_size)
         session.mount("http://", adapter)
         session.mount("https://", adapter)

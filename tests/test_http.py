@@ -521,3 +521,16 @@ def test_setting_the_encoding_decodes_the_body_again():
     assert response.css("p::text").get() == "caf\u00e9"
     response.encoding = "latin-1"
     assert response.css("p::text").get() == "caf\u00c3\u00a9"
+
+
+def test_the_environments_proxy_is_used_and_no_proxy_honoured(site, make_downloader, monkeypatch):
+    """Read once per origin (the sessions do not read the environment on every request)."""
+    from servers import spare_port
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{spare_port()}")     # nothing listens there
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    with pytest.raises(RequestFailed, match="(?i)proxy"):
+        make_downloader(max_retry_times=0).fetch(Request(site.url("/page/1")))
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    assert make_downloader(max_retry_times=0).fetch(Request(site.url("/page/1"))).status_code == 200
+    assert site.hits("/page/1") == 1
