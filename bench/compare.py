@@ -1,5 +1,6 @@
 """`python -m bench compare`: batchd against the bare loop, on one site and one task list, round by
 round. How to run it and what each figure means: bench/__main__.py."""
+import contextlib
 import os
 import re
 import shutil
@@ -75,24 +76,19 @@ class Servers:
         self.needed = any(c in ("baseline", "mysql") for c in contenders)
         self.db: Optional[BenchMariaDB] = None
         self.redis: Optional[PrivateRedis] = None
+        self._started: Optional[contextlib.ExitStack] = None
 
     def __enter__(self):
         if self.needed:
-            self.db = BenchMariaDB().__enter__()
-            try:
-                self.redis = PrivateRedis().__enter__()
-            except BaseException:
-                self.db.__exit__(*sys.exc_info())
-                raise
+            with contextlib.ExitStack() as stack:     # a server that fails to start stops the other
+                self.db = stack.enter_context(BenchMariaDB())
+                self.redis = stack.enter_context(PrivateRedis())
+                self._started = stack.pop_all()
         return self
 
     def __exit__(self, *exc_info):
-        try:
-            if self.redis is not None:
-                self.redis.__exit__(*exc_info)
-        finally:
-            if self.db is not None:
-                self.db.__exit__(*exc_info)
+        if self._started is not None:
+            self._started.__exit__(*exc_info)
 
     def cpu_seconds(self) -> float:
         return sum(cpu_seconds_of(server.process.pid) for server in (self.db, self.redis) if server is not None)

@@ -45,6 +45,7 @@ Other options: --monitor-interval (BATCH_MONITOR_INTERVAL, 1 s), --reset-chunk (
 --keep (keep the run's directory: the master's and the simulator's logs, the events, the slow log).
 """
 import argparse
+import contextlib
 import functools
 import json
 import logging
@@ -226,20 +227,15 @@ class MysqlPlace:
                                     f"{USERS['master']}")
 
     def __enter__(self):
-        self.db.__enter__()
-        try:
-            self.redis.__enter__()
+        with contextlib.ExitStack() as stack:     # a server that fails to start stops the other
+            stack.enter_context(self.db)
+            stack.enter_context(self.redis)
             self._create_database_and_users()
-        except BaseException:
-            self.db.__exit__(*sys.exc_info())
-            raise
+            self._started = stack.pop_all()
         return self
 
     def __exit__(self, *exc_info):
-        try:
-            self.redis.__exit__(*exc_info)
-        finally:
-            self.db.__exit__(*exc_info)
+        self._started.__exit__(*exc_info)
 
     def _create_database_and_users(self) -> None:
         conn = self.db.connect()
