@@ -44,6 +44,7 @@ ACCEPT_ENCODING = "gzip, deflate"  # what _decoded() decodes, within bounds; not
 WATCH_IDLE_TICK = 5.0          # the deadline thread looks at least this often, so it can check in
 WATCH_RECUT = 0.2              # a download cut while it had no socket (still connecting) is cut again this often
 CHECK_IN_SLACK = 5.0           # beyond a promised wait: scheduling delays on a loaded machine
+ORIGINS_REMEMBERED = 10000     # origins whose proxies from the environment are kept
 
 
 class DownloadTimeout(requests.Timeout):
@@ -179,9 +180,12 @@ class Downloader:
             return request.proxies
         parts = urlsplit(request.url)
         origin = f"{parts.scheme}://{parts.netloc}"
-        if origin not in self._proxies_by_origin:
-            self._proxies_by_origin[origin] = requests.utils.get_environ_proxies(origin)
-        return self._proxies_by_origin[origin]
+        proxies = self._proxies_by_origin.get(origin)
+        if proxies is None:
+            if len(self._proxies_by_origin) >= ORIGINS_REMEMBERED:     # a crawl of many hosts: memory stays flat
+                self._proxies_by_origin.clear()
+            proxies = self._proxies_by_origin[origin] = requests.utils.get_environ_proxies(origin)
+        return proxies
 
     def _new_session(self):
         session = requests.Session()
