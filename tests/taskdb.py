@@ -64,6 +64,9 @@ class MemoryBackend:
         from datetime import timedelta
         self._store.batches[-1].batch_date -= timedelta(days=days, hours=hours)
 
+    def reopen_last_batch(self):
+        self._store.batches[-1].is_done = False
+
 
 class MysqlBackend:
     kind = "mysql"
@@ -150,6 +153,9 @@ class MysqlBackend:
         self.sql(f"UPDATE `{self.table}_batch_record` SET `batch_date` = `batch_date` - INTERVAL %s HOUR "
                  "ORDER BY `id` DESC LIMIT 1", (days * 24 + hours,))
 
+    def reopen_last_batch(self):
+        self.sql(f"UPDATE `{self.table}_batch_record` SET `is_done` = 0 ORDER BY `id` DESC LIMIT 1")
+
 
 SQLITE_TASK_TABLE_DDL = """CREATE TABLE "{table}" (
   "id" INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -225,3 +231,14 @@ class SqliteBackend:
     def age_last_batch(self, days=0, hours=0):
         self.sql(f'UPDATE "{self.table}_batch_record" SET "batch_date" = datetime("batch_date", ?) '
                  f'WHERE "id" = (SELECT MAX("id") FROM "{self.table}_batch_record")', (f"-{days * 24 + hours} hours",))
+
+    def reopen_last_batch(self):
+        self.sql(f'UPDATE "{self.table}_batch_record" SET "is_done" = 0 '
+                 f'WHERE "id" = (SELECT MAX("id") FROM "{self.table}_batch_record")')
+
+
+def bring_back(backend, task_id):
+    """The task comes back in the same batch (reclaimed, say): pending again, and its batch open again if
+    it had closed meanwhile (a master closes a batch within a moment of its last write-back)."""
+    backend.set_state(task_id, 0)
+    backend.reopen_last_batch()

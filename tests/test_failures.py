@@ -5,6 +5,7 @@ import logging
 import batchd as mw
 from batchd.task import TaskState
 from harness import InProcessBatch, wait_for
+from taskdb import bring_back
 from spiders.seed import CrawlTask
 
 D, F = TaskState.DONE, TaskState.FAILED
@@ -63,7 +64,7 @@ def test_an_exception_in_a_callback_fails_the_task_and_names_it_with_its_traceba
     backend.create_tasks([site.url("/page/1"), site.url("/page/2")])
     with caplog.at_level(logging.ERROR, logger="batchd"):
         assert settle(backend, RaisingSpider) == {1: F, 2: D}
-        backend.set_state(1, TaskState.PENDING)            # the same task fails the same way again
+        bring_back(backend, 1)                             # the same task fails the same way again
         assert settle(backend, RaisingSpider) == {1: F, 2: D}
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert [r.getMessage() for r in errors] == ["task 1 failed: ValueError: no title here"] * 2

@@ -3,6 +3,7 @@ immediate cases do not wait; a task is done only with its items."""
 import batchd as mw
 from batchd.task import TaskState
 from harness import InProcessBatch, patrol_until, stays_true, wait_for
+from taskdb import bring_back
 from spiders.seed import CrawlTask
 
 P, D, R, F = TaskState.PENDING, TaskState.DONE, TaskState.PROCESSING, TaskState.FAILED
@@ -94,7 +95,7 @@ def test_a_rerun_in_the_same_batch_does_not_duplicate_items(backend, site):
     backend.create_tasks([site.url("/page/1")])
     with InProcessBatch(factory(backend, CrawlTask)):
         wait_for(lambda: backend.states()[1] == D, message="first run done")
-    backend.set_state(1, P)                        # the task comes back (say, reclaimed) in the same batch
+    bring_back(backend, 1)                         # the task comes back (say, reclaimed) in the same batch
     with InProcessBatch(factory(backend, CrawlTask)):
         wait_for(lambda: backend.states()[1] == D, message="second run done")
     assert len(backend.items()) == 1
