@@ -9,6 +9,7 @@ import sys
 from batchd.failed_items import FailedItemsFile
 from batchd.model import ItemRow
 from batchd.task import TaskState
+from taskdb import bring_back
 from harness import InProcessBatch, wait_for
 from spiders.seed import CrawlTask
 
@@ -53,7 +54,8 @@ def test_items_go_to_the_spiders_table_as_upserts(mysql_backend, site):
     mysql_backend.create_tasks([site.url("/page/1"), site.url("/page/2")])
     mysql_backend.sql(ITEM_TABLE.replace("NOT NULL,\n  PRIMARY", "NOT NULL DEFAULT '',\n  PRIMARY"))
     run_until_settled(mysql_backend, ColumnsSpider)
-    mysql_backend.sql("UPDATE `crawl_task` SET `batch_status` = 0")
+    for task_id in (1, 2):
+        bring_back(mysql_backend, task_id)
     run_until_settled(mysql_backend, ColumnsSpider)     # the re-run updates the same rows
     rows = mysql_backend.sql("SELECT `url`, `title` FROM `crawl_item` ORDER BY `url`")
     assert rows == ((site.url("/page/1"), "Title 1"), (site.url("/page/2"), "Title 2"))
