@@ -21,6 +21,7 @@ A warm stop ends when every child has exited: each worker finishes its tasks, fl
 writes back, so the ledger reaches 0; what a child still held when it ended is logged.
 """
 import collections
+import gc
 import json
 import logging
 import multiprocessing
@@ -105,6 +106,10 @@ class Supervisor:
             loaded = self._load_spider()
             if loaded is not None:
                 self._begin(*loaded)
+                # What the supervisor holds now (its modules above all) lives as long as it does: out of the
+                # collector's reach, a child's collections do not write to (and copy) those shared pages, and
+                # the exit does not walk them (0.1 s of a 0.4 s `batchd run --once` of a small batch).
+                gc.freeze()
                 self._fill_seats(time.monotonic())     # the children start now, not after the loop's first TICK
                 while self.children or not self.stopping:
                     self._turn()

@@ -19,6 +19,8 @@ The bare loop and batchd's spider (bench/spider.py) parse the same fields (bench
 store one item per page in the same table (batchd's default item table, `crawl_task_item`). Each
 run starts on a fresh database (or file) holding N pending tasks; it is timed from its process's
 start to its exit, then read back: N tasks done and N items stored, or the bench fails loudly.
+Before the first run the bench byte-compiles batchd/ and bench/ (as installing the package does):
+a checkout run with PYTHONDONTWRITEBYTECODE would otherwise compile them at each start.
 
 The site (bench/site.py): documentation-like pages of about 95 KB (head with meta, link and script
 tags, a nav of 100 links, headings, 30 to 60 paragraphs with inline markup, code blocks, a table, a
@@ -38,8 +40,12 @@ The columns (medians over the rounds; peaks for memory):
 - x bare loop: the median of each round's ratio to the bare loop's run of the same configuration;
 - CPU ms/task: user + system CPU of the contender's whole process tree (os.wait4's rusage of its root,
   which holds every child it reaped) / N; cores busy: the same CPU / the run's time (2.0 would be
-  both cores of a 2-core machine all the time: below that, the tree waited);
-- DB servers CPU ms/task: the private mariadbd's and redis-server's CPU during the run / N;
+  both cores of a 2-core machine all the time: below that, the tree waited); the JSON also has it by
+  role (`cpu_worker_ms_per_task`: every worker, or the bare loop's processes; `cpu_master_ms_per_task`,
+  `cpu_supervisor_ms_per_task`), from /proc at the last sample of each process (so short of its last
+  0.2 s);
+- DB servers CPU ms/task: the private mariadbd's and redis-server's CPU during the run / N; the JSON
+  also has each server's alone (`mariadbd_cpu_us_per_task`, `redis_cpu_us_per_task`, microseconds);
 - Redis round trips/task: requests the private Redis answered (INFO `total_writes_processed`: a
   command, a pipeline or a Lua script is one) / N; the JSON also has `redis_commands_per_task`
   (`total_commands_processed`, which counts each redis.call() inside a script);

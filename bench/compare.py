@@ -1,5 +1,6 @@
 """`python -m bench compare`: batchd against the bare loop, on one site and one task list, round by
 round. How to run it and what each figure means: bench/__main__.py."""
+import compileall
 import contextlib
 import os
 import re
@@ -90,8 +91,10 @@ class Servers:
         if self._started is not None:
             self._started.__exit__(*exc_info)
 
-    def cpu_seconds(self) -> float:
-        return sum(cpu_seconds_of(server.process.pid) for server in (self.db, self.redis) if server is not None)
+    def cpu_seconds(self) -> dict:
+        """CPU seconds so far of each private server, by name (mariadbd, redis)."""
+        servers = {"mariadbd": self.db, "redis": self.redis}
+        return {name: cpu_seconds_of(server.process.pid) for name, server in servers.items() if server is not None}
 
     def describe(self) -> dict:
         if not self.needed:
@@ -252,7 +255,11 @@ class ServerCounters:
                        "cpu": self.servers.cpu_seconds() if self.servers else None}
 
     def finish(self) -> dict:
-        counted: dict = {"cpu": self.servers.cpu_seconds() - self.before["cpu"] if self.servers else None}
+        counted: dict = {"cpu": None}
+        if self.servers:
+            now = self.servers.cpu_seconds()
+            counted["cpu_by_server"] = {name: now[name] - self.before["cpu"][name] for name in now}
+            counted["cpu"] = sum(counted["cpu_by_server"].values())
         if self.redis:
             counted.update(RedisCounters.delta(self.before["redis"], self.redis.read()))
         if self.mysql:
@@ -278,10 +285,11 @@ def figures_of(run: Run, contender: Contender, config: Config, stored: dict, cou
         "elapsed_s": elapsed, "tasks_per_s": tasks / elapsed,
         "cpu_ms_per_task": per_task(run.cpu_seconds, 1000), "cpu_cores_busy": run.cpu_seconds / elapsed,
         "db_cpu_ms_per_task": per_task(counted["cpu"], 1000),
+        **{f"{name}_cpu_us_per_task": per_task(seconds, 1e6) for name, seconds in counted.get("cpu_by_server", {}).items()},
         "redis_round_trips_per_task": per_task(counted.get("round_trips")),
         "redis_commands_per_task": per_task(counted.get("commands")),
         "mysql_statements_per_task": per_task(counted.get("statements")),
-        **rss_by_role(run, contender.root_role),
+        **by_role(run, contender.root_role, tasks),
         "batch_opened_s": between(run.started, opened),
         "first_fetch_s": between(run.started, first_hit),
         "last_done_after_last_fetch_s": between(last_hit, last_done),
@@ -290,22 +298,30 @@ def figures_of(run: Run, contender: Contender, config: Config, stored: dict, cou
     }
 
 
-def rss_by_role(run: Run, root_role: str) -> dict:
-    """Peak resident MB of the tree's processes by role: the workers (the most of any one), the master,
-    the supervisor. batchd's children are told apart by their process titles; the probe is left out."""
+def by_role(run: Run, root_role: str, tasks: int) -> dict:
+    """Per role (the workers, the master, the supervisor): the peak resident MB of the largest process,
+    and the CPU ms per task of all its processes, sampled (tree.cpu). batchd's children are told apart
+    by their process titles; the probe is left out."""
     peaks = {"worker": 0, "master": 0, "supervisor": 0}
+    cpu = dict.fromkeys(peaks, 0.0)
     for pid, peak in run.tree.peak.items():
-        title = run.tree.title.get(pid, "")
-        if pid == run.tree.root:
-            role = root_role
-        elif title.startswith("batchd: probe"):
+        role = _role_of(run.tree, pid, root_role)
+        if role is None:
             continue
-        elif title.startswith("batchd: master"):
-            role = "master"
-        else:
-            role = "worker"
         peaks[role] = max(peaks[role], peak)
-    return {f"rss_{role}_mb": (peak / MB if peak else None) for role, peak in peaks.items()}
+        cpu[role] += run.tree.cpu.get(pid, 0.0)
+    return {**{f"rss_{role}_mb": (peak / MB if peak else None) for role, peak in peaks.items()},
+            **{f"cpu_{role}_ms_per_task": (seconds * 1000 / tasks if peaks[role] else None)
+               for role, seconds in cpu.items()}}
+
+
+def _role_of(tree, pid: int, root_role: str) -> Optional[str]:
+    title = tree.title.get(pid, "")
+    if pid == tree.root:
+        return root_role
+    if title.startswith("batchd: probe"):
+        return None
+    return "master" if title.startswith("batchd: master") else "worker"
 
 
 # -- the sitting
@@ -321,6 +337,7 @@ def compare(args) -> dict:
     workdir = tempfile.mkdtemp(prefix="bench-compare-")
     results: dict = {}
     version_at_start = batchd_version()
+    byte_compile()
     try:
         with open_site(args.site, max(c.tasks for c in configs)) as site, Servers(contenders) as servers:
             say(f"site: {site.describe()}")
@@ -343,6 +360,15 @@ def compare(args) -> dict:
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return report
+
+
+def byte_compile() -> None:
+    """Compile batchd's and the bench's modules once, as installing does (dh_python3's py3compile for
+    the Debian package, pip for a wheel; the site's libraries were compiled so): an editable checkout
+    run with PYTHONDONTWRITEBYTECODE would otherwise compile them at every start (about 0.17 s)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for package in ("batchd", "bench", os.path.join("tests", "spiders")):
+        compileall.compile_dir(os.path.join(root, package), quiet=1)
 
 
 def rotated(contenders: list, round_no: int) -> list:
@@ -383,7 +409,9 @@ def environment(servers: Servers, args, version_at_start: str) -> dict:
 
 # -- the figures
 MEDIANS = ("cpu_ms_per_task", "cpu_cores_busy", "db_cpu_ms_per_task", "redis_round_trips_per_task",
-           "redis_commands_per_task", "mysql_statements_per_task", "batch_opened_s", "first_fetch_s",
+           "redis_commands_per_task", "mysql_statements_per_task",
+           "mariadbd_cpu_us_per_task", "redis_cpu_us_per_task",
+           "cpu_worker_ms_per_task", "cpu_master_ms_per_task", "cpu_supervisor_ms_per_task", "batch_opened_s", "first_fetch_s",
            "last_done_after_last_fetch_s", "close_delay_s", "exit_after_last_done_s")
 PEAKS = ("rss_worker_mb", "rss_master_mb", "rss_supervisor_mb")
 
@@ -408,7 +436,7 @@ def rows_of(results: dict, contenders: list, configs: list) -> list:
                    "threads": config.threads, "tasks": config.tasks, "small": config.small,
                    "tasks_per_s": {"median": statistics.median(speeds), "min": min(speeds), "max": max(speeds)},
                    "ratio_to_baseline": median_of(ratios)}
-            row.update({name_: median_of(r[name_] for r in rounds) for name_ in MEDIANS})
+            row.update({name_: median_of(r.get(name_) for r in rounds) for name_ in MEDIANS})
             row.update({name_: max((r[name_] for r in rounds if r[name_] is not None), default=None)
                         for name_ in PEAKS})
             row["every_task_done_and_stored"] = all(r["done"] == r["items"] == config.tasks for r in rounds)

@@ -5,7 +5,7 @@
   os.wait4, whose rusage is the CPU of the whole tree (every child the tree reaped counts in its
   parent's, and so up to the root); and, every SAMPLE_EVERY seconds, the resident set of every
   process of the tree (/proc/<pid>/statm's resident pages: the VmRSS of /proc/<pid>/status, cheaper
-  to read), kept per process with its last process title;
+  to read) and its CPU so far (/proc/<pid>/stat), kept per process with its last process title;
 - `RedisCounters`, `MysqlCounters`: the private servers' own counters, read before and after;
 - `cpu_seconds_of`: a server's CPU (user + system) from /proc, to see what a contender costs the
   servers it talks to.
@@ -22,7 +22,8 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 class ProcessTree:
-    """The processes under `root` (the root too): peak resident bytes and last title per pid.
+    """The processes under `root` (the root too): peak resident bytes, CPU seconds at the last sample
+    (short of a process's last SAMPLE_EVERY) and last title per pid.
     Children are found through each process's parent in /proc/<pid>/stat; only pids above the root's
     are read, since a child's pid is allocated after its parent's (this kernel has no
     /proc/<pid>/task/<tid>/children), which keeps a sample to a few small reads."""
@@ -30,20 +31,22 @@ class ProcessTree:
     def __init__(self, root: int):
         self.root = root
         self.peak: dict = {}       # pid -> bytes
+        self.cpu: dict = {}        # pid -> user + system seconds
         self.title: dict = {}      # pid -> cmdline as ps shows it (setproctitle's title, if any)
 
     def sample(self) -> None:
-        parents = {}
+        parents, cpu = {}, {}
         for name in os.listdir("/proc"):
             if name.isdigit() and int(name) >= self.root:
-                parent = _parent_of(int(name))
-                if parent is not None:
-                    parents[int(name)] = parent
+                fields = _stat_fields(int(name))
+                if fields is not None:
+                    parents[int(name)], cpu[int(name)] = int(fields[1]), _cpu_seconds(fields)
         for pid in self._descendants(parents):
             resident = _resident_bytes(pid)
             if resident is None:
                 continue
             self.peak[pid] = max(self.peak.get(pid, 0), resident)
+            self.cpu[pid] = cpu[pid]
             title = _title_of(pid)
             if title:
                 self.title[pid] = title
@@ -65,12 +68,17 @@ def _read(path: str) -> Optional[str]:
         return None
 
 
-def _parent_of(pid: int) -> Optional[int]:
+def _stat_fields(pid: int) -> Optional[list]:
+    """/proc/<pid>/stat's fields from the state on (field 3): [0] state, [1] parent, [11] utime..."""
     stat = _read(f"/proc/{pid}/stat")
     if not stat:
         return None
     # The command name may hold spaces and parentheses: the fields after the last ')' are plain.
-    return int(stat.rsplit(")", 1)[1].split()[1])
+    return stat.rsplit(")", 1)[1].split()
+
+
+def _cpu_seconds(fields: list) -> float:
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS      # utime, stime: fields 14 and 15
 
 
 def _resident_bytes(pid: int) -> Optional[int]:
@@ -85,11 +93,8 @@ def _title_of(pid: int) -> str:
 
 def cpu_seconds_of(pid: int) -> float:
     """User + system CPU of a process (all its threads), from /proc/<pid>/stat."""
-    stat = _read(f"/proc/{pid}/stat")
-    if not stat:
-        return 0.0
-    fields = stat.rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS      # utime, stime: fields 14 and 15
+    fields = _stat_fields(pid)
+    return _cpu_seconds(fields) if fields else 0.0
 
 
 class Run:
