@@ -51,7 +51,12 @@ The columns (medians over the rounds; peaks for memory):
   (`total_commands_processed`, which counts each redis.call() inside a script);
 - MySQL statements/task: the private mariadbd's `Questions` (statements sent by clients) / N;
 - peak RSS MB: the resident set of every process of the tree, sampled every 0.2 s from /proc: the
-  largest worker, the master (the bare loop's parent), batchd's supervisor;
+  largest worker, the master (the bare loop's parent), batchd's supervisor (the JSON has the peak
+  PSS and private set of each role too);
+- worker peak PSS / private MB: of the same largest worker (the bare loop's largest process), from
+  /proc/<pid>/smaps_rollup: its proportional set (each page it shares with the other processes of
+  the tree, the modules its parent loaded before the fork above all, counted divided by their
+  sharers) and its private set (Private_Clean + Private_Dirty: what it alone holds);
 - batch opened s (batchd): from the process's start to the master's `batch N opened` line, stamped
   as it came out of the pipe;
 - first fetch s: from the process's start to the site's first page hit;

@@ -299,19 +299,22 @@ def figures_of(run: Run, contender: Contender, config: Config, stored: dict, cou
 
 
 def by_role(run: Run, root_role: str, tasks: int) -> dict:
-    """Per role (the workers, the master, the supervisor): the peak resident MB of the largest process,
-    and the CPU ms per task of all its processes, sampled (tree.cpu). batchd's children are told apart
-    by their process titles; the probe is left out."""
-    peaks = {"worker": 0, "master": 0, "supervisor": 0}
-    cpu = dict.fromkeys(peaks, 0.0)
-    for pid, peak in run.tree.peak.items():
-        role = _role_of(run.tree, pid, root_role)
+    """Per role (the workers, the master, the supervisor): the peak resident, proportional and private
+    MB of the largest process, and the CPU ms per task of all its processes, sampled (tree.cpu).
+    batchd's children are told apart by their process titles; the probe is left out."""
+    tree = run.tree
+    peaks = {measure: {"worker": 0, "master": 0, "supervisor": 0} for measure in ("rss", "pss", "uss")}
+    cpu = {"worker": 0.0, "master": 0.0, "supervisor": 0.0}
+    for pid in tree.peak:
+        role = _role_of(tree, pid, root_role)
         if role is None:
             continue
-        peaks[role] = max(peaks[role], peak)
-        cpu[role] += run.tree.cpu.get(pid, 0.0)
-    return {**{f"rss_{role}_mb": (peak / MB if peak else None) for role, peak in peaks.items()},
-            **{f"cpu_{role}_ms_per_task": (seconds * 1000 / tasks if peaks[role] else None)
+        for measure, sampled in (("rss", tree.peak), ("pss", tree.peak_pss), ("uss", tree.peak_uss)):
+            peaks[measure][role] = max(peaks[measure][role], sampled.get(pid, 0))
+        cpu[role] += tree.cpu.get(pid, 0.0)
+    return {**{f"{measure}_{role}_mb": (peak / MB if peak else None)
+               for measure, by in peaks.items() for role, peak in by.items()},
+            **{f"cpu_{role}_ms_per_task": (seconds * 1000 / tasks if peaks["rss"][role] else None)
                for role, seconds in cpu.items()}}
 
 
@@ -413,7 +416,7 @@ MEDIANS = ("cpu_ms_per_task", "cpu_cores_busy", "db_cpu_ms_per_task", "redis_rou
            "mariadbd_cpu_us_per_task", "redis_cpu_us_per_task",
            "cpu_worker_ms_per_task", "cpu_master_ms_per_task", "cpu_supervisor_ms_per_task", "batch_opened_s", "first_fetch_s",
            "last_done_after_last_fetch_s", "close_delay_s", "exit_after_last_done_s")
-PEAKS = ("rss_worker_mb", "rss_master_mb", "rss_supervisor_mb")
+PEAKS = tuple(f"{measure}_{role}_mb" for measure in ("rss", "pss", "uss") for role in ("worker", "master", "supervisor"))
 
 
 def median_of(values) -> Optional[float]:
@@ -451,7 +454,7 @@ def number(value, digits: int = 1) -> str:
 
 COLUMNS = ("contender", "config", "tasks", "tasks/s median (min–max)", "× bare loop", "CPU ms/task", "cores busy",
            "DB servers CPU ms/task", "Redis round trips/task", "MySQL statements/task",
-           "peak RSS MB worker / master / supervisor", "batch opened s", "first fetch s",
+           "peak RSS MB worker / master / supervisor", "worker peak PSS / private MB", "batch opened s", "first fetch s",
            "last fetch → last write-back s", "close delay s", "exit after last write-back s")
 
 
@@ -467,12 +470,13 @@ def markdown(report: dict) -> str:
              "", "| " + " | ".join(COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
     for row in report["rows"]:
         speed = row["tasks_per_s"]
-        rss = " / ".join(number(row[k], 0) for k in PEAKS)
+        rss = " / ".join(number(row[f"rss_{role}_mb"], 0) for role in ("worker", "master", "supervisor"))
+        shares = f"{number(row['pss_worker_mb'], 0)} / {number(row['uss_worker_mb'], 0)}"
         cells = (row["title"], row["config"], f"{row['tasks']:,}",
                  f"{speed['median']:,.0f} ({speed['min']:,.0f}–{speed['max']:,.0f})",
                  number(row["ratio_to_baseline"], 2), number(row["cpu_ms_per_task"]), number(row["cpu_cores_busy"], 2),
                  number(row["db_cpu_ms_per_task"]), number(row["redis_round_trips_per_task"], 2),
-                 number(row["mysql_statements_per_task"], 2), rss, number(row["batch_opened_s"], 2),
+                 number(row["mysql_statements_per_task"], 2), rss, shares, number(row["batch_opened_s"], 2),
                  number(row["first_fetch_s"], 2), number(row["last_done_after_last_fetch_s"], 2),
                  number(row["close_delay_s"], 2), number(row["exit_after_last_done_s"], 2))
         lines.append("| " + " | ".join(cells) + " |")

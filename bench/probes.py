@@ -5,7 +5,9 @@
   os.wait4, whose rusage is the CPU of the whole tree (every child the tree reaped counts in its
   parent's, and so up to the root); and, every SAMPLE_EVERY seconds, the resident set of every
   process of the tree (/proc/<pid>/statm's resident pages: the VmRSS of /proc/<pid>/status, cheaper
-  to read) and its CPU so far (/proc/<pid>/stat), kept per process with its last process title;
+  to read), its proportional and its private set (/proc/<pid>/smaps_rollup: Pss, and Private_Clean +
+  Private_Dirty, what the process holds alone) and its CPU so far (/proc/<pid>/stat), kept per process
+  with its last process title;
 - `RedisCounters`, `MysqlCounters`: the private servers' own counters, read before and after;
 - `cpu_seconds_of`: a server's CPU (user + system) from /proc, to see what a contender costs the
   servers it talks to.
@@ -32,6 +34,8 @@ class ProcessTree:
         self.root = root
         self.peak: dict = {}       # pid -> bytes
         self.cpu: dict = {}        # pid -> user + system seconds
+        self.peak_pss: dict = {}   # pid -> bytes: shared pages count divided by their sharers
+        self.peak_uss: dict = {}   # pid -> bytes: the pages no other process maps
         self.title: dict = {}      # pid -> cmdline as ps shows it (setproctitle's title, if any)
 
     def sample(self) -> None:
@@ -47,6 +51,9 @@ class ProcessTree:
                 continue
             self.peak[pid] = max(self.peak.get(pid, 0), resident)
             self.cpu[pid] = cpu[pid]
+            pss, uss = _proportional_and_private_bytes(pid)
+            self.peak_pss[pid] = max(self.peak_pss.get(pid, 0), pss)
+            self.peak_uss[pid] = max(self.peak_uss.get(pid, 0), uss)
             title = _title_of(pid)
             if title:
                 self.title[pid] = title
@@ -84,6 +91,14 @@ def _cpu_seconds(fields: list) -> float:
 def _resident_bytes(pid: int) -> Optional[int]:
     statm = _read(f"/proc/{pid}/statm")
     return int(statm.split()[1]) * PAGE_SIZE if statm else None
+
+
+def _proportional_and_private_bytes(pid: int) -> tuple:
+    fields = {}
+    for line in (_read(f"/proc/{pid}/smaps_rollup") or "").splitlines()[1:]:
+        name, _, value = line.partition(":")
+        fields[name] = int(value.split()[0]) * 1024 if value.strip() else 0
+    return fields.get("Pss", 0), fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0)
 
 
 def _title_of(pid: int) -> str:
