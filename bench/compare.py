@@ -91,10 +91,10 @@ class Servers:
         if self._started is not None:
             self._started.__exit__(*exc_info)
 
-    def cpu_seconds(self) -> dict:
-        """CPU seconds so far of each private server, by name (mariadbd, redis)."""
+    def cpu_seconds(self, names) -> dict:
+        """CPU seconds so far of the private servers named (mariadbd, redis)."""
         servers = {"mariadbd": self.db, "redis": self.redis}
-        return {name: cpu_seconds_of(server.process.pid) for name, server in servers.items() if server is not None}
+        return {name: cpu_seconds_of(servers[name].process.pid) for name in names}
 
     def describe(self) -> dict:
         if not self.needed:
@@ -249,17 +249,18 @@ class ServerCounters:
         servers = contender.servers
         self.redis = RedisCounters(servers.redis.url()) if contender.name == "mysql" else None
         self.mysql = MysqlCounters(servers.db.connect) if contender.store_kind == "mysql" else None
-        self.servers = servers if contender.store_kind == "mysql" else None
+        # The servers this contender talks to: MariaDB unless on SQLite, Redis only for batchd on MySQL.
+        self.used = [name for name, used in (("mariadbd", contender.store_kind == "mysql"), ("redis", self.redis))
+                     if used]
+        self.servers = servers
         self.before = {"redis": self.redis.read() if self.redis else None,
                        "mysql": self.mysql.read() if self.mysql else None,
-                       "cpu": self.servers.cpu_seconds() if self.servers else None}
+                       "cpu": servers.cpu_seconds(self.used)}
 
     def finish(self) -> dict:
-        counted: dict = {"cpu": None}
-        if self.servers:
-            now = self.servers.cpu_seconds()
-            counted["cpu_by_server"] = {name: now[name] - self.before["cpu"][name] for name in now}
-            counted["cpu"] = sum(counted["cpu_by_server"].values())
+        now = self.servers.cpu_seconds(self.used)
+        counted: dict = {"cpu_by_server": {name: now[name] - self.before["cpu"][name] for name in now}}
+        counted["cpu"] = sum(counted["cpu_by_server"].values()) if self.used else None
         if self.redis:
             counted.update(RedisCounters.delta(self.before["redis"], self.redis.read()))
         if self.mysql:

@@ -32,6 +32,9 @@ def test_the_comparison_runs_every_contender_on_the_same_tasks():
         assert row["ratio_to_baseline"] > 0, name
         assert row["cpu_ms_per_task"] > 0 and row["cpu_cores_busy"] > 0, name
         assert row["rss_worker_mb"] > 0 and row["rss_master_mb"] > 0, name
+        # A worker's proportional set is at most its resident set, and its private set at most the former.
+        assert 0 < row["uss_worker_mb"] <= row["pss_worker_mb"] <= row["rss_worker_mb"], name
+        assert 0 < row["cpu_worker_ms_per_task"] <= row["cpu_ms_per_task"], name
         assert row["first_fetch_s"] > 0 and row["last_done_after_last_fetch_s"] is not None, name
         assert row["exit_after_last_done_s"] >= 0, name
     assert rows["baseline"]["ratio_to_baseline"] == 1.0
@@ -43,5 +46,7 @@ def test_the_comparison_runs_every_contender_on_the_same_tasks():
         assert rows[name]["rss_supervisor_mb"] > 0 and rows[name]["close_delay_s"] >= 0, name
         assert 0 < rows[name]["batch_opened_s"] < rows[name]["first_fetch_s"], name
     assert rows["mysql"]["redis_round_trips_per_task"] > 0 and rows["mysql"]["mysql_statements_per_task"] > 0
+    assert rows["mysql"]["redis_cpu_us_per_task"] > 0 and rows["mysql"]["mariadbd_cpu_us_per_task"] > 0
+    assert rows["baseline"]["mariadbd_cpu_us_per_task"] > 0 and rows["sqlite"]["mariadbd_cpu_us_per_task"] is None
     assert rows["baseline"]["mysql_statements_per_task"] > 0 and rows["baseline"]["redis_round_trips_per_task"] is None
     assert rows["sqlite"]["mysql_statements_per_task"] is None and rows["sqlite"]["redis_round_trips_per_task"] is None
