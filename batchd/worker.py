@@ -135,7 +135,11 @@ class Worker:
         self.token_prefix = f"{worker_token_prefix(os.getpid())}{uuid.uuid4().hex[:8]}:"
         self._lease_numbers = itertools.count(1)
         self.prefetch = LeasePrefetch(leases, self.lease_seconds, self._next_token, self.ledger.free_slots)
-        self._low_water = max(1, settings.BATCH_PUSH_LIMIT // 4)
+        # The master is woken to refill once half the queue is leased: its refill of that half (about 10 us
+        # a task) is done before workers lease the other half unless they outrun the master itself. At a
+        # quarter, the refill of three quarters had to beat the last quarter: workers waited past about a
+        # third of the master's rate.
+        self._low_water = max(1, settings.BATCH_PUSH_LIMIT // 2)
         self._last_empty_wake = 0.0
         self._leasing = threading.Event()
         self._in_hand: dict = {}                # fetch thread ident -> the TaskRun it is processing

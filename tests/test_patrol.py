@@ -1,5 +1,6 @@
 """Each step of the master's patrol, on every store (SPEC Part 1 "One patrol", Part 3 "Batches")."""
 import logging
+import threading
 from datetime import datetime
 
 import pytest
@@ -8,7 +9,8 @@ from batchd.lifecycle import StopFlag
 from batchd.schedule import next_due
 from batchd.model import BatchRecord
 from batchd.task import TaskState
-from harness import make_master, patrol_until, work_off
+from harness import InProcessBatch, make_master, patrol_until, stays_true, wait_for, work_off
+from spiders.seed import CrawlTask
 
 P, D, R, F = TaskState.PENDING, TaskState.DONE, TaskState.PROCESSING, TaskState.FAILED
 
@@ -172,3 +174,37 @@ def spy_on_resets_and_claims(master, calls: list) -> None:
 ])
 def test_next_batch_is_due_by_calendar(opened, interval, unit, due):
     assert next_due(BatchRecord(id=1, batch_date=opened), interval, unit) == due
+
+
+class HeldSpider(CrawlTask):
+    """Each callback waits for the test's word: the worker's threads hold their leases meanwhile."""
+    go_on = threading.Event()
+
+    def parse(self, request, response, task):
+        self.go_on.wait(30)
+        yield from super().parse(request, response, task)
+
+
+def test_a_worker_wakes_the_master_once_half_the_queue_is_leased(backend, site):
+    backend.create_tasks([site.url(f"/page/{i}") for i in range(1, 21)])
+    master, _ = make_master(backend, BATCH_PUSH_LIMIT=20)
+    queue, wake = master.leases, master.wake
+    patrol_until(master, lambda: queue.pending_count() == 20, message="the batch's 20 tasks in the queue")
+    while wake.wait_for_wake(0):
+        pass                     # the wake-ups before the workers' are not this test's
+    HeldSpider.go_on.clear()
+
+    def spider(threads):
+        return lambda: HeldSpider(batch_store=backend.store(),
+                                  settings=backend.settings(BATCH_PUSH_LIMIT=20, SPIDER_THREAD_COUNT=threads))
+
+    with InProcessBatch(spider(9), master=False) as batch:
+        try:
+            wait_for(lambda: queue.pending_count() == 11, message="9 tasks leased, one per thread")
+            stays_true(lambda: not wake.wait_for_wake(0), 0.5, message="no wake-up with 11 of 20 left")
+            batch.spider_factory = spider(1)
+            batch.start_worker("worker 10")
+            wait_for(lambda: queue.pending_count() <= 10, message="the tenth lease")
+            assert wake.wait_for_wake(5), "the lease that left 10 of 20 woke the master"
+        finally:
+            HeldSpider.go_on.set()
