@@ -15,9 +15,10 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from http.cookiejar import CookieJar
 from typing import IO, TYPE_CHECKING, Any, Optional, Union, overload
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
 
 import parsel
+from w3lib.html import get_base_url
 from requests.compat import chardet  # whichever detector requests uses; may be None
 
 if TYPE_CHECKING:
@@ -27,8 +28,10 @@ if TYPE_CHECKING:
 
 # What a callback produces: nothing, or (yields) items (mappings) and further Requests; None is skipped.
 Produced = Optional[Iterable[Union["Request", Mapping[str, Any], None]]]
-# A callback: a callable taking (request, response, task), or the name of a method of the spider.
-Callback = Callable[["Request", "Response", dict[str, Any]], Produced]
+# A callback: a callable taking (request, response, task, **cb_kwargs), or the name of a method of the spider.
+Callback = Callable[..., Produced]
+# An errback: a callable taking (request, response_or_exception, task), or the name of a method of the spider.
+Errback = Callable[["Request", Union["Response", Exception], dict[str, Any]], Produced]
 # Query parameters or form fields, as requests takes them.
 Fields = Union[Mapping[str, Any], Sequence[tuple[str, Any]], str, bytes]
 Auth = Union[tuple[str, str], "AuthBase", Callable[[Any], Any]]
@@ -55,9 +58,14 @@ class Request:
                  timeout: Optional[Timeout] = None, allow_redirects: bool = True,
                  proxies: Optional[Mapping[str, str]] = None, verify: Union[bool, str] = True,
                  auth: Optional[Auth] = None, max_retry_times: Optional[int] = None, dont_filter: bool = False,
+                 errback: Union[Errback, str, None] = None, cb_kwargs: Optional[dict[str, Any]] = None,
                  **kwargs: Any) -> None:
+        """`errback` is called instead of the spider's failed_request when this request fails for good
+        (retries spent, or not retryable); `cb_kwargs` are passed to the callback as keyword arguments."""
         self.url = url
         self.callback = callback
+        self.errback = errback
+        self.cb_kwargs = {} if cb_kwargs is None else cb_kwargs
         self.method = method.upper()
         self.headers = headers
         self.params = params
@@ -73,6 +81,14 @@ class Request:
         self.max_retry_times = max_retry_times
         self.dont_filter = dont_filter
         self.kwargs = kwargs  # passed through to requests.Session.request (files, cert...)
+
+    def replace(self, **changes: Any) -> Request:
+        """A copy of this request with `changes` (any argument of Request). Its meta and cb_kwargs are
+        copies too: changing them leaves this request's alone."""
+        arguments = {name: getattr(self, name) for name in REQUEST_ARGUMENTS}
+        arguments.update(meta=dict(self.meta), cb_kwargs=dict(self.cb_kwargs), **self.kwargs)
+        arguments.update(changes)
+        return Request(**arguments)
 
     def fingerprint(self) -> str:
         """A sha1 hex digest that is equal for requests that would fetch the same thing."""
@@ -100,6 +116,14 @@ class Request:
 
     def __repr__(self) -> str:
         return f"<Request {self.method} {self.url}>"
+
+
+REQUEST_ARGUMENTS = ("url", "callback", "method", "headers", "params", "data", "json", "cookies", "meta", "timeout",
+                     "allow_redirects", "proxies", "verify", "auth", "max_retry_times", "dont_filter", "errback",
+                     "cb_kwargs")
+# Where an element keeps the URL response.follow() takes from it.
+URL_ATTRIBUTES = {"a": "href", "area": "href", "link": "href", "img": "src", "iframe": "src", "frame": "src",
+                  "script": "src", "source": "src", "embed": "src", "audio": "src", "video": "src"}
 
 
 def _pairs(fields: Optional[Fields]) -> list[tuple[str, str]]:
@@ -134,6 +158,7 @@ class Response:
         self._encoding: Optional[str] = None
         self._text: Optional[str] = None
         self._selector: Optional[parsel.Selector] = None
+        self._base_url: Optional[str] = None
 
     @property
     def encoding(self) -> str:
@@ -183,8 +208,75 @@ class Response:
     def re_first(self, regex: Regex, default: Optional[str] = None) -> Optional[str]:
         return self.selector.re_first(regex, default=default)
 
+    # -- links
+    @property
+    def base_url(self) -> str:
+        """What relative links resolve against: the page's <base href> if it has one, else its URL."""
+        if self._base_url is None:
+            self._base_url = get_base_url(self.text, self.url) if self._is_html() else self.url
+        return self._base_url
+
+    def urljoin(self, url: str) -> str:
+        """`url` made absolute against the page (its <base href>, else its URL)."""
+        return urljoin(self.base_url, url.strip())
+
+    def follow(self, url: Union[str, parsel.Selector], callback: Union[Callback, str, None] = None,
+               **request_kwargs: Any) -> Request:
+        """A Request for a link of this page: a URL (relative ones resolved against the page), or a
+        selector of an element (<a>, <link>, <img>...: its href or src) or of an attribute
+        (`a::attr(href)`). `request_kwargs` are any other argument of Request."""
+        return Request(self.urljoin(_url_of(url)), callback=callback, **request_kwargs)
+
+    def follow_all(self, urls: Optional[Iterable[Union[str, parsel.Selector]]] = None,
+                   callback: Union[Callback, str, None] = None, *, css: Optional[str] = None,
+                   xpath: Optional[str] = None, **request_kwargs: Any) -> list[Request]:
+        """Requests for several links: `urls` (URLs or selectors), or what `css` or `xpath` selects on
+        this page (elements or attributes). An element without its URL attribute is skipped."""
+        if sum(given is not None for given in (urls, css, xpath)) != 1:
+            raise ValueError("follow_all takes exactly one of urls, css and xpath")
+        if urls is None:
+            urls = self.css(css) if css is not None else self.xpath(xpath or "")
+        found = [url for url in urls if not _lacks_url(url)]
+        return [self.follow(url, callback, **request_kwargs) for url in found]
+
+    def _is_html(self) -> bool:
+        content_type = self.headers.get("Content-Type", "").lower()
+        return not content_type or "html" in content_type
+
     def __repr__(self) -> str:
         return f"<Response {self.status_code} {self.url}>"
+
+
+def _url_of(link: Union[str, parsel.Selector]) -> str:
+    if isinstance(link, str):
+        return link
+    if isinstance(link, parsel.SelectorList):
+        raise TypeError("follow takes one link; for a list of selectors use follow_all")
+    if not isinstance(link, parsel.Selector):
+        raise TypeError(f"follow takes a URL or a selector, not a {type(link).__name__}")
+    if isinstance(link.root, str):             # an attribute or a text node: its value is the URL
+        return link.root
+    tag, attribute, url = _element_link(link.root)
+    if attribute is None:
+        raise ValueError(f"follow: a <{tag}> element holds no link; select an <a>, <link>, <img>... "
+                         "or an attribute (a::attr(href))")
+    if url is None:
+        raise ValueError(f"follow: this <{tag}> element has no {attribute} attribute")
+    return url
+
+
+def _lacks_url(link: Union[str, parsel.Selector]) -> bool:
+    """An element selected by follow_all's css or xpath that holds no URL (an <a> without href)."""
+    if not isinstance(link, parsel.Selector) or isinstance(link.root, str):
+        return False
+    return _element_link(link.root)[2] is None
+
+
+def _element_link(element: Any) -> tuple[Any, Optional[str], Optional[str]]:
+    """(tag, the attribute that holds its URL, the URL) of an lxml element; None where it has none."""
+    tag = getattr(element, "tag", None)
+    attribute = URL_ATTRIBUTES.get(tag) if isinstance(tag, str) else None
+    return tag, attribute, (element.get(attribute) if attribute else None)
 
 
 def _choose_encoding(content_type: str, content: bytes) -> str:

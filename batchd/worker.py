@@ -450,7 +450,7 @@ class Worker:
             self._pipeline.finish_requests(run)
 
     def _run_request(self, run: TaskRun, request: Request, task: dict) -> list:
-        """Download one request and run its callback; returns the follow-up requests."""
+        """Download one request and run its callback (its errback if it failed); returns the follow-ups."""
         if self._is_duplicate(run, request):
             return []
         request_seq = run.next_request_seq()
@@ -458,13 +458,22 @@ class Worker:
             response = self._downloader.fetch(request)
         except RequestFailed as failure:
             run.last_failure = failure
+            if request.errback is None:
+                with _user_code(run):
+                    self.spider.failed_request(request, failure.response_or_exception, task)
+                return []
+            errback = self._spider_method(request.errback)
             with _user_code(run):
-                self.spider.failed_request(request, failure.response_or_exception, task)
-            return []
-        callback = self._callback(request)
-        follow_ups, item_seq = [], 0
+                produced = errback(request, failure.response_or_exception, task)
+            return self._take(run, request_seq, errback, produced)
+        callback = self._spider_method(request.callback or self.spider.parse)
         with _user_code(run):
-            produced = callback(request, response, task)
+            produced = callback(request, response, task, **request.cb_kwargs)
+        return self._take(run, request_seq, callback, produced)
+
+    def _take(self, run: TaskRun, request_seq: int, callback, produced) -> list:
+        """What a callback or errback produced: its items to the pipeline, its Requests returned."""
+        follow_ups, item_seq = [], 0
         for result in self._each(run, produced):
             if isinstance(result, Request):
                 follow_ups.append(result)
@@ -490,8 +499,8 @@ class Worker:
                     return
             yield result
 
-    def _callback(self, request: Request):
-        callback = request.callback or self.spider.parse
+    def _spider_method(self, callback):
+        """A callback or errback given as the name of a method of the spider, or as a callable."""
         return getattr(self.spider, callback) if isinstance(callback, str) else callback
 
     def _is_duplicate(self, run: TaskRun, request: Request) -> bool:

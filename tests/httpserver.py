@@ -12,6 +12,10 @@ ignored, before the route answers):
   /page/<n>          UTF-8 HTML, Content-Type "text/html; charset=utf-8":
                      <title>Page n</title>, <h1>Title n</h1>, <a href="/page/<n+1>">next</a>,
                      <p class="n">n</p>.
+  /links[?base=<href>]
+                     an HTML page of links (LINKS_PAGE): relative, absolute with spaces around, a
+                     fragment, an <a> without href, a 404, a <link rel="next">, an <img src>; with
+                     base=..., a <base href> of that value in its head.
   /flaky/<key>?fail=N&status=503[&retry_after=S]
                      the first N hits of this path answer `status` (default 503), with
                      `Retry-After: S` if given; later hits answer 200 with a small HTML page.
@@ -70,6 +74,12 @@ from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import NamedTuple
 from urllib.parse import parse_qs, urlsplit
+
+
+LINKS_PAGE = """<html><head><title>Links</title>{base}<link rel="next" href="/page/9"></head><body>
+<a class="relative" href="page/1">one</a> <a class="spaced" href=" /page/2 ">two</a>
+<a class="fragment" href="#os.error">here</a> <a class="none">no link</a>
+<a class="gone" href="/status/404">gone</a> <img src="page/3"></body></html>"""
 
 
 class EncodingCase(NamedTuple):
@@ -199,6 +209,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.reply_html(f'<html><head><title>Page {n}</title></head><body><h1>Title {n}</h1>'
                         f'<a href="/page/{n + 1}">next</a><p class="n">{n}</p></body></html>')
 
+    def links(self):
+        base = self.query.get("base")
+        self.reply_html(LINKS_PAGE.format(base=f'<base href="{base}">' if base else ""))
+
     def flaky(self, key):
         if self.server.site.hits(urlsplit(self.path).path) <= int(self.query.get("fail", 1)):
             retry_after = self.query.get("retry_after")
@@ -314,6 +328,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 _ROUTES = [
     (re.compile(r"/page/(\d+)"), _Handler.page),
+    (re.compile(r"/links"), _Handler.links),
     (re.compile(r"/flaky/([^/]+)"), _Handler.flaky),
     (re.compile(r"/status/(\d{3})"), _Handler.status),
     (re.compile(r"/redirect"), _Handler.redirect),

@@ -118,3 +118,30 @@ def test_request_deduplication_is_off_by_default(backend, site):
     backend.create_tasks([site.url("/page/1")])
     assert settle(backend, DoubleRequestSpider) == {1: D}
     assert site.hits("/page/1") == 2
+
+
+class FollowingSpider(CrawlTask):
+    """Follows the links of /links: pages to parse_page with cb_kwargs; the 404 and a 410 to errbacks
+    (one named, one a method), which yield an item instead of failing the task."""
+
+    def parse(self, request, response, task):
+        yield from response.follow_all(css="a.relative, a.spaced", callback=self.parse_page, cb_kwargs={"via": "links"})
+        yield response.follow(response.css("a.gone")[0], callback=self.parse_page, errback="gone")
+        yield mw.Request(response.urljoin("/status/410"), callback=self.parse_page, errback=self.gone)
+        self.update_task(task["id"], ok=True)
+
+    def parse_page(self, request, response, task, via="?"):
+        yield {"url": response.url, "title": response.css("h1::text").get(), "via": via}
+
+    def gone(self, request, failure, task):
+        yield {"url": request.url, "title": None, "via": f"errback: HTTP {failure.status_code}"}
+
+
+def test_followed_links_reach_their_callback_with_cb_kwargs_and_failures_their_errback(backend, site, caplog):
+    backend.create_tasks([site.url("/links")])
+    with caplog.at_level(logging.WARNING, logger="batchd"):
+        assert settle(backend, FollowingSpider) == {1: D}
+    assert sorted((item["url"], item["via"]) for item in backend.items()) == [
+        (site.url("/page/1"), "links"), (site.url("/page/2"), "links"),
+        (site.url("/status/404"), "errback: HTTP 404"), (site.url("/status/410"), "errback: HTTP 410")]
+    assert "failed" not in caplog.text, "an errback replaces failed_request"

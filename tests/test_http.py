@@ -534,3 +534,68 @@ def test_the_environments_proxy_is_used_and_no_proxy_honoured(site, make_downloa
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     assert make_downloader(max_retry_times=0).fetch(Request(site.url("/page/1"))).status_code == 200
     assert site.hits("/page/1") == 1
+
+
+# --- links ---------------------------------------------------------------------------
+
+def links_page(site, make_downloader, query=""):
+    return make_downloader().fetch(Request(site.url("/links" + query)))
+
+
+def test_urljoin_resolves_against_the_page_and_its_base_href(site, make_downloader):
+    page = links_page(site, make_downloader)
+    assert page.urljoin("page/1") == site.url("/page/1")
+    assert page.urljoin(" /page/2 ") == site.url("/page/2")
+    assert page.urljoin("#os.error") == site.url("/links#os.error")
+    assert page.urljoin("http://other.invalid/x") == "http://other.invalid/x"
+    based = links_page(site, make_downloader, "?base=http://docs.invalid/v2/")
+    assert based.base_url == "http://docs.invalid/v2/"
+    assert based.urljoin("page/1") == "http://docs.invalid/v2/page/1"
+    assert based.follow(based.css("a.spaced")[0]).url == "http://docs.invalid/page/2"
+
+
+def test_follow_takes_a_url_an_element_or_an_attribute(site, make_downloader):
+    page = links_page(site, make_downloader)
+    by_url = page.follow("page/1", callback="parse_page", meta={"depth": 1}, cb_kwargs={"n": 1})
+    assert (by_url.url, by_url.callback, by_url.meta, by_url.cb_kwargs) == \
+        (site.url("/page/1"), "parse_page", {"depth": 1}, {"n": 1})
+    assert page.follow(page.css("a.spaced")[0]).url == site.url("/page/2")
+    assert page.follow(page.css("link[rel=next]")[0]).url == site.url("/page/9")
+    assert page.follow(page.css("img")[0]).url == site.url("/page/3")
+    assert page.follow(page.css("a.relative::attr(href)")[0]).url == site.url("/page/1")
+    assert page.follow(page.xpath("//a[@class='gone']/@href")[0]).url == site.url("/status/404")
+    with pytest.raises(ValueError, match="<a> element has no href"):
+        page.follow(page.css("a.none")[0])
+    with pytest.raises(ValueError, match="<title> element holds no link"):
+        page.follow(page.css("title")[0])
+    with pytest.raises(TypeError, match="use follow_all"):
+        page.follow(page.css("a"))
+
+
+def test_follow_all_follows_every_link_selected_and_skips_elements_without_one(site, make_downloader):
+    page = links_page(site, make_downloader)
+    expected = [site.url(path) for path in ("/page/1", "/page/2", "/links#os.error", "/status/404")]
+    assert [r.url for r in page.follow_all(css="a")] == expected
+    assert [r.url for r in page.follow_all(xpath="//a/@href")] == expected
+    assert [r.url for r in page.follow_all(["page/1", page.css("img")[0]], callback="p")] == \
+        [site.url("/page/1"), site.url("/page/3")]
+    assert {r.callback for r in page.follow_all(css="a", callback="p")} == {"p"}
+    with pytest.raises(ValueError, match="exactly one of urls, css and xpath"):
+        page.follow_all(css="a", xpath="//a")
+    with pytest.raises(ValueError, match="exactly one of urls, css and xpath"):
+        page.follow_all()
+
+
+def test_replace_copies_every_argument_but_those_changed():
+    original = Request("http://x.invalid/a", callback="parse", method="post", headers={"X": "1"},
+                       data={"q": "1"}, meta={"k": 1}, cb_kwargs={"n": 1}, errback="failed", dont_filter=True,
+                       timeout=3, max_retry_times=2, stream=False)
+    copy = original.replace(url="http://x.invalid/b", meta={"k": 2})
+    assert (copy.url, copy.meta, original.url, original.meta) == ("http://x.invalid/b", {"k": 2}, "http://x.invalid/a",
+                                                                  {"k": 1})
+    for name in ("callback", "method", "headers", "data", "cb_kwargs", "errback", "dont_filter", "timeout",
+                 "max_retry_times", "kwargs"):
+        assert getattr(copy, name) == getattr(original, name), name
+    copy.cb_kwargs["n"] = 9
+    assert original.cb_kwargs == {"n": 1}, "the copy's cb_kwargs are its own"
+    assert original.replace(stream=True).kwargs == {"stream": True}, "requests' own arguments too"
