@@ -50,7 +50,9 @@ def setting(default, meaning: str, low=None, high=None, *, choices: tuple = (), 
     """
     if pattern is not None and not may_hold:
         raise TypeError("a pattern needs may_hold=, the words its error message says")
-    return dataclasses.field(default=default, metadata={
+    # A table's default is copied for each Settings (a dataclass takes no mutable default).
+    value = {"default_factory": lambda: dict(default)} if isinstance(default, dict) else {"default": default}
+    return dataclasses.field(**value, metadata={
         "meaning": meaning, "low": low, "high": high, "choices": tuple(choices), "ignore_case": ignore_case,
         "identifier": identifier, "pattern": pattern, "may_hold": may_hold, "default_text": default_text})
 
@@ -93,6 +95,15 @@ class Settings:
     TASK_TIMEOUT: float = setting(300.0, "seconds a task may be processed before it is failed (0: no limit)",
                                   0, 7 * DAY)
     REQUEST_FILTER_ENABLE: bool = setting(False, "drop a request already made in this batch")
+    USER_AGENT: Optional[tuple] = setting(None, "the User-Agent header; with several, one picked at random for "
+                                                "each request", default_text="batchd/VERSION")
+    DEFAULT_REQUEST_HEADERS: dict = setting({"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,"
+                                                       "*/*;q=0.8", "Accept-Language": "en"},
+                                            "headers sent with every request (a request's own win)")
+    REDIRECT_MAX_TIMES: int = setting(20, "redirects one request follows, at most (0: none)", 0, 100)
+    DOWNLOAD_WARNSIZE: int = setting(32 * MB, "bytes of a response body past which a warning names the URL "
+                                              "(0: never)", 0, 16 * GB)
+    TLS_VERIFY: bool = setting(True, "check https sites' certificates (off: one warning when a worker starts)")
     # -- items
     ITEM_FLUSH_SIZE: int = setting(500, "items per flush, at most", 1, 100_000)
     ITEM_FLUSH_INTERVAL: float = setting(1.0, "seconds between two flushes, at most", 0.01, 3600)
@@ -129,6 +140,8 @@ def _base_type(annotation) -> tuple:
 
 
 SETTING_TYPES = {f.name: _base_type(f.type) for f in dataclasses.fields(Settings)}
+TYPE_WORDS = {tuple: "a text or a non-empty list of texts (JSON in the environment)",
+              dict: "a table of texts (JSON in the environment)"}
 
 
 def default_failed_items_path(environ: Mapping[str, str] = os.environ) -> str:
@@ -177,8 +190,9 @@ def read_config_file(path: str) -> dict:
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"config file {path}: invalid TOML: {e}") from None
     for key, value in data.items():
-        if isinstance(value, dict):
-            raise ConfigError(f"config file {path}: unexpected table [{key}]; settings are top-level keys")
+        if isinstance(value, dict) and SETTING_TYPES.get(key.upper(), (None,))[0] is not dict:
+            raise ConfigError(f"config file {path}: unexpected table [{key}]; settings are top-level keys "
+                              "(only a table setting such as DEFAULT_REQUEST_HEADERS is a table)")
     return {key.upper(): value for key, value in data.items()}
 
 
@@ -207,7 +221,7 @@ def coerce(name: str, raw: Any, source: str) -> Any:
     try:
         return _convert(base, raw)
     except (TypeError, ValueError):
-        raise ConfigError(f"setting {name} in {source}: {raw!r} is not a valid {base.__name__}") from None
+        raise ConfigError(f"setting {name} in {source}: {raw!r} is not {TYPE_WORDS.get(base, 'a valid ' + base.__name__)}") from None
 
 
 def _convert(base, raw):
@@ -224,9 +238,31 @@ def _convert(base, raw):
         if isinstance(raw, bool) or (base is int and isinstance(raw, float) and not raw.is_integer()):
             raise TypeError(raw)
         return base(str(raw).strip()) if isinstance(raw, str) else base(raw)
+    if base is tuple:
+        return _texts(raw)
+    if base is dict:
+        return _table_of_texts(raw)
     if not isinstance(raw, str):
         raise TypeError(raw)
     return raw
+
+
+def _texts(raw) -> tuple:
+    """A list of texts: a list (from TOML or code), a JSON array (from the environment), or one text."""
+    if isinstance(raw, str):
+        raw = json.loads(raw) if raw.lstrip().startswith("[") else [raw]
+    if not isinstance(raw, (list, tuple)) or not raw or not all(isinstance(item, str) and item for item in raw):
+        raise TypeError(raw)
+    return tuple(raw)
+
+
+def _table_of_texts(raw) -> dict:
+    """A table of texts: a table (from TOML or code) or a JSON object (from the environment)."""
+    if isinstance(raw, str):
+        raw = json.loads(raw)
+    if not isinstance(raw, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in raw.items()):
+        raise TypeError(raw)
+    return dict(raw)
 
 
 def validate(s: Settings) -> None:
@@ -254,7 +290,7 @@ def check_setting(name: str, value, declaration: Mapping) -> None:
 
 def check_bounds(name: str, value, declaration: Mapping) -> None:
     """A number must be finite and within its declared bounds; the error names the setting and the value."""
-    if value is None or isinstance(value, (bool, str)):
+    if value is None or isinstance(value, (bool, str, tuple, dict)):
         return
     if not math.isfinite(value):
         raise ConfigError(f"setting {name}: {value!r} is not a finite number")
@@ -295,11 +331,18 @@ def settings_table() -> str:
     return "\n".join(rows) + "\n"
 
 
+def declared_default(f: dataclasses.Field) -> Any:
+    """A setting's default (a table's comes from its factory)."""
+    factory = f.default_factory
+    return factory() if callable(factory) else f.default
+
+
 def shown_default(f: dataclasses.Field) -> str:
     """The default as it is written in a TOML file, or the declaration's words for an unset one."""
-    if f.default is None:
+    default = declared_default(f)
+    if default is None:
         return f.metadata["default_text"] or "—"
-    return f"`{toml_value(f.default)}`"
+    return f"`{toml_value(default)}`"
 
 
 def toml_value(value) -> str:
@@ -307,6 +350,10 @@ def toml_value(value) -> str:
         return "true" if value else "false"
     if isinstance(value, str):
         return json.dumps(value)   # a TOML basic string, for the plain texts of defaults
+    if isinstance(value, tuple):
+        return "[" + ", ".join(toml_value(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{json.dumps(k)} = {toml_value(v)}" for k, v in value.items()) + " }"
     return repr(value)
 
 
@@ -323,6 +370,10 @@ def shown_values(f: dataclasses.Field) -> str:
         return declaration["may_hold"]
     if base is bool:
         return "`true` or `false`"
+    if base is tuple:
+        return "a text, or a list of texts"
+    if base is dict:
+        return "a table of texts"
     if base in (int, float):
         integer = "integer " if base is int else ""
         return f"{integer}{declaration['low']!r} to {declaration['high']!r}"

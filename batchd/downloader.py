@@ -12,6 +12,7 @@ the decoded body: a larger Content-Length fails before the body is read, and the
 read and decompressed here, in pieces, so that a compression bomb fails with
 `ResponseTooLarge` (not retried) once it has produced DOWNLOAD_MAXSIZE bytes.
 """
+import logging
 import os
 import random
 import re
@@ -33,6 +34,8 @@ from requests.exceptions import (ChunkedEncodingError, ContentDecodingError, Inv
 
 from .http import RequestFailed, Response
 from .threads import check_in, guard, start_thread
+
+log = logging.getLogger("batchd")
 
 MALFORMED_URL_ERRORS = (MissingSchema, InvalidSchema, InvalidURL)
 TRANSIENT_ERRORS = (requests.ConnectionError, requests.Timeout, ChunkedEncodingError)
@@ -66,7 +69,10 @@ class Downloader:
 
     def __init__(self, max_retry_times=3, timeout=30.0, pool_size=10, backoff_base=0.5,
                  backoff_max=30.0, headers=None, sleep=None, download_timeout=180.0,
-                 maxsize=64 * 1024 * 1024):
+                 maxsize=64 * 1024 * 1024, user_agents=None, max_redirects=20, warnsize=0, verify=True):
+        """`headers` go with every request; `user_agents`: the User-Agent (several: one at random per
+        request; none: batchd's own); `warnsize`: bytes of a body past which a warning names it (0:
+        never); `verify`: check certificates (False, or a CA bundle's path)."""
         self.max_retry_times = max_retry_times
         self.timeout = timeout
         self.pool_size = pool_size
@@ -76,6 +82,13 @@ class Downloader:
         self.sleep = sleep or _sleep_without_stop
         self.download_timeout = download_timeout
         self.maxsize = maxsize
+        self.user_agents = tuple(user_agents or (_user_agent(),))
+        self.max_redirects = max_redirects
+        self.warnsize = warnsize
+        self.verify = verify
+        if verify is False:
+            # The worker said it once at its start; urllib3 would say it again for every request.
+            urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
         self._deadlines = _DeadlineWatch()
         self._local = threading.local()
         self._sessions = []
@@ -116,6 +129,9 @@ class Downloader:
         except SSLError as exc:
             # A certificate that fails verification will fail the same way in a few seconds.
             raise RequestFailed(request, exc, _failure_reason(exc, attempts), attempts) from exc
+        except requests.TooManyRedirects as exc:
+            raise RequestFailed(request, exc, f"more than REDIRECT_MAX_TIMES ({self.max_redirects}) redirects",
+                                attempts) from exc
         except TRANSIENT_ERRORS as exc:
             return exc
         except requests.RequestException as exc:  # too large, too many redirects, bad header values...
@@ -131,11 +147,11 @@ class Downloader:
         session.cookies.clear()
         download = self._deadlines.begin(self.download_timeout)
         _in_flight.download = download
-        reader = _BodyReader(download, self.maxsize)
+        reader = _BodyReader(download, self.maxsize if request.maxsize is None else request.maxsize)
         try:
             raw = session.request(
                 request.method, request.url, params=request.params, data=request.data,
-                json=request.json, headers=request.headers, cookies=request.cookies,
+                json=request.json, headers=self._headers_for(request), cookies=request.cookies,
                 timeout=self.timeout if request.timeout is None else request.timeout,
                 allow_redirects=request.allow_redirects, proxies=self._proxies_for(request),
                 verify=request.verify, auth=request.auth,
@@ -149,7 +165,16 @@ class Downloader:
             self._deadlines.end(download)
         if download.expired:
             raise download.overdue()
+        if self.warnsize and len(reader.body) > self.warnsize:
+            log.warning("%s: a body of %d bytes, over DOWNLOAD_WARNSIZE (%d)", request.url, len(reader.body),
+                        self.warnsize)
         return raw, reader.body
+
+    def _headers_for(self, request):
+        """The request's headers, with one of several User-Agents picked for it unless it has its own."""
+        if len(self.user_agents) == 1 or any(name.lower() == "user-agent" for name in request.headers or ()):
+            return request.headers
+        return {"User-Agent": random.choice(self.user_agents), **(request.headers or {})}
 
     def _wait_before_retry(self, outcome, attempts):
         if isinstance(outcome, Response) and outcome.status_code in RETRY_AFTER_STATUSES:
@@ -193,13 +218,15 @@ class Downloader:
         # request: about 4 % of a worker's CPU. Proxies are read once per origin (_proxies_for), the CA
         # bundle here; ~/.netrc is not read (give a Request its auth).
         session.trust_env = False
-        session.verify = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or True
+        session.verify = self.verify if self.verify is not True else \
+            os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or True
+        session.max_redirects = self.max_redirects
         adapter = _TrackingAdapter(pool_connections=self.pool_size, pool_maxsize=self.pool_size)
         session.mount("http://", adapter)
         session.mount("https://", adapter)
-        session.headers["User-Agent"] = _user_agent()
-        session.headers["Accept-Encoding"] = ACCEPT_ENCODING
+        session.headers["User-Agent"] = self.user_agents[0]
         session.headers.update(self.headers)
+        session.headers["Accept-Encoding"] = ACCEPT_ENCODING    # what _decoded() decodes, whatever the settings say
         return session
 
     def close(self):

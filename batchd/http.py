@@ -56,12 +56,14 @@ class Request:
                  data: Union[Fields, IO[bytes], Iterable[bytes], None] = None, json: Any = None,
                  cookies: Union[Mapping[str, str], CookieJar, None] = None, meta: Optional[dict[str, Any]] = None,
                  timeout: Optional[Timeout] = None, allow_redirects: bool = True,
-                 proxies: Optional[Mapping[str, str]] = None, verify: Union[bool, str] = True,
+                 proxies: Optional[Mapping[str, str]] = None, verify: Union[bool, str, None] = None,
                  auth: Optional[Auth] = None, max_retry_times: Optional[int] = None, dont_filter: bool = False,
                  errback: Union[Errback, str, None] = None, cb_kwargs: Optional[dict[str, Any]] = None,
-                 **kwargs: Any) -> None:
+                 maxsize: Optional[int] = None, **kwargs: Any) -> None:
         """`errback` is called instead of the spider's failed_request when this request fails for good
-        (retries spent, or not retryable); `cb_kwargs` are passed to the callback as keyword arguments."""
+        (retries spent, or not retryable); `cb_kwargs` are passed to the callback as keyword arguments.
+        `verify` (a CA bundle's path, or False) and `maxsize` (bytes) override TLS_VERIFY and
+        DOWNLOAD_MAXSIZE for this request; `timeout` overrides REQUEST_TIMEOUT."""
         self.url = url
         self.callback = callback
         self.errback = errback
@@ -80,6 +82,7 @@ class Request:
         self.auth = auth
         self.max_retry_times = max_retry_times
         self.dont_filter = dont_filter
+        self.maxsize = maxsize
         self.kwargs = kwargs  # passed through to requests.Session.request (files, cert...)
 
     def replace(self, **changes: Any) -> Request:
@@ -120,7 +123,7 @@ class Request:
 
 REQUEST_ARGUMENTS = ("url", "callback", "method", "headers", "params", "data", "json", "cookies", "meta", "timeout",
                      "allow_redirects", "proxies", "verify", "auth", "max_retry_times", "dont_filter", "errback",
-                     "cb_kwargs")
+                     "cb_kwargs", "maxsize")
 # Where an element keeps the URL response.follow() takes from it.
 URL_ATTRIBUTES = {"a": "href", "area": "href", "link": "href", "img": "src", "iframe": "src", "frame": "src",
                   "script": "src", "source": "src", "embed": "src", "audio": "src", "video": "src"}
@@ -155,6 +158,8 @@ class Response:
         self.content = content  # decoded, read by the Downloader within its limits
         self.request = request
         self.meta = request.meta
+        # The redirects followed to get here, oldest first (their status, URL and headers; no body).
+        self.history: list[Response] = [Response(hop, request, b"") for hop in raw.history]
         self._encoding: Optional[str] = None
         self._text: Optional[str] = None
         self._selector: Optional[parsel.Selector] = None

@@ -114,6 +114,17 @@ def _outside_user_code(run: TaskRun):
             run.in_user_code = inside
 
 
+def downloader_for(settings: Settings, threads: int, sleep) -> Downloader:
+    """The Downloader the settings describe; TLS_VERIFY off is said once, here."""
+    if not settings.TLS_VERIFY:
+        log.warning("TLS_VERIFY is off: the certificates of https sites are not checked")
+    return Downloader(max_retry_times=settings.SPIDER_MAX_RETRY_TIMES, timeout=settings.REQUEST_TIMEOUT,
+                      pool_size=threads, download_timeout=settings.DOWNLOAD_TIMEOUT, maxsize=settings.DOWNLOAD_MAXSIZE,
+                      sleep=sleep, headers=settings.DEFAULT_REQUEST_HEADERS, user_agents=settings.USER_AGENT,
+                      max_redirects=settings.REDIRECT_MAX_TIMES, warnsize=settings.DOWNLOAD_WARNSIZE,
+                      verify=settings.TLS_VERIFY)
+
+
 def ledger_slots(settings: Settings) -> int:
     """Ledger slots of a worker: a task holds one from its lease until its items have landed. Enough for a
     whole flush's worth of tasks (ITEM_FLUSH_SIZE, one item each) besides what the threads have in hand,
@@ -193,10 +204,7 @@ class Worker:
         return start() if not self.keep_alive else retry_through_outages(start, self.watch, stop) is not None
 
     def _serve(self, stop: StopFlag) -> None:
-        self.downloader = Downloader(max_retry_times=self.settings.SPIDER_MAX_RETRY_TIMES,
-                                     timeout=self.settings.REQUEST_TIMEOUT, pool_size=self.thread_count,
-                                     download_timeout=self.settings.DOWNLOAD_TIMEOUT,
-                                     maxsize=self.settings.DOWNLOAD_MAXSIZE, sleep=stop.wait_cold)
+        self.downloader = downloader_for(self.settings, self.thread_count, stop.wait_cold)
         table, kind = self.layout.item_destination
         self.pipeline = Pipeline(self.store, self.leases, self.tally, self.ledger, self.settings, table, kind,
                                  self.watch, on_written=self._after_write_back)

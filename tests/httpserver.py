@@ -65,7 +65,9 @@ import os
 import random
 import re
 import socket
+import ssl
 import struct
+import subprocess
 import sys
 import threading
 import time
@@ -348,6 +350,16 @@ _ROUTES = [
 ]
 
 
+def self_signed_certificate(directory, host="127.0.0.1"):
+    """(certificate file, key file) of a new self-signed certificate for `host` (an IP address), made
+    by openssl in `directory`; the certificate file is also the CA bundle that trusts it."""
+    cert, key = os.path.join(directory, "site.pem"), os.path.join(directory, "site.key")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
+                    "-days", "2", "-subj", f"/CN={host}", "-addext", f"subjectAltName=IP:{host}"],
+                   check=True, capture_output=True)
+    return cert, key
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
@@ -359,12 +371,14 @@ class _Server(ThreadingHTTPServer):
 
 class TestSite:
     """The server, run in a daemon thread for the life of a `with` block, on `host` (another
-    address than 127.0.0.1 for clients in a network namespace: tests/netns.py)."""
+    address than 127.0.0.1 for clients in a network namespace: tests/netns.py); over TLS with
+    `certificate`, a (certificate file, key file) pair (self_signed_certificate())."""
 
     __test__ = False  # a helper, not a test class, whatever its name says to pytest
 
-    def __init__(self, host="127.0.0.1"):
+    def __init__(self, host="127.0.0.1", certificate=None):
         self.host = host
+        self.certificate = certificate
         self._hits = Counter()
         self._hits_lock = threading.Lock()
         self._server = None
@@ -372,6 +386,12 @@ class TestSite:
     def __enter__(self):
         self._server = _Server((self.host, 0), _Handler)
         self._server.site = self
+        if self.certificate:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*self.certificate)
+            # The handshake happens in the connection's own thread, where a client's refusal is its alone.
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True,
+                                                      do_handshake_on_connect=False)
         threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
                          name="test-site", daemon=True).start()
         return self
@@ -381,7 +401,8 @@ class TestSite:
         self._server.server_close()
 
     def url(self, path="/"):
-        return f"http://{self.host}:{self._server.server_port}{path}"
+        scheme = "https" if self.certificate else "http"
+        return f"{scheme}://{self.host}:{self._server.server_port}{path}"
 
     def record_hit(self, path):
         with self._hits_lock:

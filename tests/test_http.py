@@ -1,19 +1,24 @@
 """batchd.http and batchd.downloader against a real local HTTP server (tests/httpserver.py)."""
 import json
+import logging
 import re
 import threading
 import time
 import tracemalloc
 from email.utils import formatdate
+from urllib.parse import urlencode
 
 import pytest
 import requests
 
+from batchd.config import Settings
 from batchd.downloader import Downloader
 from batchd.http import Request, RequestFailed, Response
 from batchd.threads import guard, start_thread
 from tests.harness import wait_for
-from tests.httpserver import BOMB_DECODED, COMPRESSED_CASES, COMPRESSIBLE_PAGE, ENCODING_CASES, gzip_bomb
+from batchd.worker import downloader_for
+from tests.httpserver import (BOMB_DECODED, COMPRESSED_CASES, COMPRESSIBLE_PAGE, ENCODING_CASES, TestSite, gzip_bomb,
+                              self_signed_certificate)
 
 MB = 1024 * 1024
 
@@ -599,3 +604,88 @@ def test_replace_copies_every_argument_but_those_changed():
     copy.cb_kwargs["n"] = 9
     assert original.cb_kwargs == {"n": 1}, "the copy's cb_kwargs are its own"
     assert original.replace(stream=True).kwargs == {"stream": True}, "requests' own arguments too"
+
+
+# --- headers, redirects, sizes, TLS ----------------------------------------------------
+
+def test_several_user_agents_rotate_and_a_requests_own_wins(site, make_downloader):
+    downloader = make_downloader(user_agents=("bot/a", "bot/b", "bot/c"))
+    seen = {echo(site, downloader)["headers"]["user-agent"] for _ in range(40)}
+    assert len(seen) > 1 and seen <= {"bot/a", "bot/b", "bot/c"}
+    assert echo(site, downloader, headers={"user-agent": "task/2"})["headers"]["user-agent"] == "task/2"
+    assert echo(site, make_downloader(user_agents=("only/1",)))["headers"]["user-agent"] == "only/1"
+
+
+def test_default_request_headers_go_with_every_request_and_a_requests_own_win(site, make_downloader):
+    downloader = make_downloader(headers={"Accept": "text/html", "X-Team": "crawl"})
+    assert {k: v for k, v in echo(site, downloader)["headers"].items() if k in ("accept", "x-team")} == \
+        {"accept": "text/html", "x-team": "crawl"}
+    assert echo(site, downloader, headers={"X-Team": "mine"})["headers"]["x-team"] == "mine"
+    assert echo(site, downloader)["headers"]["accept-encoding"] == "gzip, deflate", "what the reader decodes"
+
+
+def chain(site, hops):
+    """A URL that redirects `hops` times before /page/1."""
+    path = "/page/1"
+    for _ in range(hops):
+        path = "/redirect?" + urlencode({"to": path})
+    return site.url(path)
+
+
+def test_redirects_are_kept_in_the_history_and_capped_by_redirect_max_times(site, make_downloader):
+    response = make_downloader(max_redirects=3).fetch(Request(chain(site, 3)))
+    assert response.url == site.url("/page/1") and response.css("h1::text").get() == "Title 1"
+    assert [hop.status_code for hop in response.history] == [302, 302, 302]
+    assert response.history[0].url == chain(site, 3) and response.history[-1].url == chain(site, 1)
+    assert make_downloader().fetch(Request(site.url("/page/2"))).history == []
+    failure = fail(make_downloader(max_redirects=2), Request(chain(site, 3)))
+    assert failure.reason == "more than REDIRECT_MAX_TIMES (2) redirects" and failure.attempts == 1
+
+
+def test_a_body_over_download_warnsize_is_named_in_a_warning(site, make_downloader, caplog):
+    downloader = make_downloader(warnsize=1000)
+    with caplog.at_level(logging.WARNING, logger="batchd"):
+        assert len(downloader.fetch(Request(site.url("/bytes/1000"))).content) == 1000
+        assert caplog.records == []
+        assert len(downloader.fetch(Request(site.url("/bytes/5000"))).content) == 5000
+    assert [r.getMessage() for r in caplog.records] == \
+        [f"{site.url('/bytes/5000')}: a body of 5000 bytes, over DOWNLOAD_WARNSIZE (1000)"]
+
+
+def test_a_requests_maxsize_overrides_the_downloaders(site, make_downloader):
+    downloader = make_downloader(maxsize=10_000)
+    assert len(downloader.fetch(Request(site.url("/bytes/20000"), maxsize=30_000)).content) == 20_000
+    failure = fail(downloader, Request(site.url("/bytes/5000"), maxsize=1000))
+    assert "DOWNLOAD_MAXSIZE (1000 bytes)" in failure.reason
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory):
+    return self_signed_certificate(str(tmp_path_factory.mktemp("tls")))
+
+
+@pytest.fixture
+def tls_site(certificate):
+    with TestSite(certificate=certificate) as site:
+        yield site
+
+
+def test_certificates_are_checked_unless_a_downloader_or_a_request_says_otherwise(tls_site, certificate,
+                                                                                  make_downloader):
+    url = tls_site.url("/page/1")
+    failure = fail(make_downloader(), Request(url))
+    assert failure.reason.startswith("SSLError") and failure.attempts == 1
+    assert make_downloader(verify=False).fetch(Request(url)).css("h1::text").get() == "Title 1"
+    assert make_downloader().fetch(Request(url, verify=certificate[0])).status_code == 200
+    assert make_downloader().fetch(Request(url, verify=False)).status_code == 200
+
+
+def test_tls_verify_off_is_said_once_when_a_worker_makes_its_downloader(caplog):
+    with caplog.at_level(logging.WARNING, logger="batchd"):
+        downloader_for(Settings(), 2, lambda seconds: False).close()
+        assert caplog.records == []
+        off = downloader_for(Settings(TLS_VERIFY=False, USER_AGENT=("a", "b")), 2, lambda seconds: False)
+    assert [r.getMessage() for r in caplog.records] == \
+        ["TLS_VERIFY is off: the certificates of https sites are not checked"]
+    assert (off.verify, off.user_agents, off.max_redirects) == (False, ("a", "b"), 20)
+    off.close()

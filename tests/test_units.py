@@ -15,7 +15,7 @@ import pytest
 
 import batchd
 from batchd.cli import VERBS
-from batchd.config import Settings, load_settings
+from batchd.config import Settings, declared_default, load_settings
 from batchd.errors import ExitCode
 from batchd.supervisor import KILL_GRACE
 
@@ -166,7 +166,7 @@ def commented_settings() -> str:
 
 def test_default_config_lists_every_setting_with_its_default():
     listed = tomllib.loads(commented_settings())
-    fields = {f.name: f.default for f in dataclasses.fields(Settings)}
+    fields = {f.name: declared_default(f) for f in dataclasses.fields(Settings)}
     assert sorted(listed) == sorted(fields)
     for name, default in fields.items():
         if default is not None:   # settings without a default show an example instead
