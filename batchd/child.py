@@ -35,7 +35,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from .config import Settings
+from .config import settings_from_plain
 from .errors import BatchdError, ConfigError, ExitCode
 from .lifecycle import Backoff, StopFlag
 from .loader import SpiderSource, build_runtime
@@ -169,7 +169,7 @@ def probe(context, source: SpiderSource, forget: Callable[[], None], tick: Calla
         process.join(5)
     if "error" in message:
         raise ConfigError(message["error"])
-    return Settings(**message["settings"]), message["namespace"]
+    return settings_from_plain(message["settings"], "the probe's answer"), message["namespace"]
 
 
 def _probe_answer(reader, process, tick: Callable[[], None]) -> dict:

@@ -166,6 +166,11 @@ def load_settings(custom: Optional[Mapping[str, Any]] = None, *, config_files=No
     return settings
 
 
+def settings_from_plain(values: Mapping[str, Any], source: str) -> Settings:
+    """Settings again from their plain values (JSON has no tuple: a list of texts comes back a list)."""
+    return Settings(**_checked_layer(values, source))
+
+
 def config_paths(config_files, environ: Mapping[str, str]) -> list:
     """The files to read: the ones asked for, else BATCHD_CONFIG, else the /etc file if present."""
     if config_files:

@@ -1,13 +1,14 @@
 """Settings as SPEC Part 3 fixes them: names, BATCHD_* environment, TOML file, precedence."""
 import dataclasses
 import inspect
+import json
 import os
 import re
 
 import pytest
 
 from batchd import config
-from batchd.config import SETTING_TYPES, Settings, load_settings, redact_url, settings_table
+from batchd.config import SETTING_TYPES, Settings, load_settings, redact_url, settings_from_plain, settings_table
 from batchd.errors import ConfigError
 
 README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
@@ -182,3 +183,25 @@ def test_the_store_is_chosen_by_store_else_mysql_url(tmp_path):
         store_from_settings(Settings())
     with pytest.raises(ConfigError, match=r"setting STORE: 'postgres://u:\*\*\*@h/db' is neither"):
         store_from_settings(Settings(STORE="postgres://u:pw@h/db"))
+
+
+def test_lists_and_tables_from_a_file_the_environment_and_code(tmp_path):
+    path = write(tmp_path, 'USER_AGENT = ["bot/1", "bot/2"]\n[DEFAULT_REQUEST_HEADERS]\nAccept = "text/html"\n')
+    from_file = load_settings(config_files=path, environ={})
+    assert (from_file.USER_AGENT, from_file.DEFAULT_REQUEST_HEADERS) == (("bot/1", "bot/2"), {"Accept": "text/html"})
+    from_environ = load_settings(environ={"BATCHD_USER_AGENT": '["a", "b"]', "BATCHD_DEFAULT_REQUEST_HEADERS": '{"X": "1"}'})
+    assert (from_environ.USER_AGENT, from_environ.DEFAULT_REQUEST_HEADERS) == (("a", "b"), {"X": "1"})
+    assert load_settings({"USER_AGENT": "one bot/1.0"}, environ={}).USER_AGENT == ("one bot/1.0",)
+    with pytest.raises(ConfigError, match=r"USER_AGENT in the environment: '\[\]' is not a text or a non-empty list"):
+        load_settings(environ={"BATCHD_USER_AGENT": "[]"})
+    with pytest.raises(ConfigError, match="DEFAULT_REQUEST_HEADERS in __custom_setting__: .* is not a table of texts"):
+        load_settings({"DEFAULT_REQUEST_HEADERS": {"X": 1}}, environ={})
+    with pytest.raises(ConfigError, match=r"unexpected table \[WORKERS\]"):
+        load_settings(config_files=write(tmp_path, "[WORKERS]\nx = 1\n", "bad.toml"), environ={})
+
+
+def test_settings_come_back_whole_from_their_plain_values():
+    """The probe sends its settings as JSON, where a list of texts has no tuple to come back as."""
+    settings = Settings(USER_AGENT=("a", "b"), DEFAULT_REQUEST_HEADERS={"X": "1"}, WORKERS=3)
+    plain = json.loads(json.dumps(dataclasses.asdict(settings)))
+    assert settings_from_plain(plain, "the probe's answer") == settings
