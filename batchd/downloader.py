@@ -58,6 +58,23 @@ class ResponseTooLarge(requests.RequestException):
     """The decoded body is larger than DOWNLOAD_MAXSIZE: not retried, it would be as large again."""
 
 
+class PageRejected(Exception):
+    """A 2xx page the spider's validate() rejected: retried like a 503."""
+
+    def __init__(self, response, why):
+        super().__init__(f"rejected by validate(){': ' + why if why else ''}")
+        self.response = response
+
+
+def _judged(accept, request, response):
+    """The response, or PageRejected if `accept` returns False or raises."""
+    try:
+        verdict = accept(request, response)
+    except Exception as exc:    # raising is one of the two ways validate() rejects a page
+        return PageRejected(response, f"{type(exc).__name__}: {_one_line(exc)}")
+    return PageRejected(response, "") if verdict is False else response
+
+
 def _sleep_without_stop(seconds):
     time.sleep(seconds)
     return False
@@ -95,16 +112,23 @@ class Downloader:
         self._sessions_lock = threading.Lock()
         self._proxies_by_origin: dict = {}     # what the environment says for each origin, read once
 
-    def fetch(self, request):
-        """The 2xx Response for `request`, or RequestFailed."""
+    def fetch(self, request, prepare=None, accept=None):
+        """The 2xx Response for `request`, or RequestFailed. `prepare(request)`, before each attempt,
+        returns the Request to send (None: the same); `accept(request, response)` returning False or
+        raising rejects a 2xx page, which is then retried like a 503."""
         retries = self.max_retry_times if request.max_retry_times is None else request.max_retry_times
         attempts = 0
         while True:
             attempts += 1
-            with guard.waiting(self._attempt_bound(request)):
-                outcome = self._attempt(request, attempts)
+            sent = (prepare(request) or request) if prepare else request
+            with guard.waiting(self._attempt_bound(sent)):
+                outcome = self._attempt(sent, attempts)
+            if _succeeded(outcome) and accept is not None:
+                outcome = _judged(accept, sent, outcome)
             if _succeeded(outcome):
                 return outcome
+            if isinstance(outcome, PageRejected) and attempts > retries:
+                raise RequestFailed(request, outcome.response, _failure_reason(outcome, attempts), attempts)
             if attempts > retries:
                 raise RequestFailed(request, outcome, _failure_reason(outcome, attempts), attempts)
             wait = self._wait_before_retry(outcome, attempts)
@@ -511,6 +535,8 @@ def _retry_after_seconds(value):
 
 def _failure_reason(outcome, attempts):
     after = f" after {attempts} attempts" if attempts > 1 else ""
+    if isinstance(outcome, PageRejected):
+        return f"{outcome}{after}"
     if isinstance(outcome, Response):
         return f"HTTP {outcome.status_code}{after}"
     return f"{type(outcome).__name__}{after}: {_one_line(outcome)}"

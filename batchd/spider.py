@@ -45,6 +45,17 @@ class BatchSpider:
         """The default callback: yield items (dicts) and further Requests."""
         raise NotImplementedError(f"{type(self).__name__} has no parse(); give the Request a callback")
 
+    def download_midware(self, request: Request) -> Optional[Request]:
+        """Called before each attempt to send a request (retries too): change it (sign it, add a
+        token) and return it, or return another Request to send instead; None sends it as it is."""
+        return request
+
+    def validate(self, request: Request, response: Response) -> Optional[bool]:
+        """Called with each page that came back 2xx: return False, or raise, to reject it (a captcha, a
+        ban page). A rejected page is retried like a 503; once the retries are spent the request fails
+        with the reason. Anything else (None, True) accepts it."""
+        return True
+
     def failed_request(self, request: Request, response_or_exception: Union[Response, Exception],
                        task: dict[str, Any]) -> None:
         """A request failed for good (retries spent, or not retryable). The default marks the task

@@ -114,6 +114,16 @@ def _outside_user_code(run: TaskRun):
             run.in_user_code = inside
 
 
+SPIDER_HOOKS = ("download_midware", "validate")     # what the downloader may call for each attempt
+
+
+def overridden_hooks(spider) -> frozenset:
+    """The SPIDER_HOOKS the spider's class overrides."""
+    from .spider import BatchSpider     # (spider.py imports the runtime, which imports this module)
+    return frozenset(name for name in SPIDER_HOOKS
+                     if getattr(type(spider), name, None) is not getattr(BatchSpider, name))
+
+
 def downloader_for(settings: Settings, threads: int, sleep) -> Downloader:
     """The Downloader the settings describe; TLS_VERIFY off is said once, here."""
     if not settings.TLS_VERIFY:
@@ -145,6 +155,7 @@ class Worker:
         # Unique per worker (several may share a process), found by its process's prefix.
         self.token_prefix = f"{worker_token_prefix(os.getpid())}{uuid.uuid4().hex[:8]}:"
         self._lease_numbers = itertools.count(1)
+        self._overridden_hooks = overridden_hooks(spider)
         self.prefetch = LeasePrefetch(leases, self.lease_seconds, self._next_token, self.ledger.free_slots)
         # The master is woken to refill once half the queue is leased: its refill of that half (about 10 us
         # a task) is done before workers lease the other half unless they outrun the master itself. At a
@@ -463,7 +474,7 @@ class Worker:
             return []
         request_seq = run.next_request_seq()
         try:
-            response = self._downloader.fetch(request)
+            response = self._downloader.fetch(request, *self._spider_hooks(run))
         except RequestFailed as failure:
             run.last_failure = failure
             if request.errback is None:
@@ -478,6 +489,18 @@ class Worker:
         with _user_code(run):
             produced = callback(request, response, task, **request.cb_kwargs)
         return self._take(run, request_seq, callback, produced)
+
+    def _spider_hooks(self, run: TaskRun) -> tuple:
+        """The spider's download_midware and validate for the downloader, run as the spider's code; None
+        for one it does not override (nothing to call for each attempt)."""
+        def as_spider_code(method):
+            def call(*args):
+                with _user_code(run):
+                    return method(*args)
+            return call
+
+        return tuple(as_spider_code(getattr(self.spider, name)) if name in self._overridden_hooks else None
+                     for name in SPIDER_HOOKS)
 
     def _take(self, run: TaskRun, request_seq: int, callback, produced) -> list:
         """What a callback or errback produced: its items to the pipeline, its Requests returned."""

@@ -145,3 +145,27 @@ def test_followed_links_reach_their_callback_with_cb_kwargs_and_failures_their_e
         (site.url("/page/1"), "links"), (site.url("/page/2"), "links"),
         (site.url("/status/404"), "errback: HTTP 404"), (site.url("/status/410"), "errback: HTTP 410")]
     assert "failed" not in caplog.text, "an errback replaces failed_request"
+
+
+class HookedSpider(CrawlTask):
+    """Signs every request with a token, and rejects the page titled 'Title 2' as a ban page."""
+
+    def download_midware(self, request):
+        return request.replace(headers={**(request.headers or {}), "X-Token": "t-1"})
+
+    def validate(self, request, response):
+        return "<h1>Title 2</h1>" not in response.text
+
+    def parse(self, request, response, task):
+        yield {"url": task["url"], "title": response.json()["headers"]["x-token"]}
+        self.update_task(task["id"], ok=True)
+
+
+def test_download_midware_changes_each_request_and_validate_rejects_a_ban_page(backend, site, caplog):
+    backend.create_tasks([site.url("/echo"), site.url("/page/2")])
+    with caplog.at_level(logging.WARNING, logger="batchd"):
+        assert settle(backend, HookedSpider, SPIDER_MAX_RETRY_TIMES=1) == {1: D, 2: F}
+    assert [item["title"] for item in backend.items()] == ["t-1"], "the token the server saw"
+    assert site.hits("/page/2") == 2
+    lines = [r.getMessage() for r in caplog.records if "task 2 failed" in r.getMessage()]
+    assert len(lines) == 1 and "rejected by validate() after 2 attempts" in lines[0], lines

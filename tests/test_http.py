@@ -50,9 +50,9 @@ class SleepRecorder:
         return False
 
 
-def fail(downloader, request):
+def fail(downloader, request, *hooks):
     with pytest.raises(RequestFailed) as caught:
-        downloader.fetch(request)
+        downloader.fetch(request, *hooks)
     return caught.value
 
 
@@ -689,3 +689,32 @@ def test_tls_verify_off_is_said_once_when_a_worker_makes_its_downloader(caplog):
         ["TLS_VERIFY is off: the certificates of https sites are not checked"]
     assert (off.verify, off.user_agents, off.max_redirects) == (False, ("a", "b"), 20)
     off.close()
+
+
+# --- the spider's hooks, as the downloader calls them ------------------------------------
+
+def test_prepare_runs_before_every_attempt_and_its_request_is_the_one_sent(site, make_downloader):
+    attempts = []
+
+    def prepare(request):
+        attempts.append(request.url)
+        return request.replace(headers={"X-Attempt": str(len(attempts))})
+
+    def accept(request, response):
+        return len(attempts) >= 3          # the first two pages are rejected
+
+    response = make_downloader().fetch(Request(site.url("/echo")), prepare, accept)
+    assert response.json()["headers"]["x-attempt"] == "3" and len(attempts) == 3
+    assert make_downloader().fetch(Request(site.url("/echo")), lambda request: None).status_code == 200
+
+
+def test_a_rejected_page_is_retried_like_a_503_then_fails_with_the_reason(site, make_downloader):
+    failure = fail(make_downloader(max_retry_times=2), Request(site.url("/page/1")), None,
+                   lambda request, response: response.css("h1::text").get() != "Title 1")
+    assert failure.reason == "rejected by validate() after 3 attempts" and site.hits("/page/1") == 3
+    assert failure.response_or_exception.css("h1::text").get() == "Title 1", "the last page rejected"
+
+    def ban_page(request, response):
+        raise LookupError("a captcha")
+    failure = fail(make_downloader(max_retry_times=0), Request(site.url("/page/2")), None, ban_page)
+    assert failure.reason == "rejected by validate(): LookupError: a captcha"
