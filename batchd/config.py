@@ -104,6 +104,14 @@ class Settings:
     DOWNLOAD_WARNSIZE: int = setting(32 * MB, "bytes of a response body past which a warning names the URL "
                                               "(0: never)", 0, 16 * GB)
     TLS_VERIFY: bool = setting(True, "check https sites' certificates (off: one warning when a worker starts)")
+    PROXY: Optional[str] = setting(None, "one proxy for every request: http://user:pass@host:port (or https, "
+                                         "socks5)")
+    PROXY_POOL: Optional[tuple] = setting(None, "proxies rotated request by request; an entry may also be a "
+                                                "file (/path) or a URL with a path, read one proxy per line")
+    PROXY_POOL_REFRESH: float = setting(300.0, "seconds between two readings of PROXY_POOL's files and URLs",
+                                        1, DAY)
+    PROXY_MAX_FAILURES: int = setting(3, "failed attempts in a row through a proxy before it is retired", 1, 1000)
+    PROXY_RETIRE_SECONDS: float = setting(300.0, "seconds a retired proxy rests", 0, DAY)
     # -- items
     ITEM_FLUSH_SIZE: int = setting(500, "items per flush, at most", 1, 100_000)
     ITEM_FLUSH_INTERVAL: float = setting(1.0, "seconds between two flushes, at most", 0.01, 3600)

@@ -86,10 +86,12 @@ class Downloader:
 
     def __init__(self, max_retry_times=3, timeout=30.0, pool_size=10, backoff_base=0.5,
                  backoff_max=30.0, headers=None, sleep=None, download_timeout=180.0,
-                 maxsize=64 * 1024 * 1024, user_agents=None, max_redirects=20, warnsize=0, verify=True):
+                 maxsize=64 * 1024 * 1024, user_agents=None, max_redirects=20, warnsize=0, verify=True,
+                 proxy_pool=None):
         """`headers` go with every request; `user_agents`: the User-Agent (several: one at random per
         request; none: batchd's own); `warnsize`: bytes of a body past which a warning names it (0:
-        never); `verify`: check certificates (False, or a CA bundle's path)."""
+        never); `verify`: check certificates (False, or a CA bundle's path); `proxy_pool`: the
+        ProxyPool (batchd/proxies.py) every request without a proxy of its own goes through."""
         self.max_retry_times = max_retry_times
         self.timeout = timeout
         self.pool_size = pool_size
@@ -103,6 +105,7 @@ class Downloader:
         self.max_redirects = max_redirects
         self.warnsize = warnsize
         self.verify = verify
+        self.proxy_pool = proxy_pool
         if verify is False:
             # The worker said it once at its start; urllib3 would say it again for every request.
             urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
@@ -117,12 +120,14 @@ class Downloader:
         returns the Request to send (None: the same); `accept(request, response)` returning False or
         raising rejects a 2xx page, which is then retried like a 503."""
         retries = self.max_retry_times if request.max_retry_times is None else request.max_retry_times
-        attempts = 0
+        attempts, failed_proxy = 0, None
         while True:
             attempts += 1
             sent = (prepare(request) or request) if prepare else request
+            proxy = self._pooled_proxy(sent, avoid=failed_proxy)
             with guard.waiting(self._attempt_bound(sent)):
-                outcome = self._attempt(sent, attempts)
+                outcome = self._attempt(sent, attempts, proxy)
+            failed_proxy = self._account(proxy, outcome)
             if _succeeded(outcome) and accept is not None:
                 outcome = _judged(accept, sent, outcome)
             if _succeeded(outcome):
@@ -143,10 +148,26 @@ class Downloader:
         connect = timeout[0] if isinstance(timeout, tuple) else timeout
         return max(self.download_timeout, connect or 0.0) + WATCH_RECUT + CHECK_IN_SLACK
 
-    def _attempt(self, request, attempts):
+    def _pooled_proxy(self, request, avoid):
+        """The pool's proxy for this attempt: none for a request with a proxy of its own."""
+        if self.proxy_pool is None or request.proxy or request.proxies is not None:
+            return None
+        return self.proxy_pool.pick(avoid)
+
+    def _account(self, proxy, outcome):
+        """Tell the pool how its proxy did; the proxy not to retry through, if it failed."""
+        if proxy is None:
+            return None
+        if isinstance(outcome, TRANSIENT_ERRORS):
+            self.proxy_pool.failed(proxy)
+            return proxy
+        self.proxy_pool.worked(proxy)
+        return None
+
+    def _attempt(self, request, attempts, proxy=None):
         """A 2xx or retryable Response, or a transient exception; RequestFailed for the rest."""
         try:
-            raw, body = self._send(request)
+            raw, body = self._send(request, proxy)
             response = Response(raw, request, body)
         except MALFORMED_URL_ERRORS as exc:
             raise RequestFailed(request, exc, f"invalid URL: {request.url!r} ({_one_line(exc)})", attempts) from exc
@@ -164,7 +185,7 @@ class Downloader:
             raise RequestFailed(request, response, _failure_reason(response, attempts), attempts)
         return response
 
-    def _send(self, request):
+    def _send(self, request, proxy=None):
         """(requests' final response, its decoded body), or DownloadTimeout past the deadline."""
         session = self._session()
         # One session serves unrelated tasks in turn: cookies must not travel between them.
@@ -177,7 +198,7 @@ class Downloader:
                 request.method, request.url, params=request.params, data=request.data,
                 json=request.json, headers=self._headers_for(request), cookies=request.cookies,
                 timeout=self.timeout if request.timeout is None else request.timeout,
-                allow_redirects=request.allow_redirects, proxies=self._proxies_for(request),
+                allow_redirects=request.allow_redirects, proxies=self._proxies_for(request, proxy),
                 verify=request.verify, auth=request.auth,
                 **{**request.kwargs, "stream": True, "hooks": _hooks_with(reader, request.kwargs.get("hooks"))})
         except Exception as exc:
@@ -222,9 +243,13 @@ class Downloader:
                 self._sessions.append(session)
         return session
 
-    def _proxies_for(self, request):
-        """The request's own proxies, else the environment's for its origin (HTTP_PROXY, NO_PROXY...), read
-        once per origin: the sessions do not read the environment on every request (trust_env off)."""
+    def _proxies_for(self, request, pooled=None):
+        """The request's own proxy or proxies, else the pool's, else the environment's for its origin
+        (HTTP_PROXY, NO_PROXY...), read once per origin: the sessions do not read the environment on
+        every request (trust_env off)."""
+        proxy = request.proxy or pooled
+        if proxy:
+            return {"http": proxy, "https": proxy}
         if request.proxies is not None:
             return request.proxies
         parts = urlsplit(request.url)

@@ -59,11 +59,12 @@ class Request:
                  proxies: Optional[Mapping[str, str]] = None, verify: Union[bool, str, None] = None,
                  auth: Optional[Auth] = None, max_retry_times: Optional[int] = None, dont_filter: bool = False,
                  errback: Union[Errback, str, None] = None, cb_kwargs: Optional[dict[str, Any]] = None,
-                 maxsize: Optional[int] = None, **kwargs: Any) -> None:
+                 maxsize: Optional[int] = None, proxy: Optional[str] = None, **kwargs: Any) -> None:
         """`errback` is called instead of the spider's failed_request when this request fails for good
         (retries spent, or not retryable); `cb_kwargs` are passed to the callback as keyword arguments.
         `verify` (a CA bundle's path, or False) and `maxsize` (bytes) override TLS_VERIFY and
-        DOWNLOAD_MAXSIZE for this request; `timeout` overrides REQUEST_TIMEOUT."""
+        DOWNLOAD_MAXSIZE for this request; `timeout` overrides REQUEST_TIMEOUT; `proxy` (a URL) is the
+        proxy of this request alone, instead of PROXY or PROXY_POOL."""
         self.url = url
         self.callback = callback
         self.errback = errback
@@ -83,6 +84,7 @@ class Request:
         self.max_retry_times = max_retry_times
         self.dont_filter = dont_filter
         self.maxsize = maxsize
+        self.proxy = proxy
         self.kwargs = kwargs  # passed through to requests.Session.request (files, cert...)
 
     def replace(self, **changes: Any) -> Request:
@@ -123,7 +125,7 @@ class Request:
 
 REQUEST_ARGUMENTS = ("url", "callback", "method", "headers", "params", "data", "json", "cookies", "meta", "timeout",
                      "allow_redirects", "proxies", "verify", "auth", "max_retry_times", "dont_filter", "errback",
-                     "cb_kwargs", "maxsize")
+                     "cb_kwargs", "maxsize", "proxy")
 # Where an element keeps the URL response.follow() takes from it.
 URL_ATTRIBUTES = {"a": "href", "area": "href", "link": "href", "img": "src", "iframe": "src", "frame": "src",
                   "script": "src", "source": "src", "embed": "src", "audio": "src", "video": "src"}

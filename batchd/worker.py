@@ -43,6 +43,7 @@ from .lifecycle import Backoff, StopFlag
 from .outages import OutageWatch, retry_through_outages
 from .model import TaskLayout, task_key
 from .prefetch import LeasePrefetch
+from .proxies import proxy_pool
 from .pipeline import Pipeline, TaskRun
 from .ports import BatchStore, BatchTally, LeaseQueue, NamespaceRecord, SeenFilter, WakeChannel, claim_namespace
 from .schedule import is_due
@@ -132,7 +133,7 @@ def downloader_for(settings: Settings, threads: int, sleep) -> Downloader:
                       pool_size=threads, download_timeout=settings.DOWNLOAD_TIMEOUT, maxsize=settings.DOWNLOAD_MAXSIZE,
                       sleep=sleep, headers=settings.DEFAULT_REQUEST_HEADERS, user_agents=settings.USER_AGENT,
                       max_redirects=settings.REDIRECT_MAX_TIMES, warnsize=settings.DOWNLOAD_WARNSIZE,
-                      verify=settings.TLS_VERIFY)
+                      verify=settings.TLS_VERIFY, proxy_pool=proxy_pool(settings))
 
 
 def ledger_slots(settings: Settings) -> int:

@@ -12,6 +12,7 @@ ignored, before the route answers):
   /page/<n>          UTF-8 HTML, Content-Type "text/html; charset=utf-8":
                      <title>Page n</title>, <h1>Title n</h1>, <a href="/page/<n+1>">next</a>,
                      <p class="n">n</p>.
+  /text?body=<text>  200 with <text> as text/plain (a list of proxies, one per line, say).
   /links[?base=<href>]
                      an HTML page of links (LINKS_PAGE): relative, absolute with spaces around, a
                      fragment, an <a> without href, a 404, a <link rel="next">, an <img src>; with
@@ -58,8 +59,10 @@ ignored, before the route answers):
 HEAD reaches every route too, and is answered without a body.
 Anything else answers 404. The server speaks HTTP/1.1 with keep-alive and logs nothing.
 """
+import base64
 import functools
 import gzip
+import http.client
 import json
 import os
 import random
@@ -211,6 +214,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.reply_html(f'<html><head><title>Page {n}</title></head><body><h1>Title {n}</h1>'
                         f'<a href="/page/{n + 1}">next</a><p class="n">{n}</p></body></html>')
 
+    def text(self):
+        self.reply(200, self.query.get("body", "").encode(), "text/plain; charset=utf-8")
+
     def links(self):
         base = self.query.get("base")
         self.reply_html(LINKS_PAGE.format(base=f'<base href="{base}">' if base else ""))
@@ -331,6 +337,7 @@ class _Handler(BaseHTTPRequestHandler):
 _ROUTES = [
     (re.compile(r"/page/(\d+)"), _Handler.page),
     (re.compile(r"/links"), _Handler.links),
+    (re.compile(r"/text"), _Handler.text),
     (re.compile(r"/flaky/([^/]+)"), _Handler.flaky),
     (re.compile(r"/status/(\d{3})"), _Handler.status),
     (re.compile(r"/redirect"), _Handler.redirect),
@@ -348,6 +355,86 @@ _ROUTES = [
     (re.compile(r"/reset"), _Handler.reset),
     (re.compile(r"/flap/(\d+)"), _Handler.flap),
 ]
+
+
+class _ProxyHandler(BaseHTTPRequestHandler):
+    """A forward proxy for http:// targets: the request's absolute URL is fetched and its answer relayed."""
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+
+    def do_GET(self):
+        proxy = self.server.proxy
+        if proxy.credentials and self.headers.get("Proxy-Authorization") != proxy.credentials:
+            return self._answer(407, [("Proxy-Authenticate", 'Basic realm="test"')], b"")
+        proxy.record(self.path)
+        target = urlsplit(self.path)
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("proxy-authorization", "proxy-connection")}
+        upstream = http.client.HTTPConnection(target.hostname, target.port, timeout=10)
+        try:
+            upstream.request(self.command, target.path + (f"?{target.query}" if target.query else ""), body, headers)
+            answer = upstream.getresponse()
+            self._answer(answer.status, [(k, v) for k, v in answer.getheaders()
+                                         if k.lower() not in ("transfer-encoding", "connection", "content-length")],
+                         answer.read())
+        finally:
+            upstream.close()
+
+    do_HEAD = do_POST = do_GET
+
+    def _answer(self, status, headers, body):
+        self.send_response(status)
+        for name, value in headers:
+            self.send_header(name, value)
+        self.send_header("Via", "1.1 test-proxy")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def log_message(self, format, *args):
+        pass
+
+
+class _Served:
+    """A server of this module, run in a daemon thread for the life of a `with` block."""
+
+    _server = None
+
+    def _serve(self, server, name):
+        self._server = server
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, name=name, daemon=True).start()
+
+    def __exit__(self, *exc_info):
+        self._server.shutdown()
+        self._server.server_close()
+
+
+class TestProxy(_Served):
+    """A real forward proxy on 127.0.0.1 for a `with` block: it relays http:// requests, counts them,
+    and with `user`/`password` answers 407 to a request without those credentials."""
+
+    __test__ = False
+
+    def __init__(self, user=None, password=None):
+        self.credentials = ("Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()) if user else None
+        self.user, self.password = user, password
+        self.requests = []
+        self._lock = threading.Lock()
+
+    def __enter__(self):
+        server = _Server(("127.0.0.1", 0), _ProxyHandler)
+        server.proxy = self
+        self._serve(server, "test-proxy")
+        return self
+
+    def url(self) -> str:
+        userinfo = f"{self.user}:{self.password}@" if self.user else ""
+        return f"http://{userinfo}127.0.0.1:{self._server.server_port}"
+
+    def record(self, url):
+        with self._lock:
+            self.requests.append(url)
 
 
 def self_signed_certificate(directory, host="127.0.0.1"):
@@ -369,7 +456,7 @@ class _Server(ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
-class TestSite:
+class TestSite(_Served):
     """The server, run in a daemon thread for the life of a `with` block, on `host` (another
     address than 127.0.0.1 for clients in a network namespace: tests/netns.py); over TLS with
     `certificate`, a (certificate file, key file) pair (self_signed_certificate())."""
@@ -381,24 +468,17 @@ class TestSite:
         self.certificate = certificate
         self._hits = Counter()
         self._hits_lock = threading.Lock()
-        self._server = None
 
     def __enter__(self):
-        self._server = _Server((self.host, 0), _Handler)
-        self._server.site = self
+        server = _Server((self.host, 0), _Handler)
+        server.site = self
         if self.certificate:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.load_cert_chain(*self.certificate)
             # The handshake happens in the connection's own thread, where a client's refusal is its alone.
-            self._server.socket = context.wrap_socket(self._server.socket, server_side=True,
-                                                      do_handshake_on_connect=False)
-        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                         name="test-site", daemon=True).start()
+            server.socket = context.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
+        self._serve(server, "test-site")
         return self
-
-    def __exit__(self, *exc_info):
-        self._server.shutdown()
-        self._server.server_close()
 
     def url(self, path="/"):
         scheme = "https" if self.certificate else "http"
