@@ -5,6 +5,7 @@ The shared servers are the machine's (127.0.0.1:3306 root, 127.0.0.1:6379); over
 TEST_MYSQL_URL / TEST_REDIS_URL. Tests that stop a server start their own (tests/servers.py).
 """
 import os
+import signal
 import sys
 import uuid
 
@@ -15,6 +16,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from httpserver import TestSite  # noqa: E402
 from taskdb import MemoryBackend, MysqlBackend, SqliteBackend  # noqa: E402
+
+# A suite started as a background job of a non-interactive shell (`.ci/run &`) inherits SIGINT ignored,
+# and so would every process it starts: `batchd status --watch` would then never see the Ctrl-C its
+# test sends. The handler Python installs itself is set back (children exec with SIGINT's default).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 MYSQL_URL = os.environ.get("TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/")
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
