@@ -104,6 +104,11 @@ class Settings:
     DOWNLOAD_WARNSIZE: int = setting(32 * MB, "bytes of a response body past which a warning names the URL "
                                               "(0: never)", 0, 16 * GB)
     TLS_VERIFY: bool = setting(True, "check https sites' certificates (off: one warning when a worker starts)")
+    CONCURRENT_REQUESTS_PER_DOMAIN: int = setting(8, "requests in flight to one host at once, across a worker's "
+                                                     "threads", 1, 1000)
+    DOWNLOAD_DELAY: float = setting(0.0, "seconds between two requests to one host from a worker", 0, 3600)
+    RANDOMIZE_DOWNLOAD_DELAY: bool = setting(True, "wait 0.5x to 1.5x DOWNLOAD_DELAY, at random, rather than "
+                                                   "exactly")
     PROXY: Optional[str] = setting(None, "one proxy for every request: http://user:pass@host:port (or https, "
                                          "socks5)")
     PROXY_POOL: Optional[tuple] = setting(None, "proxies rotated request by request; an entry may also be a "

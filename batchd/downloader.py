@@ -20,6 +20,7 @@ import socket
 import threading
 import time
 import zlib
+from contextlib import nullcontext
 from datetime import timezone
 from email.utils import parsedate_to_datetime
 from functools import cache
@@ -87,11 +88,12 @@ class Downloader:
     def __init__(self, max_retry_times=3, timeout=30.0, pool_size=10, backoff_base=0.5,
                  backoff_max=30.0, headers=None, sleep=None, download_timeout=180.0,
                  maxsize=64 * 1024 * 1024, user_agents=None, max_redirects=20, warnsize=0, verify=True,
-                 proxy_pool=None):
+                 proxy_pool=None, politeness=None):
         """`headers` go with every request; `user_agents`: the User-Agent (several: one at random per
         request; none: batchd's own); `warnsize`: bytes of a body past which a warning names it (0:
         never); `verify`: check certificates (False, or a CA bundle's path); `proxy_pool`: the
-        ProxyPool (batchd/proxies.py) every request without a proxy of its own goes through."""
+        ProxyPool (batchd/proxies.py) every request without a proxy of its own goes through;
+        `politeness`: the Politeness (batchd/politeness.py) each attempt takes its turn from."""
         self.max_retry_times = max_retry_times
         self.timeout = timeout
         self.pool_size = pool_size
@@ -106,6 +108,7 @@ class Downloader:
         self.warnsize = warnsize
         self.verify = verify
         self.proxy_pool = proxy_pool
+        self.politeness = politeness
         if verify is False:
             # The worker said it once at its start; urllib3 would say it again for every request.
             urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
@@ -125,7 +128,7 @@ class Downloader:
             attempts += 1
             sent = (prepare(request) or request) if prepare else request
             proxy = self._pooled_proxy(sent, avoid=failed_proxy)
-            with guard.waiting(self._attempt_bound(sent)):
+            with self._turn(sent.url), guard.waiting(self._attempt_bound(sent)):
                 outcome = self._attempt(sent, attempts, proxy)
             failed_proxy = self._account(proxy, outcome)
             if _succeeded(outcome) and accept is not None:
@@ -147,6 +150,9 @@ class Downloader:
         timeout = self.timeout if request.timeout is None else request.timeout
         connect = timeout[0] if isinstance(timeout, tuple) else timeout
         return max(self.download_timeout, connect or 0.0) + WATCH_RECUT + CHECK_IN_SLACK
+
+    def _turn(self, url):
+        return self.politeness.turn(url) if self.politeness is not None else nullcontext()
 
     def _pooled_proxy(self, request, avoid):
         """The pool's proxy for this attempt: none for a request with a proxy of its own."""

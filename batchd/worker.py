@@ -42,6 +42,7 @@ from .ledger import LocalLedger
 from .lifecycle import Backoff, StopFlag
 from .outages import OutageWatch, retry_through_outages
 from .model import TaskLayout, task_key
+from .politeness import Politeness
 from .prefetch import LeasePrefetch
 from .proxies import proxy_pool
 from .pipeline import Pipeline, TaskRun
@@ -133,7 +134,16 @@ def downloader_for(settings: Settings, threads: int, sleep) -> Downloader:
                       pool_size=threads, download_timeout=settings.DOWNLOAD_TIMEOUT, maxsize=settings.DOWNLOAD_MAXSIZE,
                       sleep=sleep, headers=settings.DEFAULT_REQUEST_HEADERS, user_agents=settings.USER_AGENT,
                       max_redirects=settings.REDIRECT_MAX_TIMES, warnsize=settings.DOWNLOAD_WARNSIZE,
-                      verify=settings.TLS_VERIFY, proxy_pool=proxy_pool(settings))
+                      verify=settings.TLS_VERIFY, proxy_pool=proxy_pool(settings),
+                      politeness=politeness_for(settings, threads))
+
+
+def politeness_for(settings: Settings, threads: int) -> Optional[Politeness]:
+    """None when it could hold nothing back: no delay, and no more threads than a host may take at once."""
+    if settings.DOWNLOAD_DELAY <= 0 and settings.CONCURRENT_REQUESTS_PER_DOMAIN >= threads:
+        return None
+    return Politeness(settings.CONCURRENT_REQUESTS_PER_DOMAIN, settings.DOWNLOAD_DELAY,
+                      settings.RANDOMIZE_DOWNLOAD_DELAY, attempt_bound=settings.DOWNLOAD_TIMEOUT)
 
 
 def ledger_slots(settings: Settings) -> int:

@@ -23,7 +23,8 @@ ignored, before the route answers):
   /status/<code>     answers <code> with a short text body (none for 204 and 304).
   /redirect?to=<path>
                      302 to <path>.
-  /slow?seconds=S    sleeps S seconds (default 1), then 200.
+  /slow?seconds=S    sleeps S seconds (default 1), then 200; the site keeps the most of these that
+                     were asleep at once (most_in_flight).
   /json              {"ok": true, "items": [1, 2, 3]} as application/json.
   /set-cookie?name=value[&...]
                      200 with one Set-Cookie header per query parameter.
@@ -60,6 +61,7 @@ HEAD reaches every route too, and is answered without a body.
 Anything else answers 404. The server speaks HTTP/1.1 with keep-alive and logs nothing.
 """
 import base64
+import contextlib
 import functools
 import gzip
 import http.client
@@ -238,7 +240,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.reply(302, b"", "text/plain", [("Location", self.query["to"])])
 
     def slow(self):
-        time.sleep(float(self.query.get("seconds", 1)))
+        with self.server.site.in_flight():
+            time.sleep(float(self.query.get("seconds", 1)))
         self.reply_html("<html><body><p>slow</p></body></html>")
 
     def json_document(self):
@@ -468,6 +471,8 @@ class TestSite(_Served):
         self.certificate = certificate
         self._hits = Counter()
         self._hits_lock = threading.Lock()
+        self.hit_times = []          # (time.monotonic(), path) of every hit, in order
+        self._in_flight = self.most_in_flight = 0
 
     def __enter__(self):
         server = _Server((self.host, 0), _Handler)
@@ -487,6 +492,18 @@ class TestSite(_Served):
     def record_hit(self, path):
         with self._hits_lock:
             self._hits[path] += 1
+            self.hit_times.append((time.monotonic(), path))
+
+    @contextlib.contextmanager
+    def in_flight(self):
+        with self._hits_lock:
+            self._in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self._in_flight)
+        try:
+            yield
+        finally:
+            with self._hits_lock:
+                self._in_flight -= 1
 
     def hits(self, path):
         with self._hits_lock:
@@ -495,3 +512,5 @@ class TestSite(_Served):
     def reset(self):
         with self._hits_lock:
             self._hits.clear()
+            self.hit_times.clear()
+            self.most_in_flight = 0
