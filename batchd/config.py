@@ -109,6 +109,10 @@ class Settings:
     DOWNLOAD_DELAY: float = setting(0.0, "seconds between two requests to one host from a worker", 0, 3600)
     RANDOMIZE_DOWNLOAD_DELAY: bool = setting(True, "wait 0.5x to 1.5x DOWNLOAD_DELAY, at random, rather than "
                                                    "exactly")
+    DOMAIN_RATE_LIMIT: float = setting(0.0, "requests a second to one host from every worker of the namespace on "
+                                            "every machine (Redis; SQLite: this host's); 0: no limit", 0, 100_000)
+    DOMAIN_RATE_BURST: int = setting(1, "requests to one host that may start together under DOMAIN_RATE_LIMIT "
+                                        "after a lull", 1, 10_000)
     PROXY: Optional[str] = setting(None, "one proxy for every request: http://user:pass@host:port (or https, "
                                          "socks5)")
     PROXY_POOL: Optional[tuple] = setting(None, "proxies rotated request by request; an entry may also be a "

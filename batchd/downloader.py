@@ -33,6 +33,7 @@ from requests.adapters import HTTPAdapter
 from requests.exceptions import (ChunkedEncodingError, ContentDecodingError, InvalidSchema, InvalidURL,
                                  MissingSchema, ReadTimeout, SSLError)
 
+from .errors import BackendUnavailable
 from .http import RequestFailed, Response
 from .threads import check_in, guard, start_thread
 
@@ -88,12 +89,13 @@ class Downloader:
     def __init__(self, max_retry_times=3, timeout=30.0, pool_size=10, backoff_base=0.5,
                  backoff_max=30.0, headers=None, sleep=None, download_timeout=180.0,
                  maxsize=64 * 1024 * 1024, user_agents=None, max_redirects=20, warnsize=0, verify=True,
-                 proxy_pool=None, politeness=None):
+                 proxy_pool=None, politeness=None, host_rates=None, rate_limit=0.0, rate_burst=1):
         """`headers` go with every request; `user_agents`: the User-Agent (several: one at random per
         request; none: batchd's own); `warnsize`: bytes of a body past which a warning names it (0:
         never); `verify`: check certificates (False, or a CA bundle's path); `proxy_pool`: the
         ProxyPool (batchd/proxies.py) every request without a proxy of its own goes through;
-        `politeness`: the Politeness (batchd/politeness.py) each attempt takes its turn from."""
+        `politeness`: the Politeness (batchd/politeness.py) each attempt takes its turn from;
+        `host_rates` (the HostRates port), `rate_limit` and `rate_burst`: DOMAIN_RATE_LIMIT."""
         self.max_retry_times = max_retry_times
         self.timeout = timeout
         self.pool_size = pool_size
@@ -109,6 +111,7 @@ class Downloader:
         self.verify = verify
         self.proxy_pool = proxy_pool
         self.politeness = politeness
+        self.host_rates, self.rate_limit, self.rate_burst = host_rates, rate_limit, rate_burst
         if verify is False:
             # The worker said it once at its start; urllib3 would say it again for every request.
             urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
@@ -128,6 +131,7 @@ class Downloader:
             attempts += 1
             sent = (prepare(request) or request) if prepare else request
             proxy = self._pooled_proxy(sent, avoid=failed_proxy)
+            self._wait_for_rate(sent, attempts)
             with self._turn(sent.url), guard.waiting(self._attempt_bound(sent)):
                 outcome = self._attempt(sent, attempts, proxy)
             failed_proxy = self._account(proxy, outcome)
@@ -150,6 +154,19 @@ class Downloader:
         timeout = self.timeout if request.timeout is None else request.timeout
         connect = timeout[0] if isinstance(timeout, tuple) else timeout
         return max(self.download_timeout, connect or 0.0) + WATCH_RECUT + CHECK_IN_SLACK
+
+    def _wait_for_rate(self, request, attempts):
+        """DOMAIN_RATE_LIMIT: the attempt starts when the host's next slot, booked for it, comes."""
+        if not self.rate_limit or self.host_rates is None:
+            return
+        try:
+            wait = self.host_rates.reserve(urlsplit(request.url).netloc.lower(), self.rate_limit, self.rate_burst)
+        except BackendUnavailable:
+            wait = 1.0 / self.rate_limit     # the shared limit cannot be read: space this worker's requests alone
+        if wait > 0:
+            with guard.waiting(wait + CHECK_IN_SLACK):
+                if self.sleep(wait):
+                    raise RequestFailed(request, InterruptedError("stopped"), "stopped", attempts)
 
     def _turn(self, url):
         return self.politeness.turn(url) if self.politeness is not None else nullcontext()

@@ -28,6 +28,7 @@ from datetime import datetime
 from typing import Callable, Iterable, Optional, Protocol, Sequence
 
 from .errors import ConfigError
+from .politeness import LocalHostRates
 from .model import BatchRecord, ItemRow, Lease, Progress, TaskLayout
 from .task import Move
 
@@ -274,6 +275,15 @@ class SeenFilter(Protocol):
         """Request de-duplication: True the first time this batch sees the fingerprint."""
 
 
+class HostRates(Protocol):
+    """DOMAIN_RATE_LIMIT: the starts of requests to each host, spaced for every worker that shares this
+    backend (Redis: every worker of the namespace on every host; SQLite, memory: the worker's process)."""
+
+    def reserve(self, host: str, per_second: float, burst: int) -> float:
+        """Book the next start of a request to `host` under `per_second` requests a second (`burst` of them
+        may start together): the seconds to wait before starting it, 0 for now."""
+
+
 class BatchTally(Protocol):
     """Done and failed tasks per batch, counted as they settle, so the master never counts rows. Every
     compare-and-set write-back adds the rows it really moved, so the tally is exact but for the write-backs
@@ -329,6 +339,11 @@ class Backend:
     namespaces: NamespaceRecord
     tally: BatchTally
     closers: tuple = field(default=())     # what close() releases besides the store
+    rates: Optional[HostRates] = None     # DOMAIN_RATE_LIMIT; None: kept in this process (host_rates())
+
+    def host_rates(self, namespace: str) -> HostRates:
+        """The backend's HostRates, or the one every worker of this process shares for the namespace."""
+        return self.rates if self.rates is not None else LocalHostRates.for_namespace(namespace)
 
     def close(self) -> None:
         for close in self.closers:

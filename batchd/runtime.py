@@ -77,7 +77,8 @@ class Runtime:
     def worker(self, ledger=None, name: str = "worker", keep_alive: bool = True) -> Worker:
         b = self.backend
         worker = Worker(self.spider, self.settings, self.layout, b.store, b.leases, b.wake, b.seen, b.namespaces, b.tally,
-                        ledger=ledger, name=name, keep_alive=keep_alive)
+                        ledger=ledger, name=name, keep_alive=keep_alive,
+                        host_rates=b.host_rates(self.namespace))
         self._workers.append(worker)
         return worker
 

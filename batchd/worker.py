@@ -46,7 +46,7 @@ from .politeness import Politeness
 from .prefetch import LeasePrefetch
 from .proxies import proxy_pool
 from .pipeline import Pipeline, TaskRun
-from .ports import BatchStore, BatchTally, LeaseQueue, NamespaceRecord, SeenFilter, WakeChannel, claim_namespace
+from .ports import BatchStore, BatchTally, HostRates, LeaseQueue, NamespaceRecord, SeenFilter, WakeChannel, claim_namespace
 from .schedule import is_due
 from .systemd import set_thread_role
 from .threads import Heart, check_in, guard, start_thread
@@ -126,7 +126,7 @@ def overridden_hooks(spider) -> frozenset:
                      if getattr(type(spider), name, None) is not getattr(BatchSpider, name))
 
 
-def downloader_for(settings: Settings, threads: int, sleep) -> Downloader:
+def downloader_for(settings: Settings, threads: int, sleep, host_rates=None) -> Downloader:
     """The Downloader the settings describe; TLS_VERIFY off is said once, here."""
     if not settings.TLS_VERIFY:
         log.warning("TLS_VERIFY is off: the certificates of https sites are not checked")
@@ -135,7 +135,8 @@ def downloader_for(settings: Settings, threads: int, sleep) -> Downloader:
                       sleep=sleep, headers=settings.DEFAULT_REQUEST_HEADERS, user_agents=settings.USER_AGENT,
                       max_redirects=settings.REDIRECT_MAX_TIMES, warnsize=settings.DOWNLOAD_WARNSIZE,
                       verify=settings.TLS_VERIFY, proxy_pool=proxy_pool(settings),
-                      politeness=politeness_for(settings, threads))
+                      politeness=politeness_for(settings, threads), host_rates=host_rates,
+                      rate_limit=settings.DOMAIN_RATE_LIMIT, rate_burst=settings.DOMAIN_RATE_BURST)
 
 
 def politeness_for(settings: Settings, threads: int) -> Optional[Politeness]:
@@ -156,8 +157,9 @@ def ledger_slots(settings: Settings) -> int:
 class Worker:
     def __init__(self, spider, settings: Settings, layout: TaskLayout, store: BatchStore, leases: LeaseQueue,
                  wake: WakeChannel, seen: SeenFilter, namespaces: NamespaceRecord, tally: BatchTally, ledger=None,
-                 name: str = "worker", keep_alive: bool = True):
+                 name: str = "worker", keep_alive: bool = True, host_rates: Optional[HostRates] = None):
         self.spider, self.settings, self.layout, self.store = spider, settings, layout, store
+        self.host_rates = host_rates
         self.leases, self.wake, self.seen, self.namespaces, self.tally = leases, wake, seen, namespaces, tally
         self.name, self.keep_alive = name, keep_alive
         self.thread_count = settings.SPIDER_THREAD_COUNT
@@ -226,7 +228,7 @@ class Worker:
         return start() if not self.keep_alive else retry_through_outages(start, self.watch, stop) is not None
 
     def _serve(self, stop: StopFlag) -> None:
-        self.downloader = downloader_for(self.settings, self.thread_count, stop.wait_cold)
+        self.downloader = downloader_for(self.settings, self.thread_count, stop.wait_cold, self.host_rates)
         table, kind = self.layout.item_destination
         self.pipeline = Pipeline(self.store, self.leases, self.tally, self.ledger, self.settings, table, kind,
                                  self.watch, on_written=self._after_write_back)

@@ -66,3 +66,46 @@ def test_a_batch_with_one_request_at_a_time_per_host(backend, site):
     with InProcessBatch(spider):
         wait_for(lambda: set(backend.states().values()) == {TaskState.DONE}, message="every task done")
     assert site.most_in_flight == 1
+
+
+# --- DOMAIN_RATE_LIMIT: the HostRates port ------------------------------------------------
+
+def rates_of(backend, **settings):
+    """A worker's HostRates on the backend (a store of its own for the memory backend)."""
+    if backend.store() is None:
+        backend.create_tasks([])
+    runtime = CrawlTask(batch_store=backend.store(), settings=backend.settings(**settings)).runtime
+    return runtime.backend.host_rates(runtime.namespace)
+
+
+def test_each_booking_starts_one_interval_after_the_last(backend):
+    rates = rates_of(backend)
+    waits = [rates.reserve("one.example", 10, 1) for _ in range(4)]
+    assert waits[0] == 0 and all(abs(w - 0.1 * n) < 0.03 for n, w in enumerate(waits)), waits
+    assert rates.reserve("b.example", 10, 1) == 0, "another host books on its own"
+
+
+def test_a_burst_starts_together_after_a_lull(backend):
+    rates = rates_of(backend)
+    waits = [rates.reserve("burst.example", 10, 3) for _ in range(5)]
+    assert waits[:3] == [0, 0, 0] and 0.07 < waits[3] < 0.13 and 0.17 < waits[4] < 0.23, waits
+
+
+def test_on_redis_the_limit_holds_for_every_worker_of_the_namespace(mysql_backend):
+    one, other = rates_of(mysql_backend), rates_of(mysql_backend)
+    assert one is not other and one.redis is not other.redis, "two workers, two connections"
+    assert one.reserve("shared.example", 5, 1) == 0
+    assert 0.15 < other.reserve("shared.example", 5, 1) < 0.25, "booked behind the other worker's request"
+
+
+def test_a_batch_of_two_workers_keeps_to_the_rate(shared_backend, site):
+    shared_backend.create_tasks([site.url(f"/page/{n}") for n in range(1, 13)])
+
+    def spider():
+        return CrawlTask(batch_store=shared_backend.store(),
+                         settings=shared_backend.settings(DOMAIN_RATE_LIMIT=20, SPIDER_THREAD_COUNT=4))
+
+    with InProcessBatch(spider, workers=2):
+        wait_for(lambda: set(shared_backend.states().values()) == {TaskState.DONE}, message="every task done")
+    starts = [at for at, path in site.hit_times if path.startswith("/page/")]
+    assert len(starts) == 12 and starts[-1] - starts[0] >= 11 / 20 * 0.9, starts

@@ -25,7 +25,7 @@ from batchd.backends import open_backend, open_supervisor_ports
 from batchd.backends.memory import MemoryBatchStore
 from batchd.config import load_settings
 from batchd.errors import BackendUnavailable
-from batchd.ports import Backend, BatchStore, MasterLock, SupervisorPorts
+from batchd.ports import Backend, BatchStore, HostRates, MasterLock, SupervisorPorts
 from harness import wait_for
 
 KINDS = ["memory", "mysql_redis", "sqlite"]
@@ -582,9 +582,10 @@ def assert_fulfils(port, protocol) -> None:
 
 def test_every_port_of_the_backend_fulfils_its_protocol(ports):
     fields = protocol_fields(Backend)
-    assert set(fields) == {f.name for f in dataclasses.fields(Backend)} - {"store", "closers"}
+    assert set(fields) == {f.name for f in dataclasses.fields(Backend)} - {"store", "closers", "rates"}
     for field, protocol in fields.items():
         assert_fulfils(getattr(ports, field), protocol)
+    assert_fulfils(ports.host_rates("ns"), HostRates)      # the backend's, or this process's
     assert_fulfils(ports.locks.master_lock("host1:1", LONG), MasterLock)
     assert isinstance(ports.store, BatchStore)
     assert all(callable(close) for close in ports.closers)

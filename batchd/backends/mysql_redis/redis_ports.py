@@ -24,7 +24,7 @@ Every step that must not be split (pop + lease, check owner + renew / release,
 find expired + remove) is one Lua script, so it is atomic on the server.
 """
 import functools
-from typing import Iterable, Optional, Sequence, Union
+from typing import Any, Iterable, Optional, Sequence, Union
 
 from ...config import redact_url
 from ...errors import BackendUnavailable, ConfigError
@@ -158,6 +158,19 @@ end
 return out
 """
 
+# DOMAIN_RATE_LIMIT for every worker: politeness.booked_start() on the host's key. KEYS[1]: the host's
+# next theoretical arrival (ms); ARGV: the interval and the burst's credit (ms). Returns the wait in ms.
+RATE_SCRIPT = """
+if redis.replicate_commands then redis.replicate_commands() end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+local theoretical = math.max(tonumber(redis.call('GET', KEYS[1]) or now), now)
+local start = math.max(now, theoretical - tonumber(ARGV[2]))
+local next_arrival = theoretical + tonumber(ARGV[1])
+redis.call('SET', KEYS[1], tostring(next_arrival), 'PX', math.ceil(next_arrival - now) + 1000)
+return tostring(start - now)
+"""
+
 
 class Keys:
     def __init__(self, namespace: str):
@@ -179,6 +192,9 @@ class Keys:
 
     def tally(self, batch_id: int) -> str:
         return self._key(f"tally:{batch_id}")
+
+    def rate(self, host: str) -> str:
+        return self._key(f"rate:{host}")
 
     def status(self, name: str) -> str:
         """A supervisor's snapshot; `name` is host:instance."""
@@ -274,6 +290,26 @@ class RedisMasterLock:
             pass
 
 
+class LuaScript:
+    """A Lua script of a port, as a class attribute: each port gets it registered with its own client
+    (redis-py's Script: EVALSHA, loading the script on the server the first time it is missing)."""
+
+    def __init__(self, source: str):
+        self.source = source
+        self.attribute = ""
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.attribute = f"_registered{name}"
+
+    def __get__(self, port, owner=None) -> Any:
+        if port is None:
+            return self
+        registered = port.__dict__.get(self.attribute)
+        if registered is None:
+            registered = port.__dict__[self.attribute] = port.redis.register_script(self.source)
+        return registered
+
+
 class RedisPort:
     """What the ports of one namespace share: one client (one connection pool per process), the URL for
     messages (never the password), the key schema."""
@@ -289,17 +325,14 @@ class RedisLeaseQueue(RedisPort):
     """The LeaseQueue port: batch_pending, queued, leases, lease_owner, attempts, batch_done."""
 
     backend_name = "Redis"
-
-    def __init__(self, url: str, namespace: str, client):
-        super().__init__(url, namespace, client)
-        self._lease = client.register_script(LEASE_SCRIPT)
-        self._renew = client.register_script(RENEW_SCRIPT)
-        self._release = client.register_script(RELEASE_SCRIPT)
-        self._reclaim = client.register_script(RECLAIM_SCRIPT)
-        self._known = client.register_script(KNOWN_SCRIPT)
-        self._give_back = client.register_script(GIVE_BACK_SCRIPT)
-        self._expire_holder = client.register_script(EXPIRE_HOLDER_SCRIPT)
-        self._count_attempts = client.register_script(COUNT_ATTEMPTS_SCRIPT)
+    _lease = LuaScript(LEASE_SCRIPT)
+    _renew = LuaScript(RENEW_SCRIPT)
+    _release = LuaScript(RELEASE_SCRIPT)
+    _reclaim = LuaScript(RECLAIM_SCRIPT)
+    _known = LuaScript(KNOWN_SCRIPT)
+    _give_back = LuaScript(GIVE_BACK_SCRIPT)
+    _expire_holder = LuaScript(EXPIRE_HOLDER_SCRIPT)
+    _count_attempts = LuaScript(COUNT_ATTEMPTS_SCRIPT)
 
     def describe(self) -> str:
         return f"Redis {redact_url(self.url)}"
@@ -466,12 +499,22 @@ class RedisSeenFilter(RedisPort):
         return bool(added)
 
 
+class RedisHostRates(RedisPort):
+    """The HostRates port: one key per host, its next theoretical arrival."""
+
+    _book = LuaScript(RATE_SCRIPT)
+
+    @translated
+    def reserve(self, host: str, per_second: float, burst: int) -> float:
+        interval_ms = 1000.0 / per_second
+        waited_ms = self._book(keys=[self.keys.rate(host)], args=[interval_ms, (burst - 1) * interval_ms])
+        return max(0.0, float(waited_ms) / 1000)
+
+
 class RedisTally(RedisPort):
     """The BatchTally port: one hash per batch."""
 
-    def __init__(self, url: str, namespace: str, client):
-        super().__init__(url, namespace, client)
-        self._restore = client.register_script(RESTORE_TALLY_SCRIPT)
+    _restore = LuaScript(RESTORE_TALLY_SCRIPT)
 
     @translated
     def add_settled(self, batch_id: int, done: int, failed: int) -> None:
