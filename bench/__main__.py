@@ -68,7 +68,8 @@ The columns (medians over the rounds; peaks for memory):
 
 Options: --tasks N (5000), --rounds R (3), --configs 1x4,1x8,2x8, --small 500 (0: none),
 --contenders baseline,mysql,sqlite, --site nginx|builtin|auto (auto), --monitor-interval 1,
---json.
+--setting NAME=VALUE (a batchd setting for every batchd run, repeatable: to measure what a feature
+costs, say `--setting DOMAIN_RATE_LIMIT=100000`), --json.
 """
 import argparse
 import json
@@ -89,6 +90,8 @@ def main(argv=None) -> int:
     compare.add_argument("--site", choices=("auto", "nginx", "builtin"), default="auto",
                          help="who serves the pages (auto: nginx when installed)")
     compare.add_argument("--monitor-interval", type=float, default=1.0, help="batchd's BATCH_MONITOR_INTERVAL (1)")
+    compare.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE",
+                         help="a batchd setting for every batchd run (repeatable)")
     compare.add_argument("--json", action="store_true", help="one JSON document instead of the table")
     args = parser.parse_args(argv)
     if args.tasks < 1 or args.rounds < 1 or args.small < 0:

@@ -118,8 +118,9 @@ class Contender:
     root_role = "supervisor"          # what the root of its process tree is
     closes_batches = True             # it logs the `batch N finished` line
 
-    def __init__(self, servers: Servers, workdir: str, monitor_interval: float):
+    def __init__(self, servers: Servers, workdir: str, monitor_interval: float, settings: Optional[dict] = None):
         self.servers, self.workdir, self.monitor_interval = servers, workdir, monitor_interval
+        self.settings = settings or {}      # --setting NAME=VALUE: batchd's, on top of the bench's own
 
     def place(self) -> Place:
         if self.store_kind == "sqlite":
@@ -143,7 +144,7 @@ class Contender:
     def environment(self, place: Place, config: Config) -> dict:
         settings = dict(place.settings, SPIDER_THREAD_COUNT=str(config.threads), LOG_LEVEL="INFO",
                         BATCH_MONITOR_INTERVAL=f"{self.monitor_interval:g}",
-                        FAILED_ITEMS_PATH=os.path.join(self.workdir, f"{place.name}-failed.jsonl"))
+                        FAILED_ITEMS_PATH=os.path.join(self.workdir, f"{place.name}-failed.jsonl"), **self.settings)
         return dict(child_environment(), BATCHD_CONFIG=os.devnull,
                     **{f"BATCHD_{name}": value for name, value in settings.items()})
 
@@ -345,7 +346,7 @@ def compare(args) -> dict:
     try:
         with open_site(args.site, max(c.tasks for c in configs)) as site, Servers(contenders) as servers:
             say(f"site: {site.describe()}")
-            made = {name: kind(servers, workdir, args.monitor_interval)
+            made = {name: kind(servers, workdir, args.monitor_interval, batchd_settings(args.setting))
                     for name, kind in (("baseline", Baseline), ("mysql", BatchdMysql), ("sqlite", BatchdSqlite))
                     if name in contenders}
             for round_no in range(args.rounds):
@@ -358,6 +359,7 @@ def compare(args) -> dict:
                             f"{figures['cpu_ms_per_task']:.1f} CPU ms/task")
             report = {"site": site.describe(), "site_kind": site.kind,
                       "environment": environment(servers, args, version_at_start),
+                      "batchd_settings": batchd_settings(args.setting),
                       "rounds": args.rounds, "tasks": args.tasks, "small": args.small,
                       "contenders": contenders, "configs": [c.label for c in configs],
                       "rows": rows_of(results, contenders, configs)}
@@ -373,6 +375,17 @@ def byte_compile() -> None:
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     for package in ("batchd", "bench", os.path.join("tests", "spiders")):
         compileall.compile_dir(os.path.join(root, package), quiet=1)
+
+
+def batchd_settings(pairs: list) -> dict:
+    """--setting NAME=VALUE, each given to batchd as BATCHD_NAME (the bare loop has no settings)."""
+    settings = {}
+    for pair in pairs:
+        name, equals, value = pair.partition("=")
+        if not equals or not name.strip():
+            raise SystemExit(f"--setting {pair!r}: write NAME=VALUE")
+        settings[name.strip().upper()] = value
+    return settings
 
 
 def rotated(contenders: list, round_no: int) -> list:
