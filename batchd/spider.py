@@ -8,7 +8,7 @@ spider's Runtime (batchd/runtime.py).
 """
 import logging
 import os
-from typing import Any, Iterable, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, TypeVar, Union
 
 from .config import Settings
 from .http import Produced, Request, Response
@@ -20,6 +20,15 @@ log = logging.getLogger("batchd")
 # What task_requests gives: one Request, or (yields) several; a callback's Produced is in batchd/http.py.
 Requests = Union[None, Request, Iterable[Request]]
 ConfigFiles = Union[str, os.PathLike[str], Sequence[Union[str, os.PathLike[str]]], None]
+
+
+Hook = TypeVar("Hook", bound=Callable[..., Any])
+
+
+def _does_nothing(hook: Hook) -> Hook:
+    """Marks a hook whose default changes nothing: a worker does not call it (worker.overridden_hooks)."""
+    setattr(hook, "does_nothing", True)
+    return hook
 
 
 class BatchSpider:
@@ -45,11 +54,13 @@ class BatchSpider:
         """The default callback: yield items (dicts) and further Requests."""
         raise NotImplementedError(f"{type(self).__name__} has no parse(); give the Request a callback")
 
+    @_does_nothing
     def download_midware(self, request: Request) -> Optional[Request]:
         """Called before each attempt to send a request (retries too): change it (sign it, add a
         token) and return it, or return another Request to send instead; None sends it as it is."""
         return request
 
+    @_does_nothing
     def validate(self, request: Request, response: Response) -> Optional[bool]:
         """Called with each page that came back 2xx: return False, or raise, to reject it (a captcha, a
         ban page). A rejected page is retried like a 503; once the retries are spent the request fails

@@ -120,10 +120,9 @@ SPIDER_HOOKS = ("download_midware", "validate")     # what the downloader may ca
 
 
 def overridden_hooks(spider) -> frozenset:
-    """The SPIDER_HOOKS the spider's class overrides."""
-    from .spider import BatchSpider     # (spider.py imports the runtime, which imports this module)
+    """The SPIDER_HOOKS the spider's class overrides (BatchSpider marks its defaults `does_nothing`)."""
     return frozenset(name for name in SPIDER_HOOKS
-                     if getattr(type(spider), name, None) is not getattr(BatchSpider, name))
+                     if not getattr(getattr(type(spider), name, None), "does_nothing", False))
 
 
 def downloader_for(settings: Settings, threads: int, sleep, host_rates=None) -> Downloader:
