@@ -153,15 +153,18 @@ class Response:
     lock per property shared by every instance, so a worker's threads would parse one page at a time.
     A Response is read by the thread that downloaded it; nothing here needs a lock."""
 
-    def __init__(self, raw: requests.Response, request: Request, content: bytes) -> None:
+    def __init__(self, raw: requests.Response, request: Request, content: bytes,
+                 hop: bool = False) -> None:
+        """`hop`: one of the redirects on the way to another response (no history of its own)."""
         self.status_code: int = raw.status_code
         self.url: str = raw.url
         self.headers: CaseInsensitiveDict[str] = raw.headers
         self.content = content  # decoded, read by the Downloader within its limits
         self.request = request
         self.meta = request.meta
-        # The redirects followed to get here, oldest first (their status, URL and headers; no body).
-        self.history: list[Response] = [Response(hop, request, b"") for hop in raw.history]
+        # The redirects followed to get here, oldest first (their status, URL and headers; no body). Not each
+        # hop's own history: requests 2.28's hops list one another, round and round.
+        self.history: list[Response] = [] if hop else [Response(one, request, b"", hop=True) for one in raw.history]
         self._encoding: Optional[str] = None
         self._text: Optional[str] = None
         self._selector: Optional[parsel.Selector] = None
