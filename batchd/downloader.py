@@ -9,7 +9,7 @@ response, where requests' timeout only bounds the wait for each read: one thread
 Downloader (`_DeadlineWatch`) shuts down the socket of a download past its deadline, and
 the attempt fails with `DownloadTimeout`, retried like any timeout. DOWNLOAD_MAXSIZE bounds
 the decoded body: a larger Content-Length fails before the body is read, and the body is
-read and decompressed here, in pieces, so that a compression bomb fails with
+read and decompressed in pieces (batchd/bodies.py), so that a compression bomb fails with
 `ResponseTooLarge` (not retried) once it has produced DOWNLOAD_MAXSIZE bytes.
 """
 import logging
@@ -19,7 +19,6 @@ import re
 import socket
 import threading
 import time
-import zlib
 from contextlib import nullcontext
 from datetime import timezone
 from email.utils import parsedate_to_datetime
@@ -30,9 +29,10 @@ from urllib.parse import urlsplit
 import requests
 import urllib3.exceptions
 from requests.adapters import HTTPAdapter
-from requests.exceptions import (ChunkedEncodingError, ContentDecodingError, InvalidSchema, InvalidURL,
-                                 MissingSchema, ReadTimeout, SSLError)
+from requests.exceptions import (ChunkedEncodingError, InvalidSchema, InvalidURL,
+                                 MissingSchema, SSLError)
 
+from .bodies import ACCEPT_ENCODING, BodyReader, hooks_with
 from .errors import BackendUnavailable
 from .http import RequestFailed, Response
 from .threads import check_in, guard, start_thread
@@ -43,9 +43,6 @@ MALFORMED_URL_ERRORS = (MissingSchema, InvalidSchema, InvalidURL)
 TRANSIENT_ERRORS = (requests.ConnectionError, requests.Timeout, ChunkedEncodingError)
 RETRY_AFTER_STATUSES = frozenset({429, 503})
 
-BODY_PIECE = 64 * 1024         # bytes per read from the socket, and most bytes per decompression step
-GZIP_WBITS = 16 + zlib.MAX_WBITS
-ACCEPT_ENCODING = "gzip, deflate"  # what _decoded() decodes, within bounds; nothing else is asked for
 WATCH_IDLE_TICK = 5.0          # the deadline thread looks at least this often, so it can check in
 WATCH_RECUT = 0.2              # a download cut while it had no socket (still connecting) is cut again this often
 CHECK_IN_SLACK = 5.0           # beyond a promised wait: scheduling delays on a loaded machine
@@ -54,10 +51,6 @@ ORIGINS_REMEMBERED = 10000     # origins whose proxies from the environment are 
 
 class DownloadTimeout(requests.Timeout):
     """The whole response did not arrive within DOWNLOAD_TIMEOUT: retried like any timeout."""
-
-
-class ResponseTooLarge(requests.RequestException):
-    """The decoded body is larger than DOWNLOAD_MAXSIZE: not retried, it would be as large again."""
 
 
 class PageRejected(Exception):
@@ -215,7 +208,7 @@ class Downloader:
         session.cookies.clear()
         download = self._deadlines.begin(self.download_timeout)
         _in_flight.download = download
-        reader = _BodyReader(download, self.maxsize if request.maxsize is None else request.maxsize)
+        reader = BodyReader(download, self.maxsize if request.maxsize is None else request.maxsize)
         try:
             raw = session.request(
                 request.method, request.url, params=request.params, data=request.data,
@@ -223,7 +216,7 @@ class Downloader:
                 timeout=self.timeout if request.timeout is None else request.timeout,
                 allow_redirects=request.allow_redirects, proxies=self._proxies_for(request, proxy),
                 verify=request.verify, auth=request.auth,
-                **{**request.kwargs, "stream": True, "hooks": _hooks_with(reader, request.kwargs.get("hooks"))})
+                **{**request.kwargs, "stream": True, "hooks": hooks_with(reader, request.kwargs.get("hooks"))})
         except Exception as exc:
             if download.expired and not isinstance(exc, DownloadTimeout):
                 raise download.overdue() from exc  # whatever the cut socket made the read raise
@@ -298,7 +291,7 @@ class Downloader:
         session.mount("https://", adapter)
         session.headers["User-Agent"] = self.user_agents[0]
         session.headers.update(self.headers)
-        session.headers["Accept-Encoding"] = ACCEPT_ENCODING    # what _decoded() decodes, whatever the settings say
+        session.headers["Accept-Encoding"] = ACCEPT_ENCODING    # what bodies.py decodes, whatever the settings say
         return session
 
     def close(self):
@@ -447,114 +440,6 @@ class _TrackingAdapter(HTTPAdapter):
 
     def proxy_manager_for(self, proxy, **proxy_kwargs):
         return _track_connections(super().proxy_manager_for(proxy, **proxy_kwargs))
-
-
-# --- the body ---------------------------------------------------------------------------
-
-
-def _hooks_with(reader, hooks):
-    """The request's own hooks with `reader` first among the response hooks: it reads the body
-    before another hook could (through .content, without limits)."""
-    hooks = dict(hooks or {})
-    theirs = hooks.get("response", [])
-    hooks["response"] = [reader, *([theirs] if callable(theirs) else theirs)]
-    return hooks
-
-
-class _BodyReader:
-    """The response hook that reads each body of an attempt (redirects too), decoded, within
-    DOWNLOAD_MAXSIZE and the attempt's deadline. `body` is the last one read: the final response's."""
-
-    def __init__(self, download, maxsize):
-        self.download = download
-        self.maxsize = maxsize
-        self.body = b""
-
-    def __call__(self, response, **_send_options):
-        try:
-            self.body = self._read(response)
-        except BaseException:
-            response.close()  # a half-read connection must not go back to the pool
-            raise
-
-    def _read(self, response):
-        declared = response.raw.length_remaining  # urllib3's reading of Content-Length (0 for HEAD)
-        if declared is not None and declared > self.maxsize:
-            raise ResponseTooLarge(f"Content-Length {declared} exceeds DOWNLOAD_MAXSIZE ({self.maxsize} bytes)")
-        pieces, size = [], 0
-        for piece in _decoded(self._chunks(response.raw), response.headers.get("Content-Encoding", "")):
-            size += len(piece)
-            if size > self.maxsize:
-                raise ResponseTooLarge(f"decoded body exceeds DOWNLOAD_MAXSIZE ({self.maxsize} bytes)")
-            pieces.append(piece)
-        return b"".join(pieces)
-
-    def _chunks(self, raw):
-        """The body as it came (content-coded), chunk by chunk."""
-        while True:
-            if self.download.expired:
-                raise self.download.overdue()
-            chunk = _read_chunk(raw)
-            if not chunk:
-                break
-            yield chunk
-        if raw.length_remaining:  # urllib3 1.26 leaves a short body unnoticed; 2.x raised already
-            raise ChunkedEncodingError(f"connection closed {raw.length_remaining} bytes short of the Content-Length")
-
-
-def _read_chunk(raw):
-    """Up to BODY_PIECE bytes of the body, undecoded; urllib3's errors become requests' ones."""
-    try:
-        return raw.read(BODY_PIECE, decode_content=False)
-    except urllib3.exceptions.ReadTimeoutError as exc:
-        raise ReadTimeout(exc) from exc
-    except urllib3.exceptions.SSLError as exc:
-        raise SSLError(exc) from exc
-    except urllib3.exceptions.HTTPError as exc:  # the connection broke mid-body
-        raise ChunkedEncodingError(exc) from exc
-
-
-def _decoded(chunks, content_encoding):
-    """`chunks` with their content codings undone, in pieces of at most BODY_PIECE bytes, so that
-    a compression bomb never grows in memory past what the caller keeps. A coding we did not ask
-    for (ACCEPT_ENCODING) leaves the body as it came, as urllib3 does."""
-    codings = [c for c in (part.strip().lower() for part in content_encoding.split(",")) if c not in ("", "identity")]
-    if not all(coding in ("gzip", "x-gzip", "deflate") for coding in codings):
-        return chunks
-    for coding in reversed(codings):  # the last one listed was applied last
-        chunks = _inflated(chunks, coding)
-    return chunks
-
-
-def _inflated(chunks, coding):
-    """`chunks` decompressed, in pieces of at most BODY_PIECE bytes."""
-    inflater = None
-    try:
-        for data in chunks:
-            held_back = False
-            while data or held_back:
-                if inflater is None:
-                    inflater = zlib.decompressobj(_wbits(coding, data))
-                elif inflater.eof:
-                    if coding == "deflate" or not data.startswith(b"\x1f\x8b"):
-                        break  # bytes after the compressed stream: ignored, as browsers do
-                    inflater = zlib.decompressobj(GZIP_WBITS)  # a gzip body may hold several members
-                piece = inflater.decompress(data, BODY_PIECE)
-                if piece:
-                    yield piece
-                held_back = len(piece) == BODY_PIECE and not inflater.eof  # output the bound kept in zlib
-                data = inflater.unused_data if inflater.eof else inflater.unconsumed_tail
-    except zlib.error as exc:
-        raise ContentDecodingError(f"cannot decode the {coding} body: {exc}") from exc
-
-
-def _wbits(coding, first_chunk):
-    if coding != "deflate":
-        return GZIP_WBITS
-    # "deflate" means a zlib stream (RFC 9110), but some servers send raw deflate.
-    zlib_header = len(first_chunk) >= 2 and first_chunk[0] & 0x0F == 8 and \
-        int.from_bytes(first_chunk[:2], "big") % 31 == 0
-    return zlib.MAX_WBITS if zlib_header else -zlib.MAX_WBITS
 
 
 def _succeeded(outcome):
