@@ -7,6 +7,7 @@ from .http import Request, RequestFailed, Response
 from .backends.memory.store import MemoryBatchStore
 from .backends.mysql_redis.mysql import MysqlBatchStore
 from .backends.sqlite.store import SqliteBatchStore
+from .middleware import ChainContext, DownloaderMiddleware
 from .model import BatchRecord, ItemRow, Progress, TaskLayout
 from .ports import BatchStore
 from .runtime import Runtime
@@ -14,7 +15,7 @@ from .spider import BatchSpider
 from .task import TaskState
 
 __all__ = [
-    "BatchSpider", "Runtime", "Request", "Response", "RequestFailed",
+    "BatchSpider", "Runtime", "Request", "Response", "RequestFailed", "DownloaderMiddleware", "ChainContext",
     "BatchStore", "MemoryBatchStore", "MysqlBatchStore", "SqliteBatchStore", "TaskLayout", "BatchRecord", "Progress", "ItemRow",
     "TaskState", "Settings", "ExitCode", "BatchdError", "ConfigError", "BackendUnavailable", "MasterLockHeld",
     "__version__",

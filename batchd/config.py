@@ -121,6 +121,10 @@ class Settings:
                                         1, DAY)
     PROXY_MAX_FAILURES: int = setting(3, "failed attempts in a row through a proxy before it is retired", 1, 1000)
     PROXY_RETIRE_SECONDS: float = setting(300.0, "seconds a retired proxy rests", 0, DAY)
+    DOWNLOADER_MIDDLEWARES: tuple = setting(
+        ("batchd.middleware.RetryMiddleware", "batchd.proxies.ProxyMiddleware", "batchd.middleware.RateLimitMiddleware",
+         "batchd.politeness.PolitenessMiddleware", "batchd.middleware.StatsMiddleware"),
+        "the downloader middleware chain, outermost first: dotted paths of batchd.DownloaderMiddleware classes")
     # -- items
     ITEM_FLUSH_SIZE: int = setting(500, "items per flush, at most", 1, 100_000)
     ITEM_FLUSH_INTERVAL: float = setting(1.0, "seconds between two flushes, at most", 0.01, 3600)

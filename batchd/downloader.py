@@ -1,8 +1,9 @@
 """The downloader: one Request in, a 2xx Response or RequestFailed out.
 
-`Downloader.fetch` owns the retry loop: network errors, timeouts, 5xx, 408 and
-429 are retried with jittered exponential backoff (or the server's Retry-After);
-anything else that is not a 2xx fails at once with `RequestFailed`.
+`Downloader.fetch` runs each attempt through the middleware chain (batchd/middleware.py): retries,
+proxies, rate limits and politeness are links of it. Innermost, the spider's download_midware changes
+the request, one attempt sends it, and the spider's validate judges a 2xx page. What the chain ends
+with is judged here: a 2xx Response is returned, anything else fails with `RequestFailed`.
 
 Two limits hold every attempt, redirects included. DOWNLOAD_TIMEOUT bounds the whole
 response, where requests' timeout only bounds the wait for each read: one thread per
@@ -11,37 +12,33 @@ the attempt fails with `DownloadTimeout`, retried like any timeout. DOWNLOAD_MAX
 the decoded body: a larger Content-Length fails before the body is read, and the body is
 read and decompressed in pieces (batchd/bodies.py), so that a compression bomb fails with
 `ResponseTooLarge` (not retried) once it has produced DOWNLOAD_MAXSIZE bytes.
+
+Cookies live as long as a task: the session of a thread keeps those the site sets across the
+requests of one task, and `forget_cookies()` drops them when the thread takes its next task.
 """
 import logging
 import os
 import random
-import re
 import socket
 import threading
 import time
-from contextlib import nullcontext
-from datetime import timezone
-from email.utils import parsedate_to_datetime
-from functools import cache
-from typing import TYPE_CHECKING
+from functools import cache, partial
+from typing import TYPE_CHECKING, Optional
 from urllib.parse import urlsplit
 
 import requests
 import urllib3.exceptions
 from requests.adapters import HTTPAdapter
-from requests.exceptions import (ChunkedEncodingError, InvalidSchema, InvalidURL,
-                                 MissingSchema, SSLError)
+from requests.exceptions import InvalidSchema, InvalidURL, MissingSchema, SSLError
 
 from .bodies import ACCEPT_ENCODING, BodyReader, hooks_with
-from .errors import BackendUnavailable
-from .http import RequestFailed, Response
+from .http import Request, RequestFailed, Response
+from .middleware import TRANSIENT_ERRORS, MiddlewareChain, PageRejected, RetryMiddleware
 from .threads import check_in, guard, start_thread
 
 log = logging.getLogger("batchd")
 
 MALFORMED_URL_ERRORS = (MissingSchema, InvalidSchema, InvalidURL)
-TRANSIENT_ERRORS = (requests.ConnectionError, requests.Timeout, ChunkedEncodingError)
-RETRY_AFTER_STATUSES = frozenset({429, 503})
 
 WATCH_IDLE_TICK = 5.0          # the deadline thread looks at least this often, so it can check in
 WATCH_RECUT = 0.2              # a download cut while it had no socket (still connecting) is cut again this often
@@ -53,14 +50,6 @@ class DownloadTimeout(requests.Timeout):
     """The whole response did not arrive within DOWNLOAD_TIMEOUT: retried like any timeout."""
 
 
-class PageRejected(Exception):
-    """A 2xx page the spider's validate() rejected: retried like a 503."""
-
-    def __init__(self, response, why):
-        super().__init__(f"rejected by validate(){': ' + why if why else ''}")
-        self.response = response
-
-
 def _judged(accept, request, response):
     """The response, or PageRejected if `accept` returns False or raises."""
     try:
@@ -70,76 +59,78 @@ def _judged(accept, request, response):
     return PageRejected(response, "") if verdict is False else response
 
 
-def _sleep_without_stop(seconds):
-    time.sleep(seconds)
-    return False
-
-
 class Downloader:
-    """Fetches requests over one pooled requests.Session per thread, retrying what may heal,
-    each attempt within `download_timeout` seconds and `maxsize` decoded bytes."""
+    """Fetches requests over one pooled requests.Session per thread, each attempt through the middleware
+    chain, within `download_timeout` seconds and `maxsize` decoded bytes."""
 
-    def __init__(self, max_retry_times=3, timeout=30.0, pool_size=10, backoff_base=0.5,
-                 backoff_max=30.0, headers=None, sleep=None, download_timeout=180.0,
+    def __init__(self, timeout=30.0, pool_size=10, headers=None, download_timeout=180.0,
                  maxsize=64 * 1024 * 1024, user_agents=None, max_redirects=20, warnsize=0, verify=True,
-                 proxy_pool=None, politeness=None, host_rates=None, rate_limit=0.0, rate_burst=1):
+                 middlewares: Optional[list] = None):
         """`headers` go with every request; `user_agents`: the User-Agent (several: one at random per
         request; none: batchd's own); `warnsize`: bytes of a body past which a warning names it (0:
-        never); `verify`: check certificates (False, or a CA bundle's path); `proxy_pool`: the
-        ProxyPool (batchd/proxies.py) every request without a proxy of its own goes through;
-        `politeness`: the Politeness (batchd/politeness.py) each attempt takes its turn from;
-        `host_rates` (the HostRates port), `rate_limit` and `rate_burst`: DOMAIN_RATE_LIMIT."""
-        self.max_retry_times = max_retry_times
+        never); `verify`: check certificates (False, or a CA bundle's path); `middlewares`: the chain,
+        outermost first (None: retries as SPIDER_MAX_RETRY_TIMES's default; `use()` sets it later)."""
         self.timeout = timeout
         self.pool_size = pool_size
-        self.backoff_base = backoff_base
-        self.backoff_max = backoff_max
         self.headers = dict(headers or {})
-        self.sleep = sleep or _sleep_without_stop
         self.download_timeout = download_timeout
         self.maxsize = maxsize
         self.user_agents = tuple(user_agents or (_user_agent(),))
         self.max_redirects = max_redirects
         self.warnsize = warnsize
         self.verify = verify
-        self.proxy_pool = proxy_pool
-        self.politeness = politeness
-        self.host_rates, self.rate_limit, self.rate_burst = host_rates, rate_limit, rate_burst
+        self.chain = MiddlewareChain([RetryMiddleware()] if middlewares is None else middlewares)
         if verify is False:
             # The worker said it once at its start; urllib3 would say it again for every request.
             urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
         self._deadlines = _DeadlineWatch()
         self._local = threading.local()
-        self._sessions = []
+        self._sessions: list = []
         self._sessions_lock = threading.Lock()
         self._proxies_by_origin: dict = {}     # what the environment says for each origin, read once
+
+    def use(self, chain: MiddlewareChain) -> None:
+        self.chain = chain
 
     def fetch(self, request, prepare=None, accept=None):
         """The 2xx Response for `request`, or RequestFailed. `prepare(request)`, before each attempt,
         returns the Request to send (None: the same); `accept(request, response)` returning False or
-        raising rejects a 2xx page, which is then retried like a 503."""
-        retries = self.max_retry_times if request.max_retry_times is None else request.max_retry_times
-        attempts, failed_proxy = 0, None
+        raising rejects a 2xx page, which the retry middleware then retries like a 503."""
+        send = partial(self._send_judged, prepare=prepare, accept=accept)
+        attempts, current = 0, request
         while True:
             attempts += 1
-            sent = (prepare(request) or request) if prepare else request
-            proxy = self._pooled_proxy(sent, avoid=failed_proxy)
-            self._wait_for_rate(sent, attempts)
-            with self._turn(sent.url), guard.waiting(self._attempt_bound(sent)):
-                outcome = self._attempt(sent, attempts, proxy)
-            failed_proxy = self._account(proxy, outcome)
-            if _succeeded(outcome) and accept is not None:
-                outcome = _judged(accept, sent, outcome)
+            outcome = self.chain.attempt(current, send)
+            if isinstance(outcome, Request):
+                current = outcome           # a Request: the chain's next attempt
+                continue
             if _succeeded(outcome):
                 return outcome
-            if isinstance(outcome, PageRejected) and attempts > retries:
-                raise RequestFailed(request, outcome.response, _failure_reason(outcome, attempts), attempts)
-            if attempts > retries:
-                raise RequestFailed(request, outcome, _failure_reason(outcome, attempts), attempts)
-            wait = self._wait_before_retry(outcome, attempts)
-            with guard.waiting(wait + CHECK_IN_SLACK):
-                if self.sleep(wait):
-                    raise RequestFailed(request, outcome, "stopped", attempts)
+            raise _failed(request, outcome, attempts)
+
+    def download_once(self, request) -> Response:
+        """One attempt at `request`, outside the chain: a Response whatever its status, or the error."""
+        with guard.waiting(self._attempt_bound(request)):
+            return self._attempt(request)
+
+    def forget_cookies(self) -> None:
+        """This thread takes another task: the cookies the sites set for the last one stay behind."""
+        session = getattr(self._local, "session", None)
+        if session is not None:
+            session.cookies.clear()
+
+    def batch_started(self, batch_id) -> None:
+        self.chain.batch_started(batch_id)
+
+    def _send_judged(self, request, prepare, accept):
+        """The innermost step of an attempt: the spider's download_midware, the send, its validate."""
+        sent = (prepare(request) or request) if prepare else request
+        response = self.download_once(sent)
+        if accept is not None and _succeeded(response):
+            verdict = _judged(accept, sent, response)
+            if isinstance(verdict, PageRejected):
+                raise verdict
+        return response
 
     def _attempt_bound(self, request):
         """Seconds one attempt may block a (guarded) thread: its deadline, or a connect that
@@ -148,64 +139,31 @@ class Downloader:
         connect = timeout[0] if isinstance(timeout, tuple) else timeout
         return max(self.download_timeout, connect or 0.0) + WATCH_RECUT + CHECK_IN_SLACK
 
-    def _wait_for_rate(self, request, attempts):
-        """DOMAIN_RATE_LIMIT: the attempt starts when the host's next slot, booked for it, comes."""
-        if not self.rate_limit or self.host_rates is None:
-            return
+    def _attempt(self, request):
+        """A Response, whatever its status; a transient exception raised as it is (the retry middleware
+        judges it); RequestFailed for an error no retry heals."""
+        started = time.monotonic()
         try:
-            wait = self.host_rates.reserve(urlsplit(request.url).netloc.lower(), self.rate_limit, self.rate_burst)
-        except BackendUnavailable:
-            wait = 1.0 / self.rate_limit     # the shared limit cannot be read: space this worker's requests alone
-        if wait > 0:
-            with guard.waiting(wait + CHECK_IN_SLACK):
-                if self.sleep(wait):
-                    raise RequestFailed(request, InterruptedError("stopped"), "stopped", attempts)
-
-    def _turn(self, url):
-        return self.politeness.turn(url) if self.politeness is not None else nullcontext()
-
-    def _pooled_proxy(self, request, avoid):
-        """The pool's proxy for this attempt: none for a request with a proxy of its own."""
-        if self.proxy_pool is None or request.proxy or request.proxies is not None:
-            return None
-        return self.proxy_pool.pick(avoid)
-
-    def _account(self, proxy, outcome):
-        """Tell the pool how its proxy did; the proxy not to retry through, if it failed."""
-        if proxy is None:
-            return None
-        if isinstance(outcome, TRANSIENT_ERRORS):
-            self.proxy_pool.failed(proxy)
-            return proxy
-        self.proxy_pool.worked(proxy)
-        return None
-
-    def _attempt(self, request, attempts, proxy=None):
-        """A 2xx or retryable Response, or a transient exception; RequestFailed for the rest."""
-        try:
-            raw, body = self._send(request, proxy)
-            response = Response(raw, request, body)
+            raw, body = self._send(request)
         except MALFORMED_URL_ERRORS as exc:
-            raise RequestFailed(request, exc, f"invalid URL: {request.url!r} ({_one_line(exc)})", attempts) from exc
+            raise RequestFailed(request, exc, f"invalid URL: {request.url!r} ({_one_line(exc)})", 1) from exc
         except SSLError as exc:
             # A certificate that fails verification will fail the same way in a few seconds.
-            raise RequestFailed(request, exc, _failure_reason(exc, attempts), attempts) from exc
+            raise RequestFailed(request, exc, _failure_reason(exc, 1), 1) from exc
         except requests.TooManyRedirects as exc:
             raise RequestFailed(request, exc, f"more than REDIRECT_MAX_TIMES ({self.max_redirects}) redirects",
-                                attempts) from exc
-        except TRANSIENT_ERRORS as exc:
-            return exc
-        except requests.RequestException as exc:  # too large, too many redirects, bad header values...
-            raise RequestFailed(request, exc, _failure_reason(exc, attempts), attempts) from exc
-        if not (_succeeded(response) or _retryable_status(response.status_code)):
-            raise RequestFailed(request, response, _failure_reason(response, attempts), attempts)
+                                1) from exc
+        except TRANSIENT_ERRORS:
+            raise
+        except requests.RequestException as exc:  # too large, bad header values...
+            raise RequestFailed(request, exc, _failure_reason(exc, 1), 1) from exc
+        response = Response(raw, request, body)
+        response.elapsed = time.monotonic() - started
         return response
 
-    def _send(self, request, proxy=None):
+    def _send(self, request):
         """(requests' final response, its decoded body), or DownloadTimeout past the deadline."""
         session = self._session()
-        # One session serves unrelated tasks in turn: cookies must not travel between them.
-        session.cookies.clear()
         download = self._deadlines.begin(self.download_timeout)
         _in_flight.download = download
         reader = BodyReader(download, self.maxsize if request.maxsize is None else request.maxsize)
@@ -214,7 +172,7 @@ class Downloader:
                 request.method, request.url, params=request.params, data=request.data,
                 json=request.json, headers=self._headers_for(request), cookies=request.cookies,
                 timeout=self.timeout if request.timeout is None else request.timeout,
-                allow_redirects=request.allow_redirects, proxies=self._proxies_for(request, proxy),
+                allow_redirects=request.allow_redirects, proxies=self._proxies_for(request),
                 verify=request.verify, auth=request.auth,
                 **{**request.kwargs, "stream": True, "hooks": hooks_with(reader, request.kwargs.get("hooks"))})
         except Exception as exc:
@@ -237,19 +195,6 @@ class Downloader:
             return request.headers
         return {"User-Agent": random.choice(self.user_agents), **(request.headers or {})}
 
-    def _wait_before_retry(self, outcome, attempts):
-        if isinstance(outcome, Response) and outcome.status_code in RETRY_AFTER_STATUSES:
-            asked = _retry_after_seconds(outcome.headers.get("Retry-After"))
-            if asked is not None:
-                return min(asked, self.backoff_max)
-        return self._backoff(attempts)
-
-    def _backoff(self, attempts):
-        # Full jitter: spreads out workers that failed together. The exponent is capped
-        # only so that a huge retry count cannot overflow the float.
-        ceiling = min(self.backoff_max, self.backoff_base * 2 ** min(attempts - 1, 64))
-        return random.uniform(0, ceiling)
-
     def _session(self):
         session = getattr(self._local, "session", None)
         if session is None:
@@ -259,13 +204,12 @@ class Downloader:
                 self._sessions.append(session)
         return session
 
-    def _proxies_for(self, request, pooled=None):
-        """The request's own proxy or proxies, else the pool's, else the environment's for its origin
-        (HTTP_PROXY, NO_PROXY...), read once per origin: the sessions do not read the environment on
-        every request (trust_env off)."""
-        proxy = request.proxy or pooled
-        if proxy:
-            return {"http": proxy, "https": proxy}
+    def _proxies_for(self, request):
+        """The request's own proxy (its own, or the proxy middleware's) or proxies, else the environment's
+        for its origin (HTTP_PROXY, NO_PROXY...), read once per origin: the sessions do not read the
+        environment on every request (trust_env off)."""
+        if request.proxy:
+            return {"http": request.proxy, "https": request.proxy}
         if request.proxies is not None:
             return request.proxies
         parts = urlsplit(request.url)
@@ -295,13 +239,14 @@ class Downloader:
         return session
 
     def close(self):
-        """Close every session this downloader opened and stop its deadline thread; a later fetch
-        opens fresh ones."""
+        """Close every session this downloader opened, its middlewares, and stop its deadline thread; a
+        later fetch opens fresh sessions."""
         with self._sessions_lock:
             sessions, self._sessions = self._sessions, []
             self._local = threading.local()
         for session in sessions:
             session.close()
+        self.chain.close()
         self._deadlines.stop()
 
 
@@ -446,24 +391,13 @@ def _succeeded(outcome):
     return isinstance(outcome, Response) and 200 <= outcome.status_code < 300
 
 
-def _retryable_status(status):
-    return 500 <= status < 600 or status in (408, 429)
-
-
-def _retry_after_seconds(value):
-    """Seconds asked for by a Retry-After header (delay or HTTP-date), or None if unreadable."""
-    if not value:
-        return None
-    value = value.strip()
-    if re.fullmatch(r"\d+(\.\d+)?", value):
-        return float(value)
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)  # HTTP-dates are always GMT
-    return max(0.0, when.timestamp() - time.time())
+def _failed(request, outcome, attempts):
+    """RequestFailed for `request` from what its last attempt ended with."""
+    if isinstance(outcome, RequestFailed):
+        return RequestFailed(request, outcome.response_or_exception, outcome.reason, attempts)
+    if isinstance(outcome, PageRejected):
+        return RequestFailed(request, outcome.response, _failure_reason(outcome, attempts), attempts)
+    return RequestFailed(request, outcome, _failure_reason(outcome, attempts), attempts)
 
 
 def _failure_reason(outcome, attempts):

@@ -162,6 +162,7 @@ class Response:
         self.content = content  # decoded, read by the Downloader within its limits
         self.request = request
         self.meta = request.meta
+        self.elapsed = 0.0      # seconds from sending the request to the end of its body (the downloader's)
         # The redirects followed to get here, oldest first (their status, URL and headers; no body). Not each
         # hop's own history: requests 2.28's hops list one another, round and round.
         self.history: list[Response] = [] if hop else [Response(one, request, b"", hop=True) for one in raw.history]

@@ -12,10 +12,11 @@ hosts keeps this small.
 import random
 import threading
 import time
-from contextlib import contextmanager
-from typing import Callable
+from typing import Callable, Optional
 from urllib.parse import urlsplit
 
+from .http import Request, Response
+from .middleware import ChainContext, DownloaderMiddleware
 from .threads import guard
 
 KEPT_HOSTS = 10_000          # past this many, idle hosts are forgotten
@@ -64,6 +65,37 @@ class _Host:
         self.next_start = 0.0    # time.monotonic() before which no request to this host starts
 
 
+class PolitenessMiddleware(DownloaderMiddleware):
+    """Each attempt takes its turn at its host (politeness_for: only when it could hold one back)."""
+
+    def __init__(self, politeness: "Politeness"):
+        self.politeness = politeness
+
+    @classmethod
+    def from_context(cls, context: ChainContext) -> Optional["PolitenessMiddleware"]:
+        politeness = politeness_for(context.settings, context.threads)
+        return cls(politeness) if politeness is not None else None
+
+    def process_request(self, request: Request) -> None:
+        self.politeness.take(request.url)
+
+    def process_response(self, request: Request, response: Response) -> Response:
+        self.politeness.give_back(request.url)
+        return response
+
+    def process_exception(self, request: Request, exception: BaseException) -> None:
+        self.politeness.give_back(request.url)
+        return None
+
+
+def politeness_for(settings, threads: int) -> Optional["Politeness"]:
+    """None when it could hold nothing back: no delay, and no more threads than a host may take at once."""
+    if settings.DOWNLOAD_DELAY <= 0 and settings.CONCURRENT_REQUESTS_PER_DOMAIN >= threads:
+        return None
+    return Politeness(settings.CONCURRENT_REQUESTS_PER_DOMAIN, settings.DOWNLOAD_DELAY,
+                      settings.RANDOMIZE_DOWNLOAD_DELAY, attempt_bound=settings.DOWNLOAD_TIMEOUT)
+
+
 class Politeness:
     def __init__(self, concurrency: int, delay: float, randomize: bool = True, attempt_bound: float = 600.0,
                  clock: Callable[[], float] = time.monotonic):
@@ -72,17 +104,9 @@ class Politeness:
         self._hosts: dict = {}
         self._changed = threading.Condition()
 
-    @contextmanager
-    def turn(self, url: str):
-        """Hold one of the host's places for the body (an attempt to fetch `url`)."""
-        key = urlsplit(url).netloc.lower()
-        self._take(key)
-        try:
-            yield
-        finally:
-            self._give_back(key)
-
-    def _take(self, key: str) -> None:
+    def take(self, url: str) -> None:
+        """Wait for, and take, one of the places of `url`'s host (an attempt to fetch it)."""
+        key = _host_of(url)
         with self._changed:
             host = self._hosts.get(key) or self._remember(key)
             while True:
@@ -100,9 +124,9 @@ class Politeness:
             return self.attempt_bound       # woken when one ends
         return host.next_start - self.clock()
 
-    def _give_back(self, key: str) -> None:
+    def give_back(self, url: str) -> None:
         with self._changed:
-            host = self._hosts.get(key)
+            host = self._hosts.get(_host_of(url))
             if host is not None:
                 host.in_flight -= 1
             self._changed.notify_all()
@@ -116,3 +140,7 @@ class Politeness:
             self._hosts = {k: h for k, h in self._hosts.items() if h.in_flight or h.next_start > now}
         host = self._hosts[key] = _Host()
         return host
+
+
+def _host_of(url: str) -> str:
+    return urlsplit(url).netloc.lower()

@@ -17,6 +17,8 @@ from urllib.parse import urlsplit
 
 from .config import redact_url
 from .errors import ConfigError
+from .http import Request, Response
+from .middleware import TRANSIENT_ERRORS, ChainContext, Counts, DownloaderMiddleware, NoCounts
 from .threads import guard
 
 log = logging.getLogger("batchd")
@@ -33,6 +35,46 @@ def proxy_pool(settings) -> Optional["ProxyPool"]:
         return None
     return ProxyPool(entries, settings.PROXY_POOL_REFRESH, settings.PROXY_MAX_FAILURES,
                      settings.PROXY_RETIRE_SECONDS)
+
+
+class ProxyMiddleware(DownloaderMiddleware):
+    """Each attempt of a request without a proxy of its own goes through the pool's next proxy: never the
+    one this thread's last attempt failed through, while the pool has another."""
+
+    def __init__(self, pool: "ProxyPool", stats: Counts = NoCounts()):
+        self.pool, self.stats = pool, stats
+        self._local = threading.local()     # .proxy: the current attempt's; .failed: the last that failed
+
+    @classmethod
+    def from_context(cls, context: ChainContext) -> Optional["ProxyMiddleware"]:
+        pool = proxy_pool(context.settings)
+        return cls(pool, context.stats) if pool is not None else None
+
+    def process_request(self, request: Request) -> Optional[Request]:
+        self._local.proxy = None
+        if request.proxy or request.proxies is not None:
+            return None
+        proxy = self._local.proxy = self.pool.pick(avoid=getattr(self._local, "failed", None))
+        return request.replace(proxy=proxy)
+
+    def process_response(self, request: Request, response: Response) -> Response:
+        self._settle(failed=False)
+        return response
+
+    def process_exception(self, request: Request, exception: Exception) -> None:
+        self._settle(failed=isinstance(exception, TRANSIENT_ERRORS))
+        return None
+
+    def _settle(self, failed: bool) -> None:
+        proxy = getattr(self._local, "proxy", None)
+        if proxy is None:
+            return
+        if failed:
+            self.stats.inc("proxy/failures")
+            self.pool.failed(proxy)
+        else:
+            self.pool.worked(proxy)
+        self._local.failed = proxy if failed else None
 
 
 class ProxyPool:

@@ -38,13 +38,12 @@ from .errors import BackendUnavailable, BatchdError, ConfigError, ExitCode
 from .downloader import Downloader
 from .http import Request, RequestFailed
 from .items import BadItem
+from .middleware import ChainContext, Counts, NoCounts, chain_from_settings
 from .ledger import LocalLedger
 from .lifecycle import Backoff, StopFlag
 from .outages import OutageWatch, retry_through_outages
 from .model import TaskLayout, task_key
-from .politeness import Politeness
 from .prefetch import LeasePrefetch
-from .proxies import proxy_pool
 from .pipeline import Pipeline, TaskRun
 from .ports import BatchStore, BatchTally, HostRates, LeaseQueue, NamespaceRecord, SeenFilter, WakeChannel, claim_namespace
 from .schedule import is_due
@@ -125,25 +124,21 @@ def overridden_hooks(spider) -> frozenset:
                      if not getattr(getattr(type(spider), name, None), "does_nothing", False))
 
 
-def downloader_for(settings: Settings, threads: int, sleep, host_rates=None) -> Downloader:
-    """The Downloader the settings describe; TLS_VERIFY off is said once, here."""
+def downloader_for(settings: Settings, threads: int, sleep, host_rates=None, spider=None,
+                   stats: Counts = NoCounts()) -> Downloader:
+    """The Downloader the settings describe, with the DOWNLOADER_MIDDLEWARES chain; TLS_VERIFY off is said
+    once, here."""
     if not settings.TLS_VERIFY:
         log.warning("TLS_VERIFY is off: the certificates of https sites are not checked")
-    return Downloader(max_retry_times=settings.SPIDER_MAX_RETRY_TIMES, timeout=settings.REQUEST_TIMEOUT,
-                      pool_size=threads, download_timeout=settings.DOWNLOAD_TIMEOUT, maxsize=settings.DOWNLOAD_MAXSIZE,
-                      sleep=sleep, headers=settings.DEFAULT_REQUEST_HEADERS, user_agents=settings.USER_AGENT,
-                      max_redirects=settings.REDIRECT_MAX_TIMES, warnsize=settings.DOWNLOAD_WARNSIZE,
-                      verify=settings.TLS_VERIFY, proxy_pool=proxy_pool(settings),
-                      politeness=politeness_for(settings, threads), host_rates=host_rates,
-                      rate_limit=settings.DOMAIN_RATE_LIMIT, rate_burst=settings.DOMAIN_RATE_BURST)
-
-
-def politeness_for(settings: Settings, threads: int) -> Optional[Politeness]:
-    """None when it could hold nothing back: no delay, and no more threads than a host may take at once."""
-    if settings.DOWNLOAD_DELAY <= 0 and settings.CONCURRENT_REQUESTS_PER_DOMAIN >= threads:
-        return None
-    return Politeness(settings.CONCURRENT_REQUESTS_PER_DOMAIN, settings.DOWNLOAD_DELAY,
-                      settings.RANDOMIZE_DOWNLOAD_DELAY, attempt_bound=settings.DOWNLOAD_TIMEOUT)
+    downloader = Downloader(timeout=settings.REQUEST_TIMEOUT, pool_size=threads,
+                            download_timeout=settings.DOWNLOAD_TIMEOUT, maxsize=settings.DOWNLOAD_MAXSIZE,
+                            headers=settings.DEFAULT_REQUEST_HEADERS, user_agents=settings.USER_AGENT,
+                            max_redirects=settings.REDIRECT_MAX_TIMES, warnsize=settings.DOWNLOAD_WARNSIZE,
+                            verify=settings.TLS_VERIFY)
+    downloader.use(chain_from_settings(ChainContext(
+        settings, spider=spider, stats=stats, sleep=sleep, download=downloader.download_once,
+        host_rates=host_rates, threads=threads)))
+    return downloader
 
 
 def ledger_slots(settings: Settings) -> int:
@@ -175,6 +170,8 @@ class Worker:
         # third of the master's rate.
         self._low_water = max(1, settings.BATCH_PUSH_LIMIT // 2)
         self._last_empty_wake = 0.0
+        self._batch_id = None                   # the batch of the last task leased
+        self._batch_lock = threading.Lock()
         self._leasing = threading.Event()
         self._in_hand: dict = {}                # fetch thread ident -> the TaskRun it is processing
         self._given_up_threads: set = set()     # idents of fetch threads stuck past TASK_TIMEOUT
@@ -227,7 +224,8 @@ class Worker:
         return start() if not self.keep_alive else retry_through_outages(start, self.watch, stop) is not None
 
     def _serve(self, stop: StopFlag) -> None:
-        self.downloader = downloader_for(self.settings, self.thread_count, stop.wait_cold, self.host_rates)
+        self.downloader = downloader_for(self.settings, self.thread_count, stop.wait_cold, self.host_rates,
+                                         self.spider)
         table, kind = self.layout.item_destination
         self.pipeline = Pipeline(self.store, self.leases, self.tally, self.ledger, self.settings, table, kind,
                                  self.watch, on_written=self._after_write_back)
@@ -422,6 +420,7 @@ class Worker:
     def _serve_lease(self, lease, slot: int, stop: StopFlag) -> None:
         if lease.queue_left == self._low_water:
             self._wake_master()
+        self._note_batch(lease.batch_id)
         self.ledger.label(slot, lease.key)
         self.ledger.note_served()
         run = TaskRun(lease=lease, slot=slot, thread_ident=threading.get_ident())
@@ -434,6 +433,14 @@ class Worker:
             self.process(run, stop)
         finally:
             del self._in_hand[run.thread_ident]
+
+    def _note_batch(self, batch_id) -> None:
+        """The first task of a new batch: the middlewares start afresh (robots.txt is read again...)."""
+        with self._batch_lock:
+            if batch_id == self._batch_id:
+                return
+            self._batch_id = batch_id
+            self._downloader.batch_started(batch_id)
 
     def _next_token(self) -> str:
         return f"{self.token_prefix}{next(self._lease_numbers)}"
@@ -460,6 +467,7 @@ class Worker:
     # -- one task
     def process(self, run: TaskRun, stop: StopFlag) -> None:
         task = run.lease.task
+        self._downloader.forget_cookies()
         try:
             with _user_code(run):
                 produced = self._as_requests(self.spider.task_requests(task), "task_requests")

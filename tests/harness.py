@@ -11,7 +11,9 @@ import threading
 import time
 
 from batchd.errors import BatchdError
+from batchd.downloader import Downloader
 from batchd.lifecycle import StopFlag
+from batchd.middleware import RetryMiddleware
 from batchd.task import TaskState, settling_move
 
 
@@ -78,6 +80,19 @@ def patrol_until(master, condition, timeout=10.0, message="condition"):
     return wait_for(patrolled, timeout=timeout, message=message)
 
 
+def spider_factory(backend, cls, **settings):
+    """What InProcessBatch makes its spiders with: `cls` on the backend's store, with these settings."""
+    return lambda: cls(batch_store=backend.store(), settings=backend.settings(**settings))
+
+
+def settle(backend, spider_cls, timeout=30, **settings):
+    """Run a master and a worker of `spider_cls` until every task is done or failed; the states by id."""
+    with InProcessBatch(spider_factory(backend, spider_cls, **settings)):
+        wait_for(lambda: set(backend.states().values()) <= {TaskState.DONE, TaskState.FAILED}, timeout=timeout,
+                 message="every task settled")
+    return backend.states()
+
+
 class InProcessBatch:
     def __init__(self, spider_factory, workers=1, master=True):
         self.spider_factory = spider_factory
@@ -126,3 +141,13 @@ class InProcessBatch:
     def __exit__(self, *exc):
         self.stop("worker")
         self.stop("master")
+
+
+RETRY_OPTIONS = ("max_retry_times", "backoff_base", "backoff_max", "sleep")
+
+
+def retrying_downloader(middlewares=(), **options):
+    """A Downloader whose retries wait little unless told otherwise; `middlewares` go inside the retries."""
+    retry = {"backoff_base": 0.001, "backoff_max": 0.01,
+             **{name: options.pop(name) for name in RETRY_OPTIONS if name in options}}
+    return Downloader(**{"timeout": 5.0, **options}, middlewares=[RetryMiddleware(**retry), *middlewares])

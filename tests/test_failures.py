@@ -4,7 +4,7 @@ import logging
 
 import batchd as mw
 from batchd.task import TaskState
-from harness import InProcessBatch, wait_for
+from harness import settle as settle_batch, spider_factory
 from taskdb import bring_back
 from spiders.seed import CrawlTask
 
@@ -12,13 +12,11 @@ D, F = TaskState.DONE, TaskState.FAILED
 
 
 def factory(backend, cls=CrawlTask, **settings):
-    return lambda: cls(batch_store=backend.store(), settings=backend.settings(**settings))
+    return spider_factory(backend, cls, **settings)
 
 
 def settle(backend, spider_cls=CrawlTask, timeout=30, **settings):
-    with InProcessBatch(factory(backend, spider_cls, **settings)):
-        wait_for(lambda: set(backend.states().values()) <= {D, F}, timeout=timeout, message="every task settled")
-    return backend.states()
+    return settle_batch(backend, spider_cls, timeout, **settings)
 
 
 def test_503_twice_then_200_ends_done(backend, site):

@@ -12,10 +12,9 @@ import pytest
 import requests
 
 from batchd.config import Settings
-from batchd.downloader import Downloader
 from batchd.http import Request, RequestFailed, Response
 from batchd.threads import guard, start_thread
-from tests.harness import wait_for
+from tests.harness import retrying_downloader, wait_for
 from batchd.worker import downloader_for
 from tests.httpserver import (BOMB_DECODED, COMPRESSED_CASES, COMPRESSIBLE_PAGE, ENCODING_CASES, TestSite, gzip_bomb,
                               self_signed_certificate)
@@ -29,8 +28,7 @@ def make_downloader():
     made = []
 
     def make(**options):
-        options = {"backoff_base": 0.001, "backoff_max": 0.01, "timeout": 5.0, **options}
-        downloader = Downloader(**options)
+        downloader = retrying_downloader(**options)
         made.append(downloader)
         return downloader
 
@@ -425,10 +423,12 @@ def test_user_agent_default_and_overrides(site, make_downloader):
     assert echo(site, downloader, headers={"User-Agent": "task/2"})["headers"]["user-agent"] == "task/2"
 
 
-def test_cookies_set_by_one_response_do_not_reach_the_next_request(site, make_downloader):
+def test_cookies_last_until_the_thread_forgets_them_at_its_next_task(site, make_downloader):
     downloader = make_downloader()
     downloader.fetch(Request(site.url("/set-cookie?tracker=1")))
+    assert echo(site, downloader)["headers"]["cookie"] == "tracker=1"     # the next request of the same task
 
+    downloader.forget_cookies()
     assert "cookie" not in echo(site, downloader)["headers"]
 
 

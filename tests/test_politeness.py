@@ -6,9 +6,9 @@ import threading
 from batchd.config import Settings
 from batchd.downloader import Downloader
 from batchd.http import Request
-from batchd.politeness import Politeness
+from batchd.politeness import Politeness, PolitenessMiddleware, politeness_for
 from batchd.task import TaskState
-from batchd.worker import politeness_for
+
 from harness import InProcessBatch, wait_for
 from spiders.seed import CrawlTask
 
@@ -22,14 +22,14 @@ def fetch_all(downloader, urls):
 
 
 def test_at_most_so_many_requests_in_flight_to_one_host(site):
-    downloader = Downloader(politeness=Politeness(concurrency=2, delay=0))
+    downloader = Downloader(middlewares=[PolitenessMiddleware(Politeness(concurrency=2, delay=0))])
     fetch_all(downloader, [site.url(f"/slow?seconds=0.2&n={n}") for n in range(8)])
     assert site.hits("/slow") == 8 and site.most_in_flight == 2
     downloader.close()
 
 
 def test_requests_to_one_host_start_download_delay_apart_each_host_on_its_own(site):
-    downloader = Downloader(politeness=Politeness(concurrency=8, delay=0.15, randomize=False))
+    downloader = Downloader(middlewares=[PolitenessMiddleware(Politeness(concurrency=8, delay=0.15, randomize=False))])
     other_host = site.url("/page/9").replace("127.0.0.1", "localhost")
     fetch_all(downloader, [site.url(f"/page/{n}") for n in range(4)] + [other_host])
     starts = [at for at, path in site.hit_times if path.startswith("/page/") and path != "/page/9"]
@@ -42,7 +42,7 @@ def test_requests_to_one_host_start_download_delay_apart_each_host_on_its_own(si
 
 def test_a_randomised_delay_lies_between_half_and_one_and_a_half_times(site):
     politeness = Politeness(concurrency=8, delay=0.1)
-    downloader = Downloader(politeness=politeness)
+    downloader = Downloader(middlewares=[PolitenessMiddleware(politeness)])
     for n in range(6):
         downloader.fetch(Request(site.url(f"/page/{n}")))
     starts = [at for at, _ in site.hit_times]

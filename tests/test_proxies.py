@@ -7,12 +7,11 @@ from urllib.parse import urlencode
 import pytest
 
 from batchd.config import Settings
-from batchd.downloader import Downloader
 from batchd.errors import ConfigError
 from batchd.http import Request
-from batchd.proxies import ProxyPool, proxy_pool
+from batchd.proxies import ProxyMiddleware, ProxyPool, proxy_pool
 from batchd.task import TaskState
-from harness import InProcessBatch, wait_for
+from harness import InProcessBatch, retrying_downloader, wait_for
 from httpserver import TestProxy
 from servers import spare_port
 from spiders.seed import CrawlTask
@@ -29,7 +28,7 @@ def dead_proxy() -> str:
 
 
 def downloader(pool, **options):
-    return Downloader(proxy_pool=pool, backoff_base=0.001, backoff_max=0.01, timeout=5.0, **options)
+    return retrying_downloader(middlewares=[ProxyMiddleware(pool)], **options)
 
 
 def pool_of(*entries, max_failures=2, retire=60.0, refresh=300.0):
