@@ -11,7 +11,6 @@ The downloader that turns one into the other is batchd/downloader.py.
 # Annotations stay unevaluated: requests 2.28 (Debian 12) has no subscriptable CaseInsensitiveDict.
 from __future__ import annotations
 
-import codecs
 import hashlib
 import json as jsonlib
 import re
@@ -190,7 +189,8 @@ class Response:
     @encoding.setter
     def encoding(self, codec: str) -> None:
         """The codec to read the body with, as the spider knows it better (the text is decoded again)."""
-        codecs.lookup(codec)  # an unknown name fails here, where the spider set it
+        if not _decodes_text(codec):  # fails here, where the spider set it, not at its next .text
+            raise LookupError(f"Response.encoding: {codec!r} is not a text codec")
         self._encoding, self._text, self._selector = codec, None, None
 
     @property
@@ -313,17 +313,16 @@ def _decoded_body(content_type: str, content: bytes) -> tuple[str, str]:
     try:
         return html_to_unicode(_charset_parameter(content_type), content, default_encoding="utf-8",
                                auto_detect_fun=_guessed_codec)
-    except LookupError:  # the page declares a bytes-to-bytes codec (<meta charset="base64">)
+    except (LookupError, UnicodeError):  # the page declares a codec of no text (<meta charset="base64">)
         codec = _guessed_codec(content) or "utf-8"
         return codec, to_unicode(content, codec)
 
 
 def _charset_parameter(content_type: str) -> Optional[str]:
-    """The header's charset as every w3lib version reads it (`charset=label`), if it names a text codec."""
+    """The header's charset as every w3lib version reads it (`charset=codec`), if it names a text codec."""
     found = HEADER_CHARSET.search(content_type)
-    if not found or _text_codec(found.group(1)) is None:
-        return None
-    return "charset=" + found.group(1)
+    codec = _text_codec(found.group(1)) if found else None
+    return None if codec is None else "charset=" + codec
 
 
 def _guessed_codec(content: bytes) -> Optional[str]:
@@ -339,13 +338,16 @@ def _guessed_codec(content: bytes) -> Optional[str]:
 def _text_codec(label: Optional[str]) -> Optional[str]:
     """What browsers decode a charset label as, or None for unknown and non-text codecs."""
     name = resolve_encoding(label) if label else None
-    if name is None:
-        return None
+    return name if name is not None and _decodes_text(name) else None
+
+
+def _decodes_text(codec: str) -> bool:
+    """False for unknown codecs and those of no text (base64, zlib, idna, undefined...)."""
     try:
-        b"".decode(name)  # rejects bytes-to-bytes codecs such as base64 or zlib
-    except LookupError:
-        return None
-    return name
+        b"\0".decode(codec, "replace")  # the empty bytes would pass them all
+    except (LookupError, UnicodeError):
+        return False
+    return True
 
 
 def _is_utf8(content: bytes) -> bool:
