@@ -488,7 +488,7 @@ def test_fingerprint_ignores_query_order_fragment_and_host_case():
     assert Request("http://example.com/a?a=1", params=[("b", 2)]).fingerprint() == fingerprint
 
 
-def test_fingerprint_ignores_percent_encoding_case_and_default_ports():
+def test_fingerprint_ignores_percent_encoding_case_default_ports_and_idn_spelling():
     fingerprint = Request("http://example.com/r%C3%A9sum%C3%A9?q=%C3%A9&x=a+b").fingerprint()
 
     assert Request("http://example.com:80/r%c3%a9sum%c3%a9?x=a%20b&q=%c3%a9").fingerprint() == fingerprint
@@ -497,6 +497,8 @@ def test_fingerprint_ignores_percent_encoding_case_and_default_ports():
     assert Request("http://example.com:8080/a").fingerprint() != Request("http://example.com/a").fingerprint()
     assert Request("https://example.com:80/a").fingerprint() != Request("https://example.com/a").fingerprint()
     assert Request("http://example.com/a?b=").fingerprint() != Request("http://example.com/a").fingerprint()
+    assert Request("http://\u4f8b\u5b50.\u6d4b\u8bd5/a").fingerprint() == \
+        Request("http://xn--fsqu00a.xn--0zwm56d/a").fingerprint()     # an IDN host and its punycode
 
 
 def test_fingerprint_of_a_plain_url_is_the_one_it_had_before_w3lib():
