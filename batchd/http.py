@@ -1,24 +1,29 @@
 """Requests and responses: what a spider builds and what its callbacks receive.
 
 `Response.text` never trusts requests' ISO-8859-1 default for undeclared text:
-it looks, in order, at the Content-Type charset, a byte-order mark, a
-<meta> charset in the first 4 KB, strict UTF-8, then statistical detection.
+w3lib's html_to_unicode looks, as browsers do, at a byte-order mark, the
+Content-Type charset, then a <meta> charset or <?xml encoding> in the first
+4 KB, and reads labels as their supersets (gbk as gb18030, latin-1 as cp1252,
+shift_jis as cp932...); an undeclared body is UTF-8 if it strictly is, else
+what statistical detection makes of its first 64 KB.
 The downloader that turns one into the other is batchd/downloader.py.
 """
 # Annotations stay unevaluated: requests 2.28 (Debian 12) has no subscriptable CaseInsensitiveDict.
 from __future__ import annotations
 
-import codecs
 import hashlib
 import json as jsonlib
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import lru_cache
 from http.cookiejar import CookieJar
 from typing import IO, TYPE_CHECKING, Any, Optional, Union, overload
-from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
+from urllib.parse import SplitResult, parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
 
 import parsel
+from w3lib.encoding import html_to_unicode, resolve_encoding, to_unicode
 from w3lib.html import get_base_url
+from w3lib.url import canonicalize_url
 from requests.compat import chardet  # whichever detector requests uses; may be None
 
 if TYPE_CHECKING:
@@ -38,14 +43,10 @@ Auth = Union[tuple[str, str], "AuthBase", Callable[[Any], Any]]
 Timeout = Union[float, tuple[Optional[float], Optional[float]]]
 Regex = Union[str, re.Pattern[str]]     # (Response.re shadows the module `re` inside the class)
 
-META_SNIFF_BYTES = 4096
 DETECT_BYTES = 64 * 1024  # detectors are slow on big pages and gain nothing past this
-HEADER_CHARSET = re.compile(r"charset\s*=\s*[\"']?([^\"';,\s]+)", re.IGNORECASE)
-META_CHARSET = re.compile(rb"<meta[^>]*?charset\s*=\s*[\"']?\s*([A-Za-z0-9_.:-]+)", re.IGNORECASE)
-BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
-# Pages labelled with these routinely contain bytes only the superset defines
-# (browsers decode them the same way), so decoding strictly would garble them.
-SUPERSETS = {"gb2312": "gb18030", "gbk": "gb18030", "ascii": "cp1252", "iso8859-1": "cp1252"}
+# w3lib 2.1 (Debian 12) reads only a bare `charset=label`; quoted labels and spaces around "=" are common too.
+HEADER_CHARSET = re.compile(r"(?:^|;)\s*charset\s*=\s*[\"']?([^\"';,\s]+)", re.IGNORECASE)
+DEFAULT_PORTS = {"http": ":80", "https": ":443"}
 
 
 class Request:
@@ -104,9 +105,11 @@ class Request:
         return digest.hexdigest()
 
     def _canonical_url(self) -> str:
-        scheme, netloc, path, query, _fragment = urlsplit(self.url.strip())
-        pairs = parse_qsl(query, keep_blank_values=True) + _pairs(self.params)
-        return urlunsplit((scheme.lower(), netloc.lower(), path or "/", urlencode(sorted(pairs)), ""))
+        """The URL with `params` merged into its query, made canonical by w3lib (query sorted, percent-
+        encoding normalised, host lower-cased, fragment dropped), and without its scheme's default port."""
+        parts = urlsplit(self.url.strip())
+        query = "&".join(part for part in (parts.query, urlencode(_pairs(self.params))) if part)
+        return canonicalize_url(urlunsplit(_without_default_port(parts._replace(query=query))))
 
     def _body_key(self) -> bytes:
         if self.json is not None:
@@ -129,6 +132,14 @@ REQUEST_ARGUMENTS = ("url", "callback", "method", "headers", "params", "data", "
 # Where an element keeps the URL response.follow() takes from it.
 URL_ATTRIBUTES = {"a": "href", "area": "href", "link": "href", "img": "src", "iframe": "src", "frame": "src",
                   "script": "src", "source": "src", "embed": "src", "audio": "src", "video": "src"}
+
+
+def _without_default_port(parts: SplitResult) -> SplitResult:
+    """http://host:80/ and http://host/ are one resource (canonicalize_url keeps the port as written)."""
+    port = DEFAULT_PORTS.get(parts.scheme.lower())
+    if port is None or not parts.netloc.endswith(port):
+        return parts
+    return parts._replace(netloc=parts.netloc[:-len(port)])
 
 
 def _pairs(fields: Optional[Fields]) -> list[tuple[str, str]]:
@@ -173,21 +184,29 @@ class Response:
 
     @property
     def encoding(self) -> str:
-        if self._encoding is None:
-            self._encoding = _choose_encoding(self.headers.get("Content-Type", ""), self.content)
-        return self._encoding
+        """The codec the body is read with: found with the text, the body decoded once."""
+        return self._encoding if self._encoding is not None else self._decode()[0]
 
     @encoding.setter
     def encoding(self, codec: str) -> None:
         """The codec to read the body with, as the spider knows it better (the text is decoded again)."""
+        if not _decodes_text(codec):  # fails here, where the spider set it, not at its next .text
+            raise LookupError(f"Response.encoding: {codec!r} is not a text codec")
         self._encoding, self._text, self._selector = codec, None, None
 
     @property
     def text(self) -> str:
-        if self._text is None:
-            text = self.content.decode(self.encoding, errors="replace")
+        """The body decoded (see the module's docstring), without a byte-order mark."""
+        return self._text if self._text is not None else self._decode()[1]
+
+    def _decode(self) -> tuple[str, str]:
+        """The (codec, text): with the codec the spider set, else with the one the body declares or looks like."""
+        if self._encoding is None:
+            self._encoding, self._text = _decoded_body(self.headers.get("Content-Type", ""), self.content)
+        else:
+            text = to_unicode(self.content, self._encoding)
             self._text = text[1:] if text.startswith("\ufeff") else text
-        return self._text
+        return self._encoding, self._text
 
     def json(self, **kwargs: Any) -> Any:
         return jsonlib.loads(self.text, **kwargs)
@@ -290,47 +309,46 @@ def _element_link(element: Any) -> tuple[Any, Optional[str], Optional[str]]:
     return tag, attribute, (element.get(attribute) if attribute else None)
 
 
-def _choose_encoding(content_type: str, content: bytes) -> str:
-    """The codec for a body: declared, then marked, then guessed; always a usable name."""
-    for label in (_header_charset(content_type), _bom_charset(content), _meta_charset(content)):
-        codec = _text_codec(label)
-        if codec:
-            return codec
+def _decoded_body(content_type: str, content: bytes) -> tuple[str, str]:
+    """(codec, text) of a body: declared, then guessed (see the module's docstring)."""
+    try:
+        return html_to_unicode(_charset_parameter(content_type), content, default_encoding="utf-8",
+                               auto_detect_fun=_guessed_codec)
+    except (LookupError, UnicodeError):  # the page declares a codec of no text (<meta charset="base64">)
+        codec = _guessed_codec(content) or "utf-8"
+        return codec, to_unicode(content, codec)
+
+
+def _charset_parameter(content_type: str) -> Optional[str]:
+    """The header's charset as every w3lib version reads it (`charset=codec`), if it names a text codec."""
+    found = HEADER_CHARSET.search(content_type)
+    codec = _text_codec(found.group(1)) if found else None
+    return None if codec is None else "charset=" + codec
+
+
+def _guessed_codec(content: bytes) -> Optional[str]:
+    """The codec of an undeclared body: UTF-8 if it strictly is, else the detector's guess, if any."""
     if _is_utf8(content):
         return "utf-8"  # detectors misjudge short UTF-8 pages; strict validity is a surer sign
-    return _text_codec(_detected_charset(content)) or "utf-8"
-
-
-def _header_charset(content_type: str) -> Optional[str]:
-    found = HEADER_CHARSET.search(content_type)
-    return found.group(1) if found else None
-
-
-def _bom_charset(content: bytes) -> Optional[str]:
-    return next((name for bom, name in BOMS if content.startswith(bom)), None)
-
-
-def _meta_charset(content: bytes) -> Optional[str]:
-    found = META_CHARSET.search(content[:META_SNIFF_BYTES])
-    return found.group(1).decode("ascii") if found else None
-
-
-def _detected_charset(content: bytes) -> Optional[str]:
     if chardet is None:
         return None
-    return chardet.detect(content[:DETECT_BYTES]).get("encoding")
+    return _text_codec(chardet.detect(content[:DETECT_BYTES]).get("encoding"))
 
 
+@lru_cache(maxsize=256)
 def _text_codec(label: Optional[str]) -> Optional[str]:
-    """The Python codec for a charset label, or None for unknown and non-text codecs."""
-    if not label:
-        return None
+    """What browsers decode a charset label as, or None for unknown and non-text codecs."""
+    name = resolve_encoding(label) if label else None
+    return name if name is not None and _decodes_text(name) else None
+
+
+def _decodes_text(codec: str) -> bool:
+    """False for unknown codecs and those of no text (base64, zlib, idna, undefined...)."""
     try:
-        name = codecs.lookup(label).name
-        b"".decode(name)  # rejects bytes-to-bytes codecs such as base64 or zlib
-    except LookupError:
-        return None
-    return SUPERSETS.get(name, name)
+        b"\0".decode(codec, "replace")  # the empty bytes would pass them all
+    except (LookupError, UnicodeError):
+        return False
+    return True
 
 
 def _is_utf8(content: bytes) -> bool:

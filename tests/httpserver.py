@@ -116,6 +116,16 @@ ENCODING_CASES = {
     # Pages labelled ISO-8859-1 are usually windows-1252 (curly quotes at 0x93/0x94).
     "latin1-header": EncodingCase("text/html; charset=iso-8859-1", "cp1252", "", "Café “déjà vu”"),
     "bogus-header": EncodingCase("text/html; charset=nonexistent-x", "utf-8", "", _CHINESE),
+    # Quoted: w3lib 2.1 (Debian 12) reads only a bare label.
+    "gbk-quoted-header": EncodingCase('text/html; charset="gbk"', "gbk", "", _CHINESE),
+    # "①" is in Windows' cp932 but not in Shift_JIS, as browsers read that label.
+    "sjis-header": EncodingCase("text/html; charset=shift_jis", "cp932", "", "①日本語のページ"),
+    # A byte-order mark outranks the header, as in browsers.
+    "bom-over-header": EncodingCase("text/html; charset=gbk", "utf-8-sig", "", _CHINESE),
+    # A bytes-to-bytes codec is no charset: the <meta> after it decides.
+    "base64-header": EncodingCase("text/html; charset=base64", "gbk", '<meta charset="gbk">', _CHINESE),
+    "base64-meta": EncodingCase("text/html", "utf-8", '<meta charset="base64">', _CHINESE),
+    "undefined-meta": EncodingCase("text/html", "utf-8", '<meta charset="undefined">', _CHINESE),
 }
 
 
