@@ -6,6 +6,8 @@
     batchd reload --pid PID  check the config and the spider, then SIGHUP the supervisor (ExecReload=)
     batchd status [SPIDER]   where the batch stands (--json for scripts)
     batchd check [SPIDER]    config, connections, task table and columns, index
+    batchd pause|resume      stop / go on claiming and leasing tasks in the namespace
+    batchd open-batch        open the next batch now (--force: close the open one first)
     batchd retry --items     store the items dumped to FAILED_ITEMS_PATH
     batchd demo              a whole batch on a bundled site: no network, no MySQL, no Redis
     batchd init [FOLDER]     a starter spider and config
@@ -31,7 +33,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from . import __version__
+from . import __version__, control
 from .child import probe
 from .config import DEFAULT_CONFIG_FILE, ENV_CONFIG, Settings, check_identifier, load_settings
 from .errors import BatchdError, ConfigError, ExitCode
@@ -465,6 +467,33 @@ def _state_index(runtime: Runtime) -> str:
     if fix:
         raise BatchdError(f"`{layout.state_field}` has no index, so every patrol scans the whole table; run: {fix}")
     return f"`{layout.state_field}` is indexed"
+
+
+# -- an operator's word to the namespace
+@verb("pause", "pause the namespace: the master claims nothing, workers lease nothing and finish what they hold",
+      spider_and_config)
+def pause_verb(args: argparse.Namespace) -> int:
+    print(control.pause(runtime_from_args(args)))
+    return ExitCode.OK
+
+
+@verb("resume", "resume a paused namespace", spider_and_config)
+def resume_verb(args: argparse.Namespace) -> int:
+    print(control.resume(runtime_from_args(args)))
+    return ExitCode.OK
+
+
+def open_batch_arguments(parser: argparse.ArgumentParser) -> None:
+    spider_and_config(parser)
+    parser.add_argument("--force", action="store_true",
+                        help="close the open batch as it stands first (its unsettled tasks go to the next)")
+
+
+@verb("open-batch", "open the next batch now, whatever the calendar says (exit 1 while one is open without "
+                    "--force, 69 when no master opens it within 30 s)", open_batch_arguments)
+def open_batch_verb(args: argparse.Namespace) -> int:
+    print(control.open_batch(runtime_from_args(args), args.force))
+    return ExitCode.OK
 
 
 def retry_arguments(parser: argparse.ArgumentParser) -> None:

@@ -152,6 +152,7 @@ class _Row(ctypes.Structure):
                 ("batch_id", ctypes.c_int64), ("settled", ctypes.c_int64), ("total", ctypes.c_int64),
                 ("rate", ctypes.c_double), ("is_done", ctypes.c_int64), ("done_count", ctypes.c_int64),
                 ("fail_count", ctypes.c_int64), ("next_due", ctypes.c_char * 24),
+                ("paused_since", ctypes.c_double),          # `batchd pause`: since when (Unix time, 0: not paused)
                 # the backend it waits for, since when (Unix time, 0: none) and why
                 ("outage_since", ctypes.c_double), ("outage_backend", ctypes.c_char * BACKEND_BYTES),
                 ("outage_reason", ctypes.c_char * REASON_BYTES)]
@@ -261,6 +262,7 @@ class LedgerBlock:
             row.done_count, row.fail_count = progress.done, progress.failed
             row.is_done, row.rate = int(batch.is_done), master.rate.per_second()
             row.next_due = master.next_due_text().encode()[:24]
+        row.paused_since = master.paused_since or 0.0
 
     def set_outages(self, number: int, outages: list) -> None:
         """A child's row names the backends it waits for: the earliest outage's start, every name, a reason."""

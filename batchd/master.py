@@ -133,6 +133,7 @@ class Master:
         self.reset: Optional[ResetWalk] = None     # the reset under way
         self.count: Optional[CountWalk] = None     # the reconciliation under way
         self._reported = 0.0                       # when the reset under way was last reported
+        self.paused_since: Optional[float] = None  # `batchd pause`: when (Unix time)
 
     # -- the loop the supervisor (or start_monitor()) runs
     def run(self, stop: StopFlag, heartbeat: Callable = lambda: None, once: bool = False,
@@ -227,7 +228,11 @@ class Master:
         table is under way (a reset, a reconciliation) a patrol takes it WALK_BUDGET seconds further."""
         batch = self.store.last_batch()
         now = self.store.now()
-        if batch is None or (batch.is_done and self._due(batch, now)):
+        self._note_pause(self.leases.paused_since())
+        asked = self.leases.take_open_request()
+        if asked is not None:
+            batch = self.open_on_request(batch, asked)
+        elif batch is None or (batch.is_done and self._due(batch, now) and self.paused_since is None):
             batch = self.open_batch(batch)
         elif self._due(batch, now) and not batch.is_done and full:
             log.warning("batch %d is overdue: the next was due at %s, it opens once this one finishes",
@@ -241,13 +246,47 @@ class Master:
         if batch.resetting and not self.go_on_resetting(batch, going_on, full):
             return False
         self.reclaim()
-        claimed = self.refill(batch)
+        claimed = self.refill(batch) if self.paused_since is None else 0
         if self.count is not None or self._queue_dry(claimed):
             if self.go_on_reconciling(batch, claimed, going_on):
                 return True
         if full:
             self.check_progress(batch)
         return False
+
+    def _note_pause(self, since: Optional[float]) -> None:
+        """`batchd pause` / `resume`, said once each way: while paused nothing is claimed nor leased."""
+        if since == self.paused_since:
+            return
+        if since is not None:
+            log.warning("namespace %r paused since %s (batchd pause): no task is claimed or leased; what the "
+                        "workers hold is finished and written back", self.leases.namespace, wall_time(since))
+        else:
+            log.info("namespace %r resumed (batchd resume)", self.leases.namespace)
+        self.paused_since = since
+
+    def open_on_request(self, batch: Optional[BatchRecord], asked: str) -> BatchRecord:
+        """`batchd open-batch`: the next batch now, whatever the calendar says; with --force ("force") the
+        open one is closed first, as it stands."""
+        if batch is not None and not batch.is_done:
+            if asked != "force":
+                log.warning("batchd open-batch: batch %d is still open; nothing done (--force closes it first)",
+                            batch.id)
+                return batch
+            self.close_as_it_stands(batch)
+        log.info("batchd open-batch: the next batch opens now, whatever the calendar says")
+        return self.open_batch(batch)
+
+    def close_as_it_stands(self, batch: BatchRecord) -> None:
+        """Close an open batch with its tally's figures; the tasks not settled are crawled in the next."""
+        done, failed = self._settled(batch)
+        total = max(batch.total_count, done + failed)
+        progress = Progress(total=total, done=done, failed=failed, pending=total - done - failed, processing=0)
+        self.store.update_batch(batch.id, progress, is_done=True)
+        self.reset = self.count = None
+        batch.is_done, batch.done_count, batch.fail_count = True, done, failed
+        log.warning("batch %d closed by batchd open-batch --force: %d done, %d failed of %d; the %d others are "
+                    "crawled in the next batch", batch.id, done, failed, total, total - done - failed)
 
     def _drop_stale_walks(self, batch: BatchRecord) -> None:
         """Walks another master ended while this one had lost the lock are over here too."""
@@ -315,7 +354,7 @@ class Master:
                      batch.id, walk.walked, walk.after)
             return False
         self._report_reset(batch, walk)
-        if walk.may_claim():
+        if walk.may_claim() and self.paused_since is None:
             self.reclaim()
             self.refill(batch, upto=walk.after)
             if full:
@@ -392,9 +431,10 @@ class Master:
     def _log_progress(self, batch: BatchRecord, progress: Progress) -> None:
         self.rate.add(progress.settled)
         self.last_progress = progress
-        log.info("批次进度 %d/%d  batch %d: done %d, failed %d, processing %d, pending %d; %.1f tasks/s, ETA %s",
+        paused = f"; paused since {wall_time(self.paused_since)}" if self.paused_since is not None else ""
+        log.info("批次进度 %d/%d  batch %d: done %d, failed %d, processing %d, pending %d; %.1f tasks/s, ETA %s%s",
                  progress.settled, progress.total, batch.id, progress.done, progress.failed, progress.processing,
-                 progress.pending, self.rate.per_second(), self.rate.eta(progress.total - progress.settled))
+                 progress.pending, self.rate.per_second(), self.rate.eta(progress.total - progress.settled), paused)
 
     def _settled(self, batch: BatchRecord) -> tuple:
         """(done, failed) of the batch from its tally; a tally lost with Redis is restored from the record."""
@@ -444,6 +484,10 @@ class Master:
         log.info("batch %d finished: %d done, %d failed of %d; the next is due at %s", batch.id, done, failed, total,
                  next_due(batch, self.settings.BATCH_INTERVAL, self.settings.BATCH_INTERVAL_UNIT))
         return True
+
+
+def wall_time(unix: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(unix))
 
 
 def _keep_going(stop: StopFlag, keeper: Optional[LockKeeper]) -> Callable[[], bool]:

@@ -223,6 +223,20 @@ class LeaseQueue(Protocol):
     def is_done(self) -> bool:
         """The batch-done flag is set."""
 
+    def set_paused(self, since: Optional[float]) -> None:
+        """Pause the namespace (`since`: Unix time), or resume it (None). While it is paused `lease_many`
+        takes nothing, in the same atomic step that would have taken tasks; a new batch keeps the flag."""
+
+    def paused_since(self) -> Optional[float]:
+        """When the namespace was paused, or None."""
+
+    def ask_open_batch(self, force: bool) -> None:
+        """Ask the master to open the next batch at its next patrol, whatever the calendar says (`force`:
+        close the open one first, as it stands)."""
+
+    def take_open_request(self) -> Optional[str]:
+        """The open-batch request ("now" or "force"), removed as it is read; None when there is none."""
+
     def close(self) -> None:
         """Release connections."""
 

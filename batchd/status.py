@@ -104,6 +104,10 @@ class SnapshotPublisher:
         return result
 
 
+def paused_text(since: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since))
+
+
 def freshest_master(snapshots: list) -> Optional[dict]:
     masters = [s for s in snapshots if int(s.get("batch_id", 0) or 0) > 0]
     return max(masters, key=lambda s: float(s.get("updated", 0))) if masters else None
@@ -113,6 +117,8 @@ def status_line(who: str, snapshot: dict, batch: Optional[dict]) -> str:
     """One line for STATUS=: an outage first, then the batch (progress X/Y, rate; or, once it is over,
     its result and when the next is due), workers alive, unflushed items."""
     parts = []
+    if batch and float(batch.get("batch_paused_since") or 0):
+        parts.append(f"paused since {paused_text(float(batch['batch_paused_since']))}")
     if snapshot.get("outage_since"):
         since = time.strftime("%H:%M:%S", time.localtime(float(snapshot["outage_since"])))
         parts.append(f"waiting for {snapshot['outage_backend']} since {since} ({snapshot['outage_reason']})")
@@ -145,8 +151,9 @@ def gather_status(runtime) -> dict:
     record = reached[1] if reached else None
     seen = _reached(unreachable, lambda: (backend.board.read_statuses(), backend.leases.pending_count(),
                                           backend.leases.leased_count(),
-                                          backend.tally.settled(record.id) if record else None))
-    snapshots, waiting, leased, settled = seen or ([], None, None, None)
+                                          backend.tally.settled(record.id) if record else None,
+                                          backend.leases.paused_since()))
+    snapshots, waiting, leased, settled, paused_since = seen or ([], None, None, None, None)
     master = freshest_master(snapshots)
     rate = float(master["batch_rate"]) if master else None
     batch, tasks = _batch_and_tasks(record, settled, (waiting or 0) + (leased or 0), None if reached else master)
@@ -158,6 +165,7 @@ def gather_status(runtime) -> dict:
         "batch": batch,
         "tasks": tasks,
         "queue": {"waiting": waiting, "leased": leased},
+        "paused_since": paused_since,
         "rate": rate,
         "eta_seconds": eta(tasks["total"] - tasks["settled"], rate) if tasks else None,
         "hosts": [_host_entry(s) for s in sorted(snapshots, key=lambda s: (s["host"], s["instance"]))],
@@ -223,6 +231,9 @@ def bar(done: int, failed: int, total: int, width: int = 30) -> str:
 def render_status(status: dict) -> str:
     lines = [f"namespace {status['namespace']} (task table {status['table']})"]
     lines += [f"MISSING  {reason}" for reason in status["unreachable"]]
+    if status["paused_since"] is not None:
+        lines.append(f"PAUSED   since {paused_text(status['paused_since'])}: nothing is claimed or leased "
+                     "(batchd resume)")
     batch, tasks, queue = status["batch"], status["tasks"], status["queue"]
     if batch is None:
         lines.append("batch    none yet (the master opens the first one)" if status["store_reached"]

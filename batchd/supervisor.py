@@ -525,7 +525,8 @@ class Supervisor:
                                    "batch_total": row.total, "batch_rate": round(row.rate, 3),
                                    "batch_is_done": row.is_done, "batch_done": row.done_count,
                                    "batch_failed": row.fail_count,
-                                   "batch_next_due": row.next_due.decode("ascii", "replace")}
+                                   "batch_next_due": row.next_due.decode("ascii", "replace"),
+                                   "batch_paused_since": row.paused_since}
         # The last figures of a master that stopped still describe the batch (a reload, the end of a stop).
         return {**snapshot, **self.master_figures, **self._outage()}
 

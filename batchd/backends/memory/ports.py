@@ -52,6 +52,8 @@ class LocalQueue:
         self._attempts: collections.Counter = collections.Counter()
         self._seen: set = set()       # (batch id, fingerprint)
         self._done = False
+        self._paused_since: Optional[float] = None
+        self._open_request: Optional[str] = None
         self._woken = False
         self._statuses: dict = {}     # key -> (fields, expiry)
         self._identity: Optional[str] = None
@@ -148,6 +150,20 @@ class LocalQueue:
     def is_done(self) -> bool:
         return self._done
 
+    def set_paused(self, since: Optional[float]) -> None:
+        self._paused_since = since
+
+    def paused_since(self) -> Optional[float]:
+        return self._paused_since
+
+    def ask_open_batch(self, force: bool) -> None:
+        self._open_request = "force" if force else "now"
+
+    def take_open_request(self) -> Optional[str]:
+        with self._cond:
+            request, self._open_request = self._open_request, None
+            return request
+
     def wait_for_wake(self, timeout: float) -> bool:
         with self._cond:
             self._cond.wait_for(lambda: self._woken, timeout)
@@ -170,6 +186,8 @@ class LocalQueue:
 
     def lease_many(self, tokens: Sequence[str], lease_seconds: float) -> list:
         with self._cond:
+            if self._paused_since is not None:
+                return []
             leases = []
             for token in tokens[:len(self._pending)]:
                 batch_id, row, id_field = self._pending.popleft()

@@ -48,9 +48,10 @@ return 0
 """
 
 # ARGV: lease ms, then one token per task wanted. Returns the payloads taken (in list order), then the
-# list's length left.
+# list's length left. A paused namespace (KEYS[5] set) has nothing to take.
 LEASE_SCRIPT = """
 if redis.replicate_commands then redis.replicate_commands() end
+if redis.call('EXISTS', KEYS[5]) == 1 then return {redis.call('LLEN', KEYS[1])} end
 local t = redis.call('TIME')
 local deadline = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[1])
 local taken = {}
@@ -189,6 +190,8 @@ class Keys:
     wake = property(lambda self: self._key("wake"))
     seen = property(lambda self: self._key("seen"))
     store = property(lambda self: self._key("store"))
+    paused = property(lambda self: self._key("paused"))              # when (Unix time); kept across batches
+    open_request = property(lambda self: self._key("open_request"))  # "now" or "force", for the master
 
     def tally(self, batch_id: int) -> str:
         return self._key(f"tally:{batch_id}")
@@ -376,7 +379,8 @@ class RedisLeaseQueue(RedisPort):
     @translated
     def lease_many(self, tokens: Sequence[str], lease_seconds: float) -> list:
         *payloads, left = self._lease(keys=[self.keys.pending, self.keys.queued, self.keys.leases,
-                                            self.keys.lease_owner], args=[int(lease_seconds * 1000), *tokens])
+                                            self.keys.lease_owner, self.keys.paused],
+                                      args=[int(lease_seconds * 1000), *tokens])
         return [Lease.of_payload(decode_task(payload), token, left + len(payloads) - 1 - n)
                 for n, (payload, token) in enumerate(zip(payloads, tokens))]
 
@@ -427,6 +431,28 @@ class RedisLeaseQueue(RedisPort):
     @translated
     def is_done(self) -> bool:
         return bool(self.redis.exists(self.keys.done))
+
+    @translated
+    def set_paused(self, since: Optional[float]) -> None:
+        if since is None:
+            self.redis.delete(self.keys.paused)
+        else:
+            self.redis.set(self.keys.paused, repr(since))
+
+    @translated
+    def paused_since(self) -> Optional[float]:
+        since = self.redis.get(self.keys.paused)
+        return float(since) if since is not None else None
+
+    @translated
+    def ask_open_batch(self, force: bool) -> None:
+        self.redis.set(self.keys.open_request, "force" if force else "now")
+
+    @translated
+    def take_open_request(self) -> Optional[str]:
+        with self.redis.pipeline(transaction=True) as pipe:     # GETDEL, on servers older than Redis 6.2 too
+            request, _ = pipe.get(self.keys.open_request).delete(self.keys.open_request).execute()
+        return request.decode() if isinstance(request, bytes) else request
 
 
 class RedisMasterLocks(RedisPort):

@@ -9,8 +9,9 @@ table has the namespace as a column, so spiders sharing a file keep apart:
     batchd_attempts  namespace, task_key, attempts                    leases this batch (BATCH_TASK_MAX_ATTEMPTS)
     batchd_seen      namespace, batch_id, fingerprint                 request fingerprints (REQUEST_FILTER_ENABLE)
     batchd_lock      namespace, owner, expires                        the master lock: owner string and expiry
-    batchd_flag      namespace, name, value                           'done' (the batch id), 'wake', and
-                                                                      'store' (the store this namespace serves)
+    batchd_flag      namespace, name, value                           'done' (the batch id), 'wake',
+                                                                      'store' (the store this namespace serves),
+                                                                      'paused' (since when), 'open_request'
     batchd_status    namespace, name, fields, expires                 a supervisor's snapshot (JSON), until expires
     batchd_tally     namespace, batch_id, done, failed, held          tasks settled per batch (BatchTally)
 
@@ -29,7 +30,7 @@ from ..sql import chunks, marks
 from .file import IN_CHUNK, SqliteFile
 
 WAKE_POLL = 0.05      # seconds between two looks at the wake flag
-DONE_FLAG, WAKE_FLAG, STORE_FLAG = "done", "wake", "store"
+DONE_FLAG, WAKE_FLAG, STORE_FLAG, PAUSED_FLAG, OPEN_FLAG = "done", "wake", "store", "paused", "open_request"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS batchd_queue (
@@ -99,6 +100,10 @@ class SqlitePort:
     def _has_flag(self, name: str) -> bool:
         return bool(self.db.rows("SELECT 1 FROM batchd_flag WHERE namespace = ? AND name = ?", (self.namespace, name)))
 
+    def _flag(self, name: str) -> Optional[str]:
+        rows = self.db.rows("SELECT value FROM batchd_flag WHERE namespace = ? AND name = ?", (self.namespace, name))
+        return rows[0][0] if rows else None
+
     def _set_flag(self, name: str, value: str) -> None:
         self.db.change("INSERT INTO batchd_flag (namespace, name, value) VALUES (?, ?, ?) "
                        "ON CONFLICT (namespace, name) DO UPDATE SET value = excluded.value",
@@ -157,6 +162,9 @@ class SqliteLeaseQueue(SqlitePort):
         if not self.db.rows("SELECT 1 FROM batchd_queue WHERE namespace = ? LIMIT 1", (self.namespace,)):
             return []
         with self.db.transaction() as conn:
+            if conn.execute("SELECT 1 FROM batchd_flag WHERE namespace = ? AND name = ?",
+                            (self.namespace, PAUSED_FLAG)).fetchall():
+                return []
             taken = sorted(tuple(row) for row in conn.execute(
                 "DELETE FROM batchd_queue WHERE seq IN (SELECT seq FROM batchd_queue WHERE namespace = ? "
                 "ORDER BY seq LIMIT ?) RETURNING seq, task_key, payload", (self.namespace, len(tokens))))
@@ -222,6 +230,24 @@ class SqliteLeaseQueue(SqlitePort):
 
     def is_done(self) -> bool:
         return self._has_flag(DONE_FLAG)
+
+    def set_paused(self, since: Optional[float]) -> None:
+        if since is None:
+            self.db.change("DELETE FROM batchd_flag WHERE namespace = ? AND name = ?", (self.namespace, PAUSED_FLAG))
+        else:
+            self._set_flag(PAUSED_FLAG, repr(since))
+
+    def paused_since(self) -> Optional[float]:
+        since = self._flag(PAUSED_FLAG)
+        return float(since) if since is not None else None
+
+    def ask_open_batch(self, force: bool) -> None:
+        self._set_flag(OPEN_FLAG, "force" if force else "now")
+
+    def take_open_request(self) -> Optional[str]:
+        rows = self.db.rows("DELETE FROM batchd_flag WHERE namespace = ? AND name = ? RETURNING value",
+                            (self.namespace, OPEN_FLAG))
+        return rows[0][0] if rows else None
 
 
 class SqliteMasterLocks(SqlitePort):
