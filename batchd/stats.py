@@ -2,7 +2,7 @@
 
     BatchStats    a worker's collector: `inc(name, n, batch_id)` from any of its threads, a lock and a dict add
     StatsFlusher  sends what was counted to the backend's BatchCounters (ports.py), exactly once
-    report()      the one line the master logs when it closes a batch
+    report()      the one line the master logs when it closes a batch (summary(): `batchd status` too)
 
 Names are flat strings with slashes ("downloader/request_count", "downloader/response_status_count/200",
 "retry/reason_count/HTTP 503", "item/stored"...); any name is counted. `batch_id=None` means the batch of
@@ -129,7 +129,12 @@ class StatsFlusher:
 
 
 def report(batch_id: int, counts: dict) -> str:
-    """The batch's counters as one readable line: the basics, then what is not 0."""
+    """The master's line at a batch's close."""
+    return f"batch {batch_id} done: {summary(counts)}"
+
+
+def summary(counts: dict) -> str:
+    """A batch's counters in words, on one line: the basics, then what is not 0."""
     responses = counts.get(RESPONSES) or _sum_under(counts, STATUS_PREFIX)
     parts = [f"{counts.get(REQUESTS, 0)} requests", f"{responses} responses{_breakdown(counts, STATUS_PREFIX)}"]
     retries = counts.get(RETRY_COUNT) or _sum_under(counts, RETRY_PREFIX)
@@ -142,7 +147,7 @@ def report(batch_id: int, counts: dict) -> str:
     known = {name for name, _ in ITEM_BASICS} | {REQUESTS, RESPONSES, RETRY_COUNT, BYTES, PROXY_FAILURES}
     parts += [f"{name} {n}" for name, n in sorted(counts.items())
               if n and name not in known and not name.startswith((STATUS_PREFIX, RETRY_PREFIX))]
-    return f"batch {batch_id} done: " + ", ".join(parts)
+    return ", ".join(parts)
 
 
 def _sum_under(counts: dict, prefix: str) -> int:
