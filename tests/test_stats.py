@@ -21,6 +21,7 @@ from batchd.task import TaskState
 from harness import InProcessBatch, batch_done, create_old_record_table, make_master, wait_for
 from servers import PrivateRedis
 from spiders.seed import CrawlTask
+from taskdb import MemoryBackend, SqliteBackend
 
 D = TaskState.DONE
 GATE = threading.Event()
@@ -148,16 +149,14 @@ def spider_factory(backend, make_store, **settings):
     return lambda: LateTasksWait(batch_store=make_store(), settings=settings)
 
 
-def test_items_stored_and_dumped_are_counted_in_memory(backend, site, caplog):
-    if backend.kind != "memory":
-        pytest.skip("the other stores have tests of their own, with real outages")
+def test_items_stored_and_dumped_are_counted_in_memory(failed_items_path, site, caplog):
+    backend = MemoryBackend(failed_items_path)
     store = backend.create_tasks([site.url(f"/page/{i}") for i in range(1, 6)], store_class=RefusingMemoryStore)
     run_through_a_dump(backend, site, caplog, spider_factory(backend, lambda: store), store.down.set, store.down.clear)
 
 
-def test_items_stored_and_dumped_are_counted_in_sqlite(shared_backend, site, caplog):
-    if shared_backend.kind != "sqlite":
-        pytest.skip("MySQL has a test of its own, on a server it stops")
+def test_items_stored_and_dumped_are_counted_in_sqlite(tmp_path, failed_items_path, site, caplog):
+    shared_backend = SqliteBackend(tmp_path / "batchd.db", failed_items_path)
     shared_backend.create_tasks([site.url(f"/page/{i}") for i in range(1, 6)])
     locker = sqlite3.connect(shared_backend.path, isolation_level=None)
 
@@ -169,6 +168,7 @@ def test_items_stored_and_dumped_are_counted_in_sqlite(shared_backend, site, cap
                            lambda: locker.execute("BEGIN EXCLUSIVE"), lambda: locker.execute("ROLLBACK"))
     finally:
         locker.close()
+        shared_backend.close()
 
 
 def test_items_stored_and_dumped_are_counted_in_mysql(private_mysql, site, caplog):
