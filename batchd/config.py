@@ -133,6 +133,8 @@ class Settings:
                                                             "else in the working directory")
     ITEM_FLUSH_GIVE_UP: float = setting(120.0, "seconds a flush waits out an outage before its items go to "
                                                "FAILED_ITEMS_PATH", 0, DAY)
+    STATS_FLUSH_INTERVAL: float = setting(5.0, "seconds between two flushes of a worker's batch counters to the "
+                                               "backend, at most (and before every write-back)", 0.05, 3600)
     # -- processes
     WORKERS: Optional[int] = setting(None, "worker processes per supervisor", 0, 1024, default_text="the CPU count")
     OUTAGE_TIMEOUT: float = setting(600.0, "--once: seconds an outage after the start is waited out before exit 69",

@@ -10,7 +10,8 @@ walk of the table is under way):
 4. progress: from the batch's tally (settled tasks, counted by their write-backs) and the queue,
    never by counting rows: refresh the batch record, log `批次进度 X/Y`;
 5. close: once the queue runs dry and the state index shows no unsettled row, count the table
-   chunk by chunk and write those exact figures, `is_done=1` and the `<ns>:batch_done` flag.
+   chunk by chunk and write those exact figures, the batch's counters (batchd/stats.py), `is_done=1`
+   and the `<ns>:batch_done` flag; log the counters in one line.
 
 Only the holder of the namespace's master lock patrols; the lock is renewed by a
 thread of its own so that a long reset or a slow query never lets it lapse.
@@ -32,8 +33,10 @@ from .errors import BackendUnavailable, ConfigError, MasterLockHeld
 from .lifecycle import StopFlag
 from .model import BatchRecord, Progress, TaskLayout
 from .outages import OutageWatch, retry_through_outages
-from .ports import BatchStore, BatchTally, LeaseQueue, MasterLocks, NamespaceRecord, WakeChannel, claim_namespace
+from .ports import (BatchCounters, BatchStore, BatchTally, LeaseQueue, MasterLocks, NamespaceRecord, WakeChannel,
+                    claim_namespace)
 from .schedule import is_due, next_due
+from .stats import report
 from .task import Move
 from .threads import Heart, check_in, start_thread
 from .walks import CHUNK_SECONDS, CountWalk, ResetWalk
@@ -118,9 +121,10 @@ class ProgressRate:
 class Master:
     def __init__(self, settings: Settings, layout: TaskLayout, store: BatchStore, leases: LeaseQueue,
                  locks: MasterLocks, wake: WakeChannel, namespaces: NamespaceRecord, tally: BatchTally,
-                 owner: Optional[str] = None):
+                 counters: BatchCounters, owner: Optional[str] = None):
         self.settings, self.layout, self.store = settings, layout, store
         self.leases, self.locks, self.wake, self.namespaces, self.tally = leases, locks, wake, namespaces, tally
+        self.counters = counters
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}"
         self.rate = ProgressRate()
         self.last_progress: Optional[Progress] = None
@@ -475,6 +479,10 @@ class Master:
             log.info("batch %d: the tally said %d done, %d failed; the table holds %d and %d (write-backs by "
                      "holders that stopped before counting them)", batch.id, *tallied, done, failed)
         progress = Progress(total=total, done=done, failed=failed, pending=0, processing=0)
+        # Every count of the batch's tasks was flushed before their write-back: the totals are complete now.
+        # Kept before is_done, so that a close an outage interrupts writes them on its next try.
+        counters = dict(sorted(self.counters.counts(batch.id).items()))
+        self.store.record_stats(batch.id, counters)
         self.store.update_batch(batch.id, progress, is_done=True)
         self.tally.set_settled(batch.id, done, failed)
         self._log_progress(batch, progress)
@@ -483,6 +491,7 @@ class Master:
         self._idle_announced = batch.id
         log.info("batch %d finished: %d done, %d failed of %d; the next is due at %s", batch.id, done, failed, total,
                  next_due(batch, self.settings.BATCH_INTERVAL, self.settings.BATCH_INTERVAL_UNIT))
+        log.info("%s", report(batch.id, counters))
         return True
 
 

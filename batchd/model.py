@@ -62,6 +62,12 @@ class BatchRecord:
     # ([null, 0] before the first chunk). None once every row has been reset. Kept in the record, so a
     # master that takes over finishes the walk where the last one stopped.
     reset_cursor: Optional[str] = None
+    # The batch's counters (batchd/stats.py) as JSON {name: n}, written when the batch closes; None before.
+    stats: Optional[str] = None
+
+    @property
+    def counters(self) -> dict:
+        return loads(self.stats) if self.stats else {}
 
     @property
     def resetting(self) -> bool:

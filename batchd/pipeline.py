@@ -10,17 +10,22 @@ One thread per worker process (the lander, under the thread guard) does both job
      land, and each refused item fails its task, named in one line with the key and the reason;
 2. take the landed counts off the ledger;
 3. write back every settled task: failed (at once), or done / back to pending (its requests ended
-   without update_task) once none of its items is left unflushed. The lease is released first;
-   a task whose lease was reclaimed meanwhile is not written (its new holder owns it now).
+   without update_task) once none of its items is left unflushed. The worker's batch counters are
+   flushed first (batchd/stats.py: a batch's counts reach the backend before its last task settles),
+   then the leases are released; a task whose lease was reclaimed meanwhile is not written (its new
+   holder owns it now).
+Items stored and dumped are counted ("item/stored", "item/dumped") per batch of their tasks, and the
+counters are flushed every STATS_FLUSH_INTERVAL besides.
 A write-back that meets an outage is kept and tried again, never dropped. A warm stop does not
 wait out an outage: what is left is given back through the leases, never marked done.
 """
+import collections
 import logging
 import re
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Callable, Optional
 
 from .errors import BackendUnavailable, ConfigError
 from .failed_items import FailedItemsFile
@@ -29,6 +34,7 @@ from .items import check_item
 from .lifecycle import Backoff
 from .model import COLUMNS_ITEM_KIND, ItemRow, Lease
 from .ports import BatchStore, BatchTally, LeaseQueue
+from .stats import StatsFlusher
 from .task import TaskState, settling_move
 from .threads import check_in, start_thread
 
@@ -73,8 +79,11 @@ class Abandoned(Exception):
 
 class Pipeline:
     def __init__(self, store: BatchStore, leases: LeaseQueue, tally: BatchTally, ledger, settings, item_table: str,
-                 item_kind: str, watch, on_written=lambda runs: None):
+                 item_kind: str, watch, on_written=lambda runs: None,
+                 count: Callable[[str, int, Any], None] = lambda name, n, batch_id: None,
+                 stats_flusher: Optional[StatsFlusher] = None):
         self.store, self.leases, self.tally, self.ledger, self.watch = store, leases, tally, ledger, watch
+        self.count, self.stats_flusher = count, stats_flusher
         self.flush_size = settings.ITEM_FLUSH_SIZE
         self.flush_interval = settings.ITEM_FLUSH_INTERVAL
         self.give_up = settings.ITEM_FLUSH_GIVE_UP
@@ -210,6 +219,8 @@ class Pipeline:
             if self._write_ready():
                 backoff.reset()
             self._replay_if_due()
+            if self.stats_flusher is not None:
+                self.stats_flusher.flush_if_due()
         except BackendUnavailable as e:     # the write-backs stay queued for the next turn
             self.watch.failed(e)
             if self.watch.wait(backoff.next_delay(), e.backend, self._no_waiting):
@@ -271,12 +282,18 @@ class Pipeline:
                     self._give_up_on(batch)
                 if time.monotonic() - since >= self.give_up and self._dumped(batch, f"{e} (for more than "
                                                                                     f"ITEM_FLUSH_GIVE_UP={self.give_up:g} s)"):
+                    self._count_items("item/dumped", batch)
                     return batch, []
                 if self.watch.wait(backoff.next_delay(), e.backend, self._no_waiting):
                     self._give_up_on(batch)
                 continue
             self.watch.ok(self.store.backend_name)
+            self._count_items("item/stored", landed[0])
             return landed
+
+    def _count_items(self, name: str, entries: list) -> None:
+        for batch_id, n in collections.Counter(row.batch_id for _, row in entries).items():
+            self.count(name, n, batch_id)
 
     def _give_up_on(self, batch: list) -> None:
         self._put_back(batch)
@@ -363,6 +380,8 @@ class Pipeline:
             runs = list(self._writebacks)
         if not runs:
             return 0
+        if self.stats_flusher is not None:
+            self.stats_flusher.flush()
         unreleased = [r for r in runs if not r.released]
         if unreleased:
             self._release_leases(unreleased)

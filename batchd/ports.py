@@ -8,6 +8,7 @@ each a narrow contract with its guarantees written in its docstring.
     StatusBoard      supervisors' snapshots for `batchd status` and other hosts
     SeenFilter       request de-duplication within a batch
     BatchTally       the settled tasks of a batch, counted as write-backs land
+    BatchCounters    a batch's Scrapy-like counters (requests, responses, items...), added by every worker
     NamespaceRecord  which store a namespace serves
 
 A backend package (batchd/backends/<name>/) provides every port of a namespace from one
@@ -25,7 +26,7 @@ never reclaimed.
 import abc
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Callable, Iterable, Optional, Protocol, Sequence
+from typing import Callable, Iterable, Mapping, Optional, Protocol, Sequence
 
 from .errors import ConfigError
 from .politeness import LocalHostRates
@@ -81,6 +82,10 @@ class BatchStore(abc.ABC):
     def insert_batch(self, interval: int, interval_unit: str, total: int) -> BatchRecord:
         """Open a batch record dated now(), its reset still to walk (reset_cursor [null, 0]); `total` is the
         number of tasks expected (the last batch's) until the reset has counted them."""
+
+    def record_stats(self, batch_id: int, counters: dict) -> None:
+        """Keep the batch's counters ({name: n}) in its record, as the master closes it. A store that has
+        nowhere to keep them does nothing: the master logs them anyway."""
 
     @abc.abstractmethod
     def next_chunk(self, after, size: int) -> Optional[tuple]:
@@ -319,6 +324,19 @@ class BatchTally(Protocol):
         """Hold the tally at exactly these counts (a new batch: 0, 0; a reconciliation: the rows counted)."""
 
 
+class BatchCounters(Protocol):
+    """A batch's counters (batchd/stats.py names them), the sum of every worker's flushes. Each flush is
+    numbered by its worker, and a number is applied once: a flush sent again because its first answer was
+    lost (the backend went down mid-call) adds nothing twice."""
+
+    def add_counts(self, batch_id: int, counts: Mapping[str, int], source: str, seq: int) -> None:
+        """Add `counts` to the batch's totals atomically, unless flush `seq` of `source` (a worker's own name)
+        or a later one was applied to this batch already. A source's numbers only grow."""
+
+    def counts(self, batch_id: int) -> dict:
+        """The batch's totals, {name: n} ({} when nothing was counted, or the backend lost them)."""
+
+
 class NamespaceRecord(Protocol):
     def claim_namespace(self, identity: str, record: bool = True) -> Optional[str]:
         """Record `identity` (the store's, never a password) as the one store this namespace serves, if
@@ -352,6 +370,7 @@ class Backend:
     seen: SeenFilter
     namespaces: NamespaceRecord
     tally: BatchTally
+    counters: BatchCounters
     closers: tuple = field(default=())     # what close() releases besides the store
     rates: Optional[HostRates] = None     # DOMAIN_RATE_LIMIT; None: kept in this process (host_rates())
 

@@ -72,12 +72,13 @@ class Runtime:
     # -- the loops
     def master(self) -> Master:
         b = self.backend
-        return Master(self.settings, self.layout, b.store, b.leases, b.locks, b.wake, b.namespaces, b.tally)
+        return Master(self.settings, self.layout, b.store, b.leases, b.locks, b.wake, b.namespaces, b.tally,
+                      b.counters)
 
     def worker(self, ledger=None, name: str = "worker", keep_alive: bool = True) -> Worker:
         b = self.backend
         worker = Worker(self.spider, self.settings, self.layout, b.store, b.leases, b.wake, b.seen, b.namespaces, b.tally,
-                        ledger=ledger, name=name, keep_alive=keep_alive,
+                        b.counters, ledger=ledger, name=name, keep_alive=keep_alive,
                         host_rates=b.host_rates(self.namespace))
         self._workers.append(worker)
         return worker

@@ -26,6 +26,7 @@ from .errors import BackendUnavailable
 from .model import BatchRecord, Progress
 from .backends import open_supervisor_ports
 from .ports import SupervisorPorts
+from .stats import summary
 
 log = logging.getLogger("batchd.status")
 
@@ -152,8 +153,8 @@ def gather_status(runtime) -> dict:
     seen = _reached(unreachable, lambda: (backend.board.read_statuses(), backend.leases.pending_count(),
                                           backend.leases.leased_count(),
                                           backend.tally.settled(record.id) if record else None,
-                                          backend.leases.paused_since()))
-    snapshots, waiting, leased, settled, paused_since = seen or ([], None, None, None, None)
+                                          _counters(backend, record), backend.leases.paused_since()))
+    snapshots, waiting, leased, settled, counters, paused_since = seen or ([], None, None, None, None, None)
     master = freshest_master(snapshots)
     rate = float(master["batch_rate"]) if master else None
     batch, tasks = _batch_and_tasks(record, settled, (waiting or 0) + (leased or 0), None if reached else master)
@@ -164,6 +165,7 @@ def gather_status(runtime) -> dict:
         "store_reached": reached is not None,
         "batch": batch,
         "tasks": tasks,
+        "counters": counters,
         "queue": {"waiting": waiting, "leased": leased},
         "paused_since": paused_since,
         "rate": rate,
@@ -173,6 +175,13 @@ def gather_status(runtime) -> dict:
         "unflushed": sum(int(s.get("unflushed", 0)) for s in snapshots),
         "time": time.time(),
     }
+
+
+def _counters(backend, record: Optional[BatchRecord]) -> Optional[dict]:
+    """The batch's counters: the record's once it is done, the backend's totals (flushed so far) before."""
+    if record is None:
+        return None
+    return record.counters if record.is_done else backend.counters.counts(record.id)
 
 
 def _reached(unreachable: list, read):
@@ -242,6 +251,8 @@ def render_status(status: dict) -> str:
         opened = f" opened {batch['date']}" if batch["date"] else ""
         lines.append(f"batch    {batch['id']}{opened}, {'finished' if batch['is_done'] else 'running'}")
     lines += _progress_lines(tasks)
+    if status["counters"] is not None:
+        lines.append(f"counters {summary(status['counters'])}")
     if queue["waiting"] is not None:
         lines.append(f"queue    {queue['waiting']} waiting, {queue['leased']} leased")
     rate = "unknown (no supervised master publishes one)" if status["rate"] is None else f"{status['rate']:.1f} tasks/s"

@@ -45,8 +45,10 @@ from .outages import OutageWatch, retry_through_outages
 from .model import TaskLayout, task_key
 from .prefetch import LeasePrefetch
 from .pipeline import Pipeline, TaskRun
-from .ports import BatchStore, BatchTally, HostRates, LeaseQueue, NamespaceRecord, SeenFilter, WakeChannel, claim_namespace
+from .ports import (BatchCounters, BatchStore, BatchTally, HostRates, LeaseQueue, NamespaceRecord, SeenFilter,
+                    WakeChannel, claim_namespace)
 from .schedule import is_due
+from .stats import BatchStats, StatsFlusher
 from .systemd import set_thread_role
 from .threads import Heart, check_in, guard, start_thread
 
@@ -150,8 +152,9 @@ def ledger_slots(settings: Settings) -> int:
 
 class Worker:
     def __init__(self, spider, settings: Settings, layout: TaskLayout, store: BatchStore, leases: LeaseQueue,
-                 wake: WakeChannel, seen: SeenFilter, namespaces: NamespaceRecord, tally: BatchTally, ledger=None,
-                 name: str = "worker", keep_alive: bool = True, host_rates: Optional[HostRates] = None):
+                 wake: WakeChannel, seen: SeenFilter, namespaces: NamespaceRecord, tally: BatchTally,
+                 counters: BatchCounters, ledger=None, name: str = "worker", keep_alive: bool = True,
+                 host_rates: Optional[HostRates] = None):
         self.spider, self.settings, self.layout, self.store = spider, settings, layout, store
         self.host_rates = host_rates
         self.leases, self.wake, self.seen, self.namespaces, self.tally = leases, wake, seen, namespaces, tally
@@ -162,6 +165,9 @@ class Worker:
         # Unique per worker (several may share a process), found by its process's prefix.
         self.token_prefix = f"{worker_token_prefix(os.getpid())}{uuid.uuid4().hex[:8]}:"
         self._lease_numbers = itertools.count(1)
+        # The batch counters: what the threads count (stats.inc), flushed by the lander under this worker's name.
+        self.stats = BatchStats()
+        self.stats_flusher = StatsFlusher(self.stats, counters, self.token_prefix, settings.STATS_FLUSH_INTERVAL)
         self._overridden_hooks = overridden_hooks(spider)
         self.prefetch = LeasePrefetch(leases, self.lease_seconds, self._next_token, self.ledger.free_slots)
         # The master is woken to refill once half the queue is leased: its refill of that half (about 10 us
@@ -228,7 +234,8 @@ class Worker:
                                          self.spider)
         table, kind = self.layout.item_destination
         self.pipeline = Pipeline(self.store, self.leases, self.tally, self.ledger, self.settings, table, kind,
-                                 self.watch, on_written=self._after_write_back)
+                                 self.watch, on_written=self._after_write_back, count=self.stats.inc,
+                                 stats_flusher=self.stats_flusher)
         self._pipeline.start()
         keeper_stop = threading.Event()
         keeper = start_thread(self._keep_leases, "batchd-keeper", keeper_stop)
@@ -300,6 +307,7 @@ class Worker:
             keeper.join(5)
             self._downloader.close()
         self._give_back_leases()
+        self._flush_stats_at_stop()
         if landed and not abandon:
             totals = self.ledger.totals()
             log.info("%s stopped: %d tasks done, %d failed, %d items stored", self.name,
@@ -319,6 +327,16 @@ class Worker:
         log.info("gave back %d leases: the master requeues their tasks (not marked done) at its next patrol",
                  given)
         self._wake_master()
+
+    def _flush_stats_at_stop(self) -> None:
+        """The last counts (of tasks given back, say) leave with the worker; a backend down now loses them,
+        and says how many."""
+        try:
+            self.stats_flusher.flush()
+        except (BackendUnavailable, ConfigError) as e:
+            for batch_id, counts in sorted(self.stats_flusher.unsent().items()):
+                log.warning("batch %d: counters not flushed at stop (%s), lost: %s", batch_id, e,
+                            ", ".join(f"{name} {n}" for name, n in sorted(counts.items())))
 
     # -- update_task() and failed_request() of the spider, for the task this worker holds
     def settle(self, task_id, ok: bool) -> bool:
@@ -423,6 +441,8 @@ class Worker:
         self._note_batch(lease.batch_id)
         self.ledger.label(slot, lease.key)
         self.ledger.note_served()
+        if self.stats.working_on(lease.batch_id):
+            self.stats_flusher.due_now()      # what is left of the last batch's counts goes at once
         run = TaskRun(lease=lease, slot=slot, thread_ident=threading.get_ident())
         self._pipeline.track(run)
         limit = self.settings.TASK_TIMEOUT

@@ -59,6 +59,17 @@ def make_master(backend, **settings):
     return spider.runtime.master(), spider
 
 
+def create_old_record_table(backend) -> None:
+    """The seed's batch record table as an older batchd made it (none of batchd's own columns), with one
+    finished batch in it: a MySQL or SQLite backend."""
+    q = '"' if backend.kind == "sqlite" else "`"
+    backend.sql(f"CREATE TABLE {q}crawl_task_batch_record{q} (id INTEGER PRIMARY KEY, batch_date DATETIME, "
+                "total_count INT, done_count INT, fail_count INT, {q}interval{q} INT, interval_unit TEXT, "
+                "is_done INT, create_time DATETIME, update_time DATETIME)".replace("{q}", q))
+    backend.sql(f"INSERT INTO {q}crawl_task_batch_record{q} VALUES (1, '2026-01-01 00:00:00', 1, 1, 0, 1, "
+                "'day', 1, '2026-01-01 00:00:00', '2026-01-01 00:00:00')")
+
+
 def work_off(runtime, outcomes: dict) -> None:
     """What workers do with every task in the queue, without crawling: lease it, end the lease, write its
     outcome back (outcomes: task id -> TaskState.DONE or FAILED; any other task goes back to pending) and

@@ -28,10 +28,9 @@ class MemoryBackend:
         self.failed_items_path = failed_items_path
         self._store = None
 
-    def create_tasks(self, urls, table="crawl_task", index=True):
+    def create_tasks(self, urls, table="crawl_task", index=True, store_class=batchd.MemoryBatchStore):
         self.table = table
-        self._store = batchd.MemoryBatchStore(
-            [{"id": i, "url": url} for i, url in enumerate(urls, start=1)])
+        self._store = store_class([{"id": i, "url": url} for i, url in enumerate(urls, start=1)])
         return self._store
 
     def add_task(self, url):

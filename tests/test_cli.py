@@ -107,6 +107,7 @@ def test_status_shows_the_batch_the_queue_and_the_workers(mysql_backend, site, p
     assert status["unflushed"] == host["unflushed"]              # the hosts' figures, summed (one host here)
     text = batchd("status", SEED, backend=mysql_backend).stdout
     assert "batch    1 opened" in text and "/80:" in text and f"{socket.gethostname()} 2 (run@run, master)" in text
+    assert isinstance(status["counters"], dict) and "items stored" in text.split("counters ")[1].splitlines()[0]
     proc.send(signal.SIGTERM)
     assert proc.wait(30) == 0
     gone = json.loads(batchd("status", SEED, "--json", backend=mysql_backend).stdout)

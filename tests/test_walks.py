@@ -8,7 +8,7 @@ import pytest
 from batchd.lifecycle import StopFlag
 from batchd.task import Move, TaskState
 from batchd.walks import CHUNK_SECONDS, ChunkPacer
-from harness import make_master, patrol_until, wait_for, work_off
+from harness import create_old_record_table, make_master, patrol_until, wait_for, work_off
 
 P, D, R, F = TaskState.PENDING, TaskState.DONE, TaskState.PROCESSING, TaskState.FAILED
 
@@ -71,12 +71,7 @@ def test_the_reset_cursor_is_kept_in_the_record_until_the_reset_is_over(backend)
 
 def test_an_old_record_table_gets_the_reset_cursor_column(shared_backend):
     shared_backend.create_tasks(["http://x.invalid/1"])
-    q = '"' if shared_backend.kind == "sqlite" else "`"
-    shared_backend.sql(f"CREATE TABLE {q}crawl_task_batch_record{q} (id INTEGER PRIMARY KEY, batch_date DATETIME, "
-                       "total_count INT, done_count INT, fail_count INT, {q}interval{q} INT, interval_unit TEXT, "
-                       "is_done INT, create_time DATETIME, update_time DATETIME)".replace("{q}", q))
-    shared_backend.sql(f"INSERT INTO {q}crawl_task_batch_record{q} VALUES (1, '2026-01-01 00:00:00', 1, 1, 0, 1, "
-                       "'day', 1, '2026-01-01 00:00:00', '2026-01-01 00:00:00')")
+    create_old_record_table(shared_backend)
     _, spider = make_master(shared_backend)
     record = spider.runtime.store.last_batch()
     assert record.id == 1 and record.is_done and not record.resetting

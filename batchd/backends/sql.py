@@ -10,6 +10,7 @@ only their SQL spelling, their connections, their DDL and their clock:
                move_in_one_transaction         move() runs its chunks in one transaction, or each alone
                stamped_on_insert/_on_update    batch record columns the store sets to now() itself
                cursor_type                     the record's reset_cursor column (JSON of an id, or NULL)
+               stats_type                      the record's stats column (JSON counters, or NULL)
                now_term()                      the store's clock in a statement: (sql, values)
                older_than_term(column, s)      "column is more than s seconds old": (sql, values)
                time_from_db(value)             a time column as read -> datetime
@@ -47,6 +48,7 @@ log = logging.getLogger("batchd.store")
 RECORD_COLUMNS = ("id", "batch_date", "total_count", "done_count", "fail_count", "interval",
                   "interval_unit", "is_done", "create_time", "update_time")
 RESET_CURSOR = "reset_cursor"     # batchd's own column of the record: where an unfinished reset stands
+STATS = "stats"                   # batchd's own column of the record: the batch's counters, at its close
 RECORD_FIELDS = tuple(f.name for f in fields(BatchRecord))      # the columns last_batch() reads
 ITEM_KEY = ("batch_id", "task_id", "request_seq", "item_seq")   # the default item table's unique key
 TASK_COLUMNS = (("id_field", "BATCH_TASK_ID_FIELD"), ("state_field", "BATCH_TASK_STATE_FIELD"),
@@ -78,6 +80,7 @@ class SqlBatchStore(BatchStore):
     stamped_on_insert: tuple
     stamped_on_update: tuple
     cursor_type: str
+    stats_type: str
 
     def __init__(self):
         self._item_columns: dict = {}
@@ -208,24 +211,29 @@ class SqlBatchStore(BatchStore):
         if missing:
             raise ConfigError(f"batch record table {self.quote(layout.record_table)} exists without column "
                               f"{self.quote(missing[0])}; rename the old table so batchd can create its own")
-        if RESET_CURSOR not in record_columns:
-            self._add_reset_cursor(layout.record_table)
+        for column, column_type, meaning in self._own_record_columns():
+            if column not in record_columns:
+                self._add_record_column(layout.record_table, column, column_type, meaning)
         if layout.item_table:
             self.item_columns(layout.item_table, setting="__item_table__")
         else:
             self.create_default_item_table(layout.default_item_table)
 
-    def _add_reset_cursor(self, table: str) -> None:
-        """A record table made before batchd kept the reset's cursor in it gets the column (NULL: no reset
-        going on, which is what every old record means)."""
-        statement = f"ALTER TABLE {self.quote(table)} ADD COLUMN {self.quote(RESET_CURSOR)} {self.cursor_type} NULL"
+    def _own_record_columns(self) -> tuple:
+        """batchd's own columns of the record, beside the contract's: (name, type, what it keeps)."""
+        return ((RESET_CURSOR, self.cursor_type, "where an unfinished reset stands"),
+                (STATS, self.stats_type, "the batch's counters"))
+
+    def _add_record_column(self, table: str, column: str, column_type: str, meaning: str) -> None:
+        """A record table made by an older batchd gets the column it lacks (NULL, which is what every old
+        record means: no reset going on, no counters kept)."""
+        statement = f"ALTER TABLE {self.quote(table)} ADD COLUMN {self.quote(column)} {column_type} NULL"
         try:
             self.execute(statement)
         except ConfigError as e:
-            raise ConfigError(f"batch record table {self.quote(table)} needs the column {self.quote(RESET_CURSOR)} "
+            raise ConfigError(f"batch record table {self.quote(table)} needs the column {self.quote(column)} "
                               f"and batchd may not add it ({e}); run: {statement}") from None
-        log.info("batch record table %s: added the column %s (where an unfinished reset stands)",
-                 self.quote(table), self.quote(RESET_CURSOR))
+        log.info("batch record table %s: added the column %s (%s)", self.quote(table), self.quote(column), meaning)
 
     def _warn_unindexed_state(self, layout: TaskLayout) -> None:
         fix = self.missing_state_index(layout)
@@ -280,6 +288,11 @@ class SqlBatchStore(BatchStore):
             sets, values = f"{self.quote(RESET_CURSOR)} = {p}", [reset_cursor(after, walked)]
         self.execute(f"UPDATE {self.quote(self.opened_layout.record_table)} SET {sets} WHERE {self.quote('id')} = {p}",
                      values + [batch_id])
+
+    def record_stats(self, batch_id: int, counters: dict) -> None:
+        p = self.placeholder
+        self.execute(f"UPDATE {self.quote(self.opened_layout.record_table)} SET {self.quote(STATS)} = {p} "
+                     f"WHERE {self.quote('id')} = {p}", [plain_json(counters), batch_id])
 
     def update_batch(self, batch_id: int, progress: Progress, is_done: bool) -> None:
         now, now_values = self.now_term()

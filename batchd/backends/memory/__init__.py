@@ -18,7 +18,7 @@ def open_backend(store: MemoryBatchStore, namespace: str, settings=None) -> Back
         queue = _queues.setdefault(store, {}).setdefault(namespace, None) or LocalQueue(namespace)
         _queues[store][namespace] = queue
     return Backend(store=store, leases=queue, locks=queue, wake=queue, board=queue, seen=queue, namespaces=queue,
-                   tally=queue)
+                   tally=queue, counters=queue)
 
 
 __all__ = ["MemoryBatchStore", "open_backend"]

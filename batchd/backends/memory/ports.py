@@ -58,6 +58,8 @@ class LocalQueue:
         self._statuses: dict = {}     # key -> (fields, expiry)
         self._identity: Optional[str] = None
         self._tallies: dict = {}      # batch id -> [done, failed, held since set or restored]
+        self._counters: dict = {}     # batch id -> {name: n}
+        self._flushes: dict = {}      # (batch id, source) -> the number of its last flush applied
 
     # -- the BatchTally port
     def add_settled(self, batch_id: int, done: int, failed: int) -> None:
@@ -80,6 +82,20 @@ class LocalQueue:
     def set_settled(self, batch_id: int, done: int, failed: int) -> None:
         with self._cond:
             self._tallies[batch_id] = [done, failed, True]
+
+    # -- the BatchCounters port
+    def add_counts(self, batch_id: int, counts, source: str, seq: int) -> None:
+        with self._cond:
+            if self._flushes.get((batch_id, source), 0) >= seq:
+                return
+            self._flushes[batch_id, source] = seq
+            totals = self._counters.setdefault(batch_id, {})
+            for name, n in counts.items():
+                totals[name] = totals.get(name, 0) + n
+
+    def counts(self, batch_id: int) -> dict:
+        with self._cond:
+            return dict(self._counters.get(batch_id, {}))
 
     def claim_namespace(self, identity: str, record: bool = True) -> Optional[str]:
         with self._cond:

@@ -9,6 +9,7 @@ import threading
 from datetime import datetime
 from typing import Iterable, Optional, Sequence
 
+from ...codec import plain_json
 from ...errors import ConfigError
 from ...model import BatchRecord, ItemRow, Progress, TaskLayout, reset_cursor, task_key
 from ...ports import BatchStore
@@ -104,6 +105,10 @@ class MemoryBatchStore(BatchStore):
             record = self._batch(batch_id)
             record.total_count, record.done_count = progress.total, progress.done
             record.fail_count, record.is_done = progress.failed, is_done
+
+    def record_stats(self, batch_id: int, counters: dict) -> None:
+        with self._lock:
+            self._batch(batch_id).stats = plain_json(counters)
 
     def _batch(self, batch_id: int) -> BatchRecord:
         return next(b for b in self._batches if b.id == batch_id)

@@ -4,7 +4,7 @@ hosts share them."""
 from ...errors import ConfigError
 from ...ports import Backend, BatchStore, SupervisorPorts
 from .mysql import MysqlBatchStore
-from .redis_ports import (RedisHostRates, RedisLeaseQueue, RedisMasterLocks, RedisNamespaceRecord, RedisSeenFilter,
+from .redis_ports import (RedisCounters, RedisHostRates, RedisLeaseQueue, RedisMasterLocks, RedisNamespaceRecord, RedisSeenFilter,
                           RedisStatusBoard, RedisTally, RedisWake, connect_redis)
 
 
@@ -22,6 +22,7 @@ def open_backend(store: BatchStore, namespace: str, settings) -> Backend:
                    locks=RedisMasterLocks(url, namespace, client), wake=RedisWake(url, namespace, client),
                    board=RedisStatusBoard(url, namespace, client), seen=RedisSeenFilter(url, namespace, client),
                    namespaces=RedisNamespaceRecord(url, namespace, client), tally=RedisTally(url, namespace, client),
+                   counters=RedisCounters(url, namespace, client),
                    rates=RedisHostRates(url, namespace, client), closers=(client.close,))
 
 

@@ -84,6 +84,7 @@ class MysqlBatchStore(SqlBatchStore):
     move_in_one_transaction = False          # each chunk commits alone: no row stays locked for the series
     stamped_on_insert = ("batch_date",)      # create_time and update_time: the DDL's defaults
     cursor_type = "VARCHAR(1024)"
+    stats_type = "JSON"
     stamped_on_update = ()                   # update_time: ON UPDATE CURRENT_TIMESTAMP
 
     def __init__(self, url: Optional[str] = None, **connect_args):
@@ -281,6 +282,7 @@ class MysqlBatchStore(SqlBatchStore):
             `interval_unit` VARCHAR(8) NOT NULL,
             `is_done` TINYINT NOT NULL DEFAULT 0,
             `reset_cursor` VARCHAR(1024) NULL,
+            `stats` JSON NULL,
             `create_time` DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
             `update_time` DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
             PRIMARY KEY (`id`)

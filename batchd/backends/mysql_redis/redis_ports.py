@@ -13,6 +13,9 @@ The key schema, all under `<ns>:` (built only by `Keys`):
     <ns>:seen            SET     <batch id>:<fingerprint> of the requests made (REQUEST_FILTER_ENABLE), with a TTL
     <ns>:tally:<batch>   HASH    done, failed: tasks settled in the batch, added by each write-back;
                                  held=1 since it was set (missing: lost with Redis), with a TTL
+    <ns>:stats:<batch>   HASH    counter name -> n: the batch's counters (batchd/stats.py), added by every
+                                 worker's flushes, with a TTL
+    <ns>:stats_flushes:<batch>  HASH  worker -> the number of its last flush applied to the batch, with a TTL
     <ns>:store           STRING  the identity of the one store this namespace serves (server, database,
                                  task table; never a password), recorded by the first master or worker
     <ns>:status:<host>:<instance>  HASH  a supervisor's snapshot for `batchd status`, with a TTL
@@ -35,6 +38,23 @@ from ...model import Lease, task_key
 WAKE_TTL = 60
 SEEN_TTL = 40 * 24 * 3600
 TALLY_TTL = 400 * 24 * 3600     # longer than any batch: a tally is set when its batch opens
+STATS_TTL = TALLY_TTL           # the counters outlive their batch as long: the record has them at its close
+
+# A worker's flush of a batch's counters, applied once. KEYS: the counters, the flush numbers. ARGV: the
+# worker, the flush's number, the ttl s, then name, n pairs. Returns 1 when applied, 0 when it was already.
+ADD_COUNTS_SCRIPT = """
+local last = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
+if tonumber(ARGV[2]) <= last then
+  return 0
+end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+for i = 4, #ARGV, 2 do
+  redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1])
+end
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+redis.call('EXPIRE', KEYS[2], ARGV[3])
+return 1
+"""
 
 # Restore a tally lost with Redis, unless held. ARGV: done, failed, ttl s.
 RESTORE_TALLY_SCRIPT = """
@@ -195,6 +215,12 @@ class Keys:
 
     def tally(self, batch_id: int) -> str:
         return self._key(f"tally:{batch_id}")
+
+    def stats(self, batch_id: int) -> str:
+        return self._key(f"stats:{batch_id}")
+
+    def stats_flushes(self, batch_id: int) -> str:
+        return self._key(f"stats_flushes:{batch_id}")
 
     def rate(self, host: str) -> str:
         return self._key(f"rate:{host}")
@@ -565,6 +591,22 @@ class RedisTally(RedisPort):
             pipe.hset(key, mapping={"done": done, "failed": failed, "held": 1})
             pipe.expire(key, TALLY_TTL)
             pipe.execute()
+
+
+class RedisCounters(RedisPort):
+    """The BatchCounters port: a hash of counters per batch, and a hash of the flushes it took."""
+
+    _add = LuaScript(ADD_COUNTS_SCRIPT)
+
+    @translated
+    def add_counts(self, batch_id: int, counts, source: str, seq: int) -> None:
+        pairs = [part for name, n in counts.items() for part in (name, int(n))]
+        self._add(keys=[self.keys.stats(batch_id), self.keys.stats_flushes(batch_id)],
+                  args=[source, seq, STATS_TTL] + pairs)
+
+    @translated
+    def counts(self, batch_id: int) -> dict:
+        return {name.decode(): int(n) for name, n in self.redis.hgetall(self.keys.stats(batch_id)).items()}
 
 
 class RedisNamespaceRecord(RedisPort):

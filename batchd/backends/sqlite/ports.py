@@ -14,6 +14,8 @@ table has the namespace as a column, so spiders sharing a file keep apart:
                                                                       'paused' (since when), 'open_request'
     batchd_status    namespace, name, fields, expires                 a supervisor's snapshot (JSON), until expires
     batchd_tally     namespace, batch_id, done, failed, held          tasks settled per batch (BatchTally)
+    batchd_stats     namespace, batch_id, name, count                 a batch's counters (BatchCounters)
+    batchd_stats_flush  namespace, batch_id, source, seq              each worker's last flush applied to a batch
 
 A step that must not be split (pop + lease, check the token + renew / release, take the
 lock unless another owner holds it) is one statement or one `BEGIN IMMEDIATE`
@@ -56,6 +58,12 @@ CREATE TABLE IF NOT EXISTS batchd_tally (
     namespace TEXT NOT NULL, batch_id INTEGER NOT NULL, done INTEGER NOT NULL DEFAULT 0,
     failed INTEGER NOT NULL DEFAULT 0, held INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (namespace, batch_id)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS batchd_stats (
+    namespace TEXT NOT NULL, batch_id INTEGER NOT NULL, name TEXT NOT NULL, count INTEGER NOT NULL,
+    PRIMARY KEY (namespace, batch_id, name)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS batchd_stats_flush (
+    namespace TEXT NOT NULL, batch_id INTEGER NOT NULL, source TEXT NOT NULL, seq INTEGER NOT NULL,
+    PRIMARY KEY (namespace, batch_id, source)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS batchd_status (
     namespace TEXT NOT NULL, name TEXT NOT NULL, fields TEXT NOT NULL, expires REAL NOT NULL,
     PRIMARY KEY (namespace, name)) WITHOUT ROWID;
@@ -331,6 +339,27 @@ class SqliteTally(SqlitePort):
         self.db.change("INSERT INTO batchd_tally (namespace, batch_id, done, failed, held) VALUES (?, ?, ?, ?, ?) "
                        f"ON CONFLICT (namespace, batch_id) DO UPDATE SET {on_conflict}",
                        (self.namespace, batch_id, done, failed, held))
+
+
+class SqliteCounters(SqlitePort):
+    """The BatchCounters port: batchd_stats, and batchd_stats_flush for the flushes applied, in one transaction."""
+
+    def add_counts(self, batch_id: int, counts, source: str, seq: int) -> None:
+        key = (self.namespace, batch_id, source)
+        with self.db.transaction() as conn:
+            applied = conn.execute("SELECT seq FROM batchd_stats_flush WHERE namespace = ? AND batch_id = ? "
+                                   "AND source = ?", key).fetchall()
+            if applied and applied[0][0] >= seq:
+                return
+            conn.execute("INSERT INTO batchd_stats_flush (namespace, batch_id, source, seq) VALUES (?, ?, ?, ?) "
+                         "ON CONFLICT (namespace, batch_id, source) DO UPDATE SET seq = excluded.seq", key + (seq,))
+            conn.executemany("INSERT INTO batchd_stats (namespace, batch_id, name, count) VALUES (?, ?, ?, ?) "
+                             "ON CONFLICT (namespace, batch_id, name) DO UPDATE SET count = count + excluded.count",
+                             [(self.namespace, batch_id, name, int(n)) for name, n in counts.items()])
+
+    def counts(self, batch_id: int) -> dict:
+        return {name: n for name, n in self.db.rows("SELECT name, count FROM batchd_stats WHERE namespace = ? "
+                                                    "AND batch_id = ?", (self.namespace, batch_id))}
 
 
 class SqliteNamespaceRecord(SqlitePort):

@@ -41,6 +41,7 @@ class SqliteBatchStore(SqlBatchStore):
     # No ON UPDATE in SQLite: the store writes the record's times, all from one reading of the clock.
     stamped_on_insert = ("batch_date", "create_time", "update_time")
     cursor_type = "TEXT"
+    stats_type = "TEXT"
     stamped_on_update = ("update_time",)
 
     def __init__(self, path, busy_timeout: float = BUSY_TIMEOUT):
@@ -141,6 +142,7 @@ class SqliteBatchStore(SqlBatchStore):
             "interval_unit" TEXT NOT NULL,
             "is_done" INTEGER NOT NULL DEFAULT 0,
             "reset_cursor" TEXT,
+            "stats" TEXT,
             "create_time" DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
             "update_time" DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP)""")
 
