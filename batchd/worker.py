@@ -176,8 +176,6 @@ class Worker:
         # third of the master's rate.
         self._low_water = max(1, settings.BATCH_PUSH_LIMIT // 2)
         self._last_empty_wake = 0.0
-        self._batch_id = None                   # the batch of the last task leased
-        self._batch_lock = threading.Lock()
         self._leasing = threading.Event()
         self._in_hand: dict = {}                # fetch thread ident -> the TaskRun it is processing
         self._given_up_threads: set = set()     # idents of fetch threads stuck past TASK_TIMEOUT
@@ -231,7 +229,7 @@ class Worker:
 
     def _serve(self, stop: StopFlag) -> None:
         self.downloader = downloader_for(self.settings, self.thread_count, stop.wait_cold, self.host_rates,
-                                         self.spider)
+                                         self.spider, self.stats)
         table, kind = self.layout.item_destination
         self.pipeline = Pipeline(self.store, self.leases, self.tally, self.ledger, self.settings, table, kind,
                                  self.watch, on_written=self._after_write_back, count=self.stats.inc,
@@ -438,11 +436,11 @@ class Worker:
     def _serve_lease(self, lease, slot: int, stop: StopFlag) -> None:
         if lease.queue_left == self._low_water:
             self._wake_master()
-        self._note_batch(lease.batch_id)
         self.ledger.label(slot, lease.key)
         self.ledger.note_served()
         if self.stats.working_on(lease.batch_id):
             self.stats_flusher.due_now()      # what is left of the last batch's counts goes at once
+            self._downloader.batch_started(lease.batch_id)     # the middlewares start afresh (robots.txt...)
         run = TaskRun(lease=lease, slot=slot, thread_ident=threading.get_ident())
         self._pipeline.track(run)
         limit = self.settings.TASK_TIMEOUT
@@ -453,14 +451,6 @@ class Worker:
             self.process(run, stop)
         finally:
             del self._in_hand[run.thread_ident]
-
-    def _note_batch(self, batch_id) -> None:
-        """The first task of a new batch: the middlewares start afresh (robots.txt is read again...)."""
-        with self._batch_lock:
-            if batch_id == self._batch_id:
-                return
-            self._batch_id = batch_id
-            self._downloader.batch_started(batch_id)
 
     def _next_token(self) -> str:
         return f"{self.token_prefix}{next(self._lease_numbers)}"

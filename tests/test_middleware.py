@@ -1,5 +1,6 @@
 """The downloader middleware chain (batchd/middleware.py): its order and contract against a real local
 site, DOWNLOADER_MIDDLEWARES as a worker loads it, and the cookies of one task."""
+import json
 import threading
 
 import pytest
@@ -15,7 +16,7 @@ from batchd.middleware import (ChainContext, DownloaderMiddleware, RateLimitMidd
 from batchd.politeness import Politeness, PolitenessMiddleware
 from batchd.proxies import ProxyMiddleware
 from batchd.task import TaskState
-from harness import retrying_downloader, settle
+from harness import InProcessBatch, retrying_downloader, settle, spider_factory, wait_for
 from spiders.seed import CrawlTask
 
 D, F = TaskState.DONE, TaskState.FAILED
@@ -226,3 +227,17 @@ def test_cookies_are_kept_across_the_requests_of_a_task_and_never_reach_the_next
     backend.create_tasks([site.url("")] * 3)
     assert settle(backend, CookieSpider, SPIDER_THREAD_COUNT=1) == {1: D, 2: D, 3: D}
     assert sorted(item["title"] for item in backend.items()) == ["task=1", "task=2", "task=3"]
+
+
+def test_the_batch_record_counts_what_the_chain_saw(backend, site):
+    backend.create_tasks([site.url("/flaky/c?fail=2&status=503"), site.url("/status/404"), site.url("/page/1")])
+    with InProcessBatch(spider_factory(backend, CrawlTask)):
+        wait_for(lambda: backend.records() and backend.records()[-1]["is_done"], message="the batch closed")
+    assert backend.states() == {1: D, 2: F, 3: D}
+    stats = json.loads(backend.records()[-1]["stats"])
+    assert stats["downloader/request_count"] == 5                      # 3 + 1 + 1 attempts
+    assert stats["downloader/response_status_count/503"] == 2
+    assert stats["downloader/response_status_count/200"] == 2
+    assert stats["downloader/response_status_count/404"] == 1
+    assert stats["retry/reason_count/HTTP 503"] == 2
+    assert stats["item/stored"] == 2 and stats["downloader/response_bytes"] > 0
