@@ -108,6 +108,7 @@ class Pipeline:
         self._replay_due = False               # items were dumped: replay them once the database is back
         self._disk_refused = False             # FAILED_ITEMS_PATH refused the last dump (said once)
         self._replay_after = 0.0
+        self._flush_outage_since: Optional[float] = None   # the flush's groups share one ITEM_FLUSH_GIVE_UP
         self._thread: Optional[threading.Thread] = None
         self._columns = store.item_columns(item_table) if item_kind == COLUMNS_ITEM_KIND else None
 
@@ -285,6 +286,7 @@ class Pipeline:
     def _land(self, batch: list) -> None:
         """Store a batch (or dump it), one group per destination; only what landed is taken off the
         ledger. A stop that cuts a group short puts it back with the groups not tried yet."""
+        self._flush_outage_since = None
         groups: dict = {}
         for run, row, destination in batch:
             groups.setdefault(destination, []).append((run, row))
@@ -319,16 +321,16 @@ class Pipeline:
         appended to FAILED_ITEMS_PATH: whichever of the database and the disk takes them first (a disk that
         refuses too leaves the database tried again, with backoff). Abandoned when a stop cuts the wait
         short (the batch is put back: its tasks are not written)."""
-        backoff, since = Backoff(), None
+        backoff = Backoff()
         while True:
             try:
                 landed = self._save_splitting(destination, batch)
             except BackendUnavailable as e:
                 self.watch.failed(e)
-                since = since or time.monotonic()
+                self._flush_outage_since = self._flush_outage_since or time.monotonic()
                 if self._no_waiting.is_set():
                     self._give_up_on(destination, batch)
-                if time.monotonic() - since >= self.give_up and self._dumped(
+                if time.monotonic() - self._flush_outage_since >= self.give_up and self._dumped(
                         destination, batch, f"{e} (for more than ITEM_FLUSH_GIVE_UP={self.give_up:g} s)"):
                     return batch, []
                 if self.watch.wait(backoff.next_delay(), e.backend, self._no_waiting):
@@ -385,8 +387,9 @@ class Pipeline:
             self._disk_refused = False
             log.info("%s takes items again", self.failed_items.path)
         tasks = len({id(run) for run, _ in batch})
-        log.error("%d items of %d tasks written to %s instead (%s); this worker stores them once the database "
-                  "is back (or run: batchd retry --items)", len(records), tasks, self.failed_items.path, error)
+        log.error("%d items of %d tasks for `%s` written to %s instead (%s); this worker stores them once the "
+                  "database is back (or run: batchd retry --items)", len(records), tasks, destination.table,
+                  self.failed_items.path, error)
         self._replay_due = True
         return True
 

@@ -1,6 +1,7 @@
 """batchd.Item classes: several tables from one spider, upserts on a declared unique key across batches,
 items without a required field counted and not stored, declarations checked where they are made."""
 import logging
+import os
 import re
 import threading
 
@@ -8,6 +9,8 @@ import pytest
 
 import batchd
 from batchd.errors import ConfigError
+from batchd.failed_items import FailedItemsFile
+from batchd.model import COLUMNS_ITEM_KIND, ItemRow
 from batchd.task import TaskState
 from harness import InProcessBatch, batch_done, wait_for
 from spiders.seed import CrawlTask
@@ -214,3 +217,60 @@ def test_a_primary_key_serves_as_the_unique_key(shared_backend, site):
     with InProcessBatch(factory(shared_backend, ShopSpider)):
         wait_for(lambda: shared_backend.states() == {1: D}, message="the task done")
     assert shared_backend.table_rows("products", ("sku", "name", "version")) == products(1, 1)
+
+
+GATE = threading.Event()
+
+
+class GatedShopSpider(ShopSpider):
+    """Task 1 goes through (its classes are checked against their tables); the others wait for the gate."""
+
+    def parse(self, request, response, task):
+        if task["id"] > 1:
+            GATE.wait(60)
+        yield from super().parse(request, response, task)
+
+
+def dumped(caplog) -> dict:
+    """Table -> items dumped, from the lines that say so ("4 items of 4 tasks for `products` written to")."""
+    tables: dict = {}
+    for line in (r.getMessage() for r in caplog.records if "written to" in r.getMessage()):
+        found = re.match(r"(\d+) items of \d+ tasks for `(\w+)` written to", line)
+        tables[found.group(2)] = tables.get(found.group(2), 0) + int(found.group(1))
+    return tables
+
+
+def test_each_tables_items_are_dumped_in_an_outage_and_replayed_and_their_tasks_wait_for_all(private_mysql, site,
+                                                                                             caplog):
+    db, backend = private_mysql
+    backend.create_tasks([site.url(f"/page/{i}") for i in range(1, 6)])
+    make_tables(backend)
+    GATE.clear()
+    with caplog.at_level(logging.INFO, logger="batchd"):
+        with InProcessBatch(factory(backend, GatedShopSpider, SPIDER_THREAD_COUNT=5, ITEM_FLUSH_GIVE_UP=1)) as batch:
+            worker = next(loop for name, _, _, loop in batch.loops if name.startswith("worker"))
+            wait_for(lambda: backend.states()[1] == D and worker.pipeline.in_flight() == 4,
+                     message="task 1 done, the 4 others leased")
+            backend.conn.close()
+            db.stop()
+            GATE.set()
+            wait_for(lambda: sum(dumped(caplog).values()) == 12, timeout=30,
+                     message="each table's items dumped after ITEM_FLUSH_GIVE_UP")
+            db.start()
+            backend.reconnect()
+            wait_for(lambda: set(backend.states().values()) == {D}, timeout=30, message="tasks done")
+            wait_for(lambda: len(backend.items()) == 5, timeout=30, message="the dump replayed by the worker")
+    assert dumped(caplog) == {"crawl_task_item": 4, "products": 4, "reviews": 4}
+    assert backend.table_rows("products", ("sku", "name", "version")) == products(5, 1)
+    assert backend.table_rows("reviews", ("product", "stars")) == [(f"p{i}", i) for i in range(1, 6)]
+    path = backend.failed_items_path
+    assert not os.path.exists(path) or open(path).read() == "", "the file keeps only what still fails: nothing"
+
+
+def test_dumped_items_of_a_unique_key_are_replayed_as_upserts_on_it(failed_items_path):
+    store = batchd.MemoryBatchStore()
+    rows = [ItemRow(1, 1, 0, 0, {"sku": "a", "name": "old"}), ItemRow(2, 1, 0, 0, {"sku": "a", "name": "new"})]
+    FailedItemsFile(failed_items_path).append(
+        [FailedItemsFile.record("products", COLUMNS_ITEM_KIND, row, "down", ("sku",)) for row in rows])
+    assert FailedItemsFile(failed_items_path).replay(store).stored == 2
+    assert store.items_in("products") == [{"sku": "a", "name": "new"}]
