@@ -96,7 +96,6 @@ class Pipeline:
         self.on_written, self.count = on_written, count
         self.invalid = InvalidItems()
         self._checked_classes: set = set()      # the Item classes found fit for their tables
-        self._class_check = threading.Lock()
         self._cond = threading.Condition()
         self._buffer: list = []            # (run, ItemRow, ItemDestination)
         self._writebacks: list = []        # runs ready to write
@@ -142,17 +141,16 @@ class Pipeline:
                 self._cond.notify_all()
 
     def _check_class(self, item_class: type) -> None:
-        """The first item of a class with a table of its own: check the table (once; an outage is waited
-        out, a stop cuts the wait short and leaves the check to the next item). ConfigError if unfit."""
-        with self._class_check:
-            if item_class in self._checked_classes:
-                return
-            def check() -> bool:
-                check_item_table(self.store, item_class)
-                return True
+        """The first item of a class with a table of its own: check the table (an outage is waited out, a
+        stop cuts the wait short and leaves the check to the next item); ConfigError if unfit. Threads that
+        meet a new class together may each check it: a few reads, where a lock would hold them unseen by
+        the thread guard for as long as an outage lasts."""
+        if item_class not in self._checked_classes:
+            retry_through_outages(lambda: self._pass_class(item_class), self.watch, self._no_waiting)
 
-            if retry_through_outages(check, self.watch, self._no_waiting):
-                self._checked_classes.add(item_class)
+    def _pass_class(self, item_class: type) -> None:
+        check_item_table(self.store, item_class)
+        self._checked_classes.add(item_class)
 
     def record_outcome(self, run: TaskRun, ok: bool) -> None:
         """update_task() during processing: failure is written at once, done waits for the gate."""

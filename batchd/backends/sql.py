@@ -420,7 +420,8 @@ class SqlBatchStore(BatchStore):
         for row in rows:
             by_columns.setdefault(tuple(row.data), []).append(row.data)
         for columns, items in by_columns.items():
-            # No key: like MySQL's ON DUPLICATE KEY, any unique key of the user's table counts.
+            # An Item's __unique_key__ is the conflict target where the dialect names one (SQLite); no key:
+            # like MySQL's ON DUPLICATE KEY, any unique key of the user's table counts.
             self._upsert(table, columns, columns, tuple(key) or None,
                          [[self.column_value(item[c]) for c in columns] for item in items])
 
