@@ -4,6 +4,7 @@ __version__ = "0.1.0"
 from .config import Settings
 from .errors import BackendUnavailable, BatchdError, ConfigError, ExitCode, MasterLockHeld
 from .http import Request, RequestFailed, Response
+from .item_class import Field, Item, UndeclaredField
 from .backends.memory.store import MemoryBatchStore
 from .backends.mysql_redis.mysql import MysqlBatchStore
 from .backends.sqlite.store import SqliteBatchStore
@@ -16,6 +17,7 @@ from .task import TaskState
 
 __all__ = [
     "BatchSpider", "Runtime", "Request", "Response", "RequestFailed", "DownloaderMiddleware", "ChainContext",
+    "Item", "Field", "UndeclaredField",
     "BatchStore", "MemoryBatchStore", "MysqlBatchStore", "SqliteBatchStore", "TaskLayout", "BatchRecord", "Progress", "ItemRow",
     "TaskState", "Settings", "ExitCode", "BatchdError", "ConfigError", "BackendUnavailable", "MasterLockHeld",
     "__version__",

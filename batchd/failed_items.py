@@ -17,11 +17,12 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Sequence
 
 from .codec import dumps, loads
 from .errors import BackendUnavailable
-from .model import ItemRow
+from .model import ItemDestination, ItemRow
+from .ports import store_items
 
 log = logging.getLogger("batchd.failed_items")
 
@@ -165,10 +166,13 @@ class FailedItemsFile:
         return size == 0 or os.pread(fd, 1, size - 1) == b"\n"
 
     @staticmethod
-    def record(table: str, kind: str, row: ItemRow, error: str) -> dict:
-        return {"table": table, "kind": kind, "batch_id": row.batch_id, "task_id": row.task_id,
-                "request_seq": row.request_seq, "item_seq": row.item_seq, "item": row.data,
-                "error": error, "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    def record(table: str, kind: str, row: ItemRow, error: str, key: Sequence[str] = ()) -> dict:
+        """One line's record; `key`: the columns the item is upserted on (an Item's __unique_key__), kept
+        only when there are some."""
+        record = {"table": table, "kind": kind, "batch_id": row.batch_id, "task_id": row.task_id,
+                  "request_seq": row.request_seq, "item_seq": row.item_seq, "item": row.data,
+                  "error": error, "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        return dict(record, key=list(key)) if key else record
 
     @staticmethod
     def parse(line: str) -> tuple:
@@ -178,6 +182,8 @@ class FailedItemsFile:
                       request_seq=record["request_seq"], item_seq=record["item_seq"], data=record["item"])
         if not (isinstance(record["table"], str) and isinstance(record["kind"], str) and isinstance(row.data, dict)):
             raise ValueError("table and kind must be strings, item an object")
+        if not (isinstance(record.get("key", []), list) and all(isinstance(c, str) for c in record.get("key", []))):
+            raise ValueError("key must be a list of column names")
         return record, record["table"], record["kind"], row
 
 
@@ -304,7 +310,7 @@ class Replay:
             raise DiskRefused(f"{e}; {claimed} stays whole for the next retry") from None
 
     def read(self, fd: int) -> tuple:
-        """({(table, kind): [(record, row)]}, [(line number, raw line, reason)] of the unreadable lines)."""
+        """({(table, kind, key): [(record, row)]}, [(line number, raw line, reason)] of the unreadable lines)."""
         groups: dict = {}
         torn: list = []
         with open(fd, "rb", closefd=False) as f:     # through the locked fd: closing another would drop the lock
@@ -316,7 +322,7 @@ class Replay:
                 except (ValueError, KeyError, TypeError, RecursionError) as e:
                     torn.append((number, raw, one_line(e)))
                     continue
-                groups.setdefault((table, kind), []).append((record, row))
+                groups.setdefault((table, kind, tuple(record.get("key", ()))), []).append((record, row))
         return groups, torn
 
     def move_aside(self, claimed: str, torn: list) -> None:
@@ -336,27 +342,28 @@ class Replay:
         and, from an outage on, every one not stored. A refused batch is split in halves (on a stack,
         so the file's order is kept) until each refused item stands alone."""
         size = self.batch_size
-        todo = [(table, kind, entries[start:start + size])
-                for (table, kind), entries in groups.items() for start in range(0, len(entries), size)]
+        todo = [(destination, entries[start:start + size])
+                for destination, entries in groups.items() for start in range(0, len(entries), size)]
         todo.reverse()
         back: list = []
         while todo and not self.result.interrupted_by_outage:
-            table, kind, part = todo.pop()
+            (table, kind, key), part = todo.pop()
+            destination = ItemDestination(table, kind, key)
             try:
-                self.store.save_items(table, kind, [row for _, row in part])
+                store_items(self.store, destination, [row for _, row in part])
                 self.result.stored += len(part)
             except BackendUnavailable as e:
                 self.result.interrupted_by_outage, self.outage = True, one_line(e)
-                todo.append((table, kind, part))
+                todo.append((destination, part))
             except Exception as e:       # the database refused something in this batch
                 if len(part) > 1:
                     half = len(part) // 2
-                    todo += [(table, kind, part[half:]), (table, kind, part[:half])]
+                    todo += [(destination, part[half:]), (destination, part[:half])]
                     continue
                 record, row = part[0]
                 back.append(dict(record, error=one_line(e)))
-                self.log_refusal(table, row, one_line(e))
-        return back + [record for _, _, part in reversed(todo) for record, _ in part]
+                self.log_refusal(destination.table, row, one_line(e))
+        return back + [record for _, part in reversed(todo) for record, _ in part]
 
     def log_refusal(self, table: str, row: ItemRow, reason: str) -> None:
         if self.refusals_logged == REFUSALS_LOGGED:

@@ -113,6 +113,16 @@ class Progress:
                    pending=total - done - failed - in_flight)
 
 
+@dataclass(frozen=True)
+class ItemDestination:
+    """Where an item is stored: a table, its kind, and the columns it is upserted on (empty: any unique
+    key of the table for a column table, batchd's own key for the default item table)."""
+
+    table: str
+    kind: str
+    key: tuple = ()
+
+
 @dataclass
 class ItemRow:
     """One yielded item on its way to storage, keyed so that a re-run upserts instead of duplicating."""

@@ -2,7 +2,8 @@
 
 One thread per worker process (the lander, under the thread guard) does both jobs, each turn:
 1. flush the buffered items as one batch (ITEM_FLUSH_SIZE reached, ITEM_FLUSH_INTERVAL passed,
-   or a thread short of ledger slots asked for it):
+   or a thread short of ledger slots asked for it), one group per table (an Item class's own, or the
+   spider's item table for dicts), each group landing or dumped on its own:
    - an outage is waited out with backoff, waking the moment the backend is back, for up to
      ITEM_FLUSH_GIVE_UP seconds; then the items go to FAILED_ITEMS_PATH, which counts as
      landed, and the lander replays that file by itself once the database takes items again;
@@ -16,6 +17,9 @@ One thread per worker process (the lander, under the thread guard) does both job
    holder owns it now).
 Items stored and dumped are counted ("item/stored", "item/dumped") per batch of their tasks, and the
 counters are flushed every STATS_FLUSH_INTERVAL besides.
+Items are checked as they are buffered: a value the table cannot store fails its task (BadItem); an Item
+whose required field has no value is dropped, told (InvalidItems) and counted ("item/invalid"); an Item
+class is checked against its table the first time it comes (ConfigError stops the worker).
 A write-back that meets an outage is kept and tried again, never dropped. A warm stop does not
 wait out an outage: what is left is given back through the leases, never marked done.
 """
@@ -24,16 +28,19 @@ import logging
 import re
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from .errors import BackendUnavailable, ConfigError
 from .failed_items import FailedItemsFile
 from .http import RequestFailed
-from .items import check_item
+from .item_class import Item
+from .items import InvalidItems, check_item, check_item_table
 from .lifecycle import Backoff
-from .model import COLUMNS_ITEM_KIND, ItemRow, Lease
-from .ports import BatchStore, BatchTally, LeaseQueue
+from .model import COLUMNS_ITEM_KIND, ItemDestination, ItemRow, Lease
+from .outages import retry_through_outages
+from .ports import BatchStore, BatchTally, LeaseQueue, store_items
 from .stats import StatsFlusher
 from .task import TaskState, settling_move
 from .threads import check_in, start_thread
@@ -77,10 +84,14 @@ class Abandoned(Exception):
     """The lander gave up mid-turn (a stop met an outage): what it held stays for the leases."""
 
 
+def count_nothing(name: str, n: int, batch_id: Any) -> None:
+    """The default `count` of a Pipeline: figures ("item/invalid", 1, batch id) go nowhere."""
+
+
 class Pipeline:
     def __init__(self, store: BatchStore, leases: LeaseQueue, tally: BatchTally, ledger, settings, item_table: str,
                  item_kind: str, watch, on_written=lambda runs: None,
-                 count: Callable[[str, int, Any], None] = lambda name, n, batch_id: None,
+                 count: Callable[[str, int, Any], None] = count_nothing,
                  stats_flusher: Optional[StatsFlusher] = None):
         self.store, self.leases, self.tally, self.ledger, self.watch = store, leases, tally, ledger, watch
         self.count, self.stats_flusher = count, stats_flusher
@@ -89,9 +100,12 @@ class Pipeline:
         self.give_up = settings.ITEM_FLUSH_GIVE_UP
         self.failed_items = FailedItemsFile(settings.failed_items_path())
         self.item_table, self.item_kind = item_table, item_kind
-        self.on_written = on_written
+        self.spider_destination = ItemDestination(item_table, item_kind)   # where dicts go
+        self.on_written, self.count = on_written, count
+        self.invalid = InvalidItems()
+        self._checked_classes: set = set()      # the Item classes found fit for their tables
         self._cond = threading.Condition()
-        self._buffer: list = []            # (run, ItemRow)
+        self._buffer: list = []            # (run, ItemRow, ItemDestination)
         self._writebacks: list = []        # runs ready to write
         self._runs: set = set()            # runs not yet written back, for lease renewal
         self._flush_now = False
@@ -101,6 +115,7 @@ class Pipeline:
         self._replay_due = False               # items were dumped: replay them once the database is back
         self._disk_refused = False             # FAILED_ITEMS_PATH refused the last dump (said once)
         self._replay_after = 0.0
+        self._flush_outage_since: Optional[float] = None   # the flush's groups share one ITEM_FLUSH_GIVE_UP
         self._thread: Optional[threading.Thread] = None
         self._columns = store.item_columns(item_table) if item_kind == COLUMNS_ITEM_KIND else None
 
@@ -109,16 +124,41 @@ class Pipeline:
         with self._cond:
             self._runs.add(run)
 
-    def add_item(self, run: TaskRun, request_seq: int, item_seq: int, data: dict) -> None:
-        """Buffer an item; BadItem (nothing buffered) when its destination could not store it."""
-        check_item(data, self._columns, self.item_table)
+    def add_item(self, run: TaskRun, request_seq: int, item_seq: int, item: Mapping) -> None:
+        """Buffer a copy of an item (a dict, or an Item); BadItem (nothing buffered) when its destination
+        could not store it. An Item without a required field is dropped and counted, its task unharmed."""
+        destination, columns = self.spider_destination, self._columns
+        if isinstance(item, Item):
+            missing = item.missing_required()
+            if missing is not None:
+                self.invalid.report(run.task_id, type(item).__name__, missing, present=missing in item)
+                self.count("item/invalid", 1, run.lease.batch_id)
+                return
+            destination = type(item).destination(self.spider_destination)
+            if destination is not self.spider_destination:
+                self._check_class(type(item))
+                columns = frozenset(type(item).__fields__)    # (checked to be columns of the table)
+        data = dict(item)
+        check_item(data, columns, destination.table)
         row = ItemRow(batch_id=run.lease.batch_id, task_id=run.task_id, request_seq=request_seq,
                       item_seq=item_seq, data=data)
         self.ledger.add(run.slot, 1)
         with self._cond:
-            self._buffer.append((run, row))
+            self._buffer.append((run, row, destination))
             if len(self._buffer) >= self.flush_size:
                 self._cond.notify_all()
+
+    def _check_class(self, item_class: type) -> None:
+        """The first item of a class with a table of its own: check the table (an outage is waited out, a
+        stop cuts the wait short and leaves the check to the next item); ConfigError if unfit. Threads that
+        meet a new class together may each check it: a few reads, where a lock would hold them unseen by
+        the thread guard for as long as an outage lasts."""
+        if item_class not in self._checked_classes:
+            retry_through_outages(lambda: self._pass_class(item_class), self.watch, self._no_waiting)
+
+    def _pass_class(self, item_class: type) -> None:
+        check_item_table(self.store, item_class)
+        self._checked_classes.add(item_class)
 
     def record_outcome(self, run: TaskRun, ok: bool) -> None:
         """update_task() during processing: failure is written at once, done waits for the gate."""
@@ -188,6 +228,7 @@ class Pipeline:
                 self._thread.join(5)
         with self._cond:
             left = len(self._buffer) + len(self._writebacks)
+        self.invalid.summary()
         if left:
             log.warning("stopped with %d items / write-backs not landed; their tasks are not marked done and "
                         "come back through their leases", left)
@@ -245,20 +286,37 @@ class Pipeline:
         self._flush_now = self._flush_now and bool(self._buffer)
         return batch
 
-    def _put_back(self, batch: list) -> None:
+    def _put_back(self, destination: ItemDestination, entries: list) -> None:
         with self._cond:
-            self._buffer[:0] = batch
+            self._buffer[:0] = [(run, row, destination) for run, row in entries]
 
     # -- landing a batch
     def _land(self, batch: list) -> None:
-        """Store a batch (or dump it); only what landed is taken off the ledger."""
-        landed, refused = self._store_through_outages(batch)
+        """Store a batch (or dump it), one group per destination; only what landed is taken off the
+        ledger. A stop that cuts a group short puts it back with the groups not tried yet."""
+        self._flush_outage_since = None
+        groups: dict = {}
+        for run, row, destination in batch:
+            groups.setdefault(destination, []).append((run, row))
+        todo = list(groups.items())
+        while todo:
+            destination, entries = todo[0]
+            try:
+                landed, refused = self._store_through_outages(destination, entries)
+            except Abandoned:
+                for later, rest in todo[1:]:
+                    self._put_back(later, rest)
+                raise
+            del todo[0]
+            self._take_off_ledger(destination, landed, refused)
+
+    def _take_off_ledger(self, destination: ItemDestination, landed: list, refused: list) -> None:
         per_run: dict = {}
         for run, _ in landed:
             per_run[run] = per_run.get(run, 0) + 1
         with self._cond:
             for (run, row), reason in refused:
-                self._refuse(run, row, reason)
+                self._refuse(run, row, destination.table, reason)
             for run, n in per_run.items():
                 self.ledger.sub(run.slot, n)
                 self.ledger.count(items=n)
@@ -266,26 +324,26 @@ class Pipeline:
                     self._settle_if_landed(run)
                 self._free_slot_if_empty(run)
 
-    def _store_through_outages(self, batch: list) -> tuple:
+    def _store_through_outages(self, destination: ItemDestination, batch: list) -> tuple:
         """(entries landed, (entry, reason) refused): stored, or, once an outage outlasts ITEM_FLUSH_GIVE_UP,
         appended to FAILED_ITEMS_PATH: whichever of the database and the disk takes them first (a disk that
         refuses too leaves the database tried again, with backoff). Abandoned when a stop cuts the wait
         short (the batch is put back: its tasks are not written)."""
-        backoff, since = Backoff(), None
+        backoff = Backoff()
         while True:
             try:
-                landed = self._save_splitting(batch)
+                landed = self._save_splitting(destination, batch)
             except BackendUnavailable as e:
                 self.watch.failed(e)
-                since = since or time.monotonic()
+                self._flush_outage_since = self._flush_outage_since or time.monotonic()
                 if self._no_waiting.is_set():
-                    self._give_up_on(batch)
-                if time.monotonic() - since >= self.give_up and self._dumped(batch, f"{e} (for more than "
-                                                                                    f"ITEM_FLUSH_GIVE_UP={self.give_up:g} s)"):
+                    self._give_up_on(destination, batch)
+                if time.monotonic() - self._flush_outage_since >= self.give_up and self._dumped(
+                        destination, batch, f"{e} (for more than ITEM_FLUSH_GIVE_UP={self.give_up:g} s)"):
                     self._count_items("item/dumped", batch)
                     return batch, []
                 if self.watch.wait(backoff.next_delay(), e.backend, self._no_waiting):
-                    self._give_up_on(batch)
+                    self._give_up_on(destination, batch)
                 continue
             self.watch.ok(self.store.backend_name)
             self._count_items("item/stored", landed[0])
@@ -295,39 +353,41 @@ class Pipeline:
         for batch_id, n in collections.Counter(row.batch_id for _, row in entries).items():
             self.count(name, n, batch_id)
 
-    def _give_up_on(self, batch: list) -> None:
-        self._put_back(batch)
+    def _give_up_on(self, destination: ItemDestination, batch: list) -> None:
+        self._put_back(destination, batch)
         raise Abandoned()
 
-    def _save_splitting(self, entries: list, retried: bool = False) -> tuple:
+    def _save_splitting(self, destination: ItemDestination, entries: list, retried: bool = False) -> tuple:
         """Store `entries` in one transaction; when the database refuses the group, halve it until the
         refused item(s) are found, so that one bad item never holds the others back."""
         try:
-            self.store.save_items(self.item_table, self.item_kind, [row for _, row in entries])
+            store_items(self.store, destination, [row for _, row in entries])
             return entries, []
         except (BackendUnavailable, ConfigError):
             raise
         except Exception as e:   # the database refused something in this group: find what
             if len(entries) > 1:
                 middle = len(entries) // 2
-                first, second = self._save_splitting(entries[:middle]), self._save_splitting(entries[middle:])
+                first = self._save_splitting(destination, entries[:middle])
+                second = self._save_splitting(destination, entries[middle:])
                 return first[0] + second[0], first[1] + second[1]
             if not retried:      # a single item once more: a deadlock or a lock timeout passes
-                return self._save_splitting(entries, retried=True)
+                return self._save_splitting(destination, entries, retried=True)
             return [], [(entries[0], f"{type(e).__name__}: {e}")]
 
-    def _refuse(self, run: TaskRun, row: ItemRow, reason: str) -> None:
+    def _refuse(self, run: TaskRun, row: ItemRow, table: str, reason: str) -> None:
         """An item the database will not store fails its task (called with the lock held)."""
         log.error("task %s failed: item %d of its request %d was refused by `%s`: %s: %s", run.task_id,
-                  row.item_seq, row.request_seq, self.item_table, _culprit_key(row.data, reason), reason)
+                  row.item_seq, row.request_seq, table, _culprit_key(row.data, reason), reason)
         self.ledger.sub(run.slot, 1)
         self.record_outcome(run, ok=False)
         self._free_slot_if_empty(run)
 
-    def _dumped(self, batch: list, error: str) -> bool:
+    def _dumped(self, destination: ItemDestination, batch: list, error: str) -> bool:
         """Append the items to FAILED_ITEMS_PATH (they count as landed); False when the disk refuses them
         (one line until it takes items again): they stay in memory, their tasks unwritten."""
-        records = [FailedItemsFile.record(self.item_table, self.item_kind, row, error) for _, row in batch]
+        records = [FailedItemsFile.record(destination.table, destination.kind, row, error, destination.key)
+                   for _, row in batch]
         try:
             self.failed_items.append(records)
         except OSError as e:
@@ -340,8 +400,9 @@ class Pipeline:
             self._disk_refused = False
             log.info("%s takes items again", self.failed_items.path)
         tasks = len({id(run) for run, _ in batch})
-        log.error("%d items of %d tasks written to %s instead (%s); this worker stores them once the database "
-                  "is back (or run: batchd retry --items)", len(records), tasks, self.failed_items.path, error)
+        log.error("%d items of %d tasks for `%s` written to %s instead (%s); this worker stores them once the "
+                  "database is back (or run: batchd retry --items)", len(records), tasks, destination.table,
+                  self.failed_items.path, error)
         self._replay_due = True
         return True
 

@@ -136,10 +136,11 @@ class BatchStore(abc.ABC):
         when the master asks (its queue has run dry and nothing is left to claim)."""
 
     @abc.abstractmethod
-    def save_items(self, table: str, kind: str, rows: Sequence[ItemRow]) -> None:
+    def save_items(self, table: str, kind: str, rows: Sequence[ItemRow], key: Sequence[str] = ()) -> None:
         """Store the rows durably in one transaction, as upserts (a row with the same key replaces the
-        old one). `kind` is DEFAULT_ITEM_KIND or COLUMNS_ITEM_KIND. Raise on failure: nothing of the
-        batch counts as stored unless this returns."""
+        old one). `kind` is DEFAULT_ITEM_KIND or COLUMNS_ITEM_KIND. `key`: the columns a column table's
+        rows are upserted on (an Item's __unique_key__, a UNIQUE index of the table); empty: any unique
+        key the table has. Raise on failure: nothing of the batch counts as stored unless this returns."""
 
     def create_task_table(self, layout: TaskLayout) -> bool:
         """For `batchd tasks` and the demo: make the seed's task table (primary key, `url`, state and
@@ -156,9 +157,15 @@ class BatchStore(abc.ABC):
         (`batchd check` reports it, open() warns); None when indexed or when the backend cannot tell."""
         return None
 
-    def item_columns(self, table: str) -> Optional[frozenset]:
+    def item_columns(self, table: str, setting: str = "the item table") -> Optional[frozenset]:
         """The columns of a COLUMNS_ITEM_KIND table, so a bad item key is named before a flush fails;
-        None when the backend cannot tell (every key is then tried)."""
+        None when the backend cannot tell (every key is then tried). ConfigError naming `setting` when
+        the table does not exist."""
+        return None
+
+    def unique_keys(self, table: str) -> Optional[list]:
+        """The column sets (frozensets) of the table's primary key and UNIQUE indexes, which an upsert
+        on those columns needs; None when the backend cannot tell (or needs none)."""
         return None
 
     def close(self) -> None:
@@ -342,6 +349,15 @@ class NamespaceRecord(Protocol):
         """Record `identity` (the store's, never a password) as the one store this namespace serves, if
         none is recorded yet (and `record`: `batchd check` only looks); return None when it is ours or
         unclaimed, else the identity recorded by someone else."""
+
+
+def store_items(store: BatchStore, destination, rows: Sequence[ItemRow]) -> None:
+    """`rows` into `destination` (an ItemDestination): the key goes along only when there is one, so that a
+    store of the user's written before Item classes (a save_items without `key`) still takes dicts."""
+    if destination.key:
+        store.save_items(destination.table, destination.kind, rows, key=destination.key)
+    else:
+        store.save_items(destination.table, destination.kind, rows)
 
 
 def claim_namespace(record_port: NamespaceRecord, store: BatchStore, layout: TaskLayout, namespace: str, who: str,

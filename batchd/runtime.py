@@ -15,7 +15,7 @@ import contextlib
 import logging
 import signal
 import threading
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from .backends import open_backend, open_store
 from .config import Settings, load_settings
@@ -23,6 +23,7 @@ from .errors import BatchdError, ConfigError
 from .lifecycle import StopFlag
 from .master import Master
 from .model import TaskLayout
+from .pipeline import count_nothing
 from .ports import Backend, BatchStore
 from .systemd import set_thread_role, setup_logging
 from .task import mark_move
@@ -75,11 +76,13 @@ class Runtime:
         return Master(self.settings, self.layout, b.store, b.leases, b.locks, b.wake, b.namespaces, b.tally,
                       b.counters)
 
-    def worker(self, ledger=None, name: str = "worker", keep_alive: bool = True) -> Worker:
+    def worker(self, ledger=None, name: str = "worker", keep_alive: bool = True,
+               count: Callable[[str, int, Any], None] = count_nothing) -> Worker:
+        """`count(name, n, batch id)` hears the worker's figures ("item/invalid")."""
         b = self.backend
         worker = Worker(self.spider, self.settings, self.layout, b.store, b.leases, b.wake, b.seen, b.namespaces, b.tally,
                         b.counters, ledger=ledger, name=name, keep_alive=keep_alive,
-                        host_rates=b.host_rates(self.namespace))
+                        host_rates=b.host_rates(self.namespace), count=count)
         self._workers.append(worker)
         return worker
 

@@ -1,7 +1,7 @@
 """BatchSpider: the user's side of batchd, and nothing else.
 
 A spider names its task table and turns a task row into requests; its callbacks yield items
-(dicts) and further requests, and call `update_task` to settle the task. `start()` runs a
+(dicts, or batchd.Items) and further requests, and call `update_task` to settle the task. `start()` runs a
 worker, `start_monitor()` the master, both in this process; the `batchd` command runs the
 same loops under a supervisor. What they run in (settings, ports, master, workers) is the
 spider's Runtime (batchd/runtime.py).
@@ -51,7 +51,7 @@ class BatchSpider:
         raise NotImplementedError(f"{type(self).__name__} must implement task_requests(self, task)")
 
     def parse(self, request: Request, response: Response, task: dict[str, Any]) -> Produced:
-        """The default callback: yield items (dicts) and further Requests."""
+        """The default callback: yield items (dicts or batchd.Items) and further Requests."""
         raise NotImplementedError(f"{type(self).__name__} has no parse(); give the Request a callback")
 
     @_does_nothing

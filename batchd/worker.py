@@ -31,7 +31,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from contextlib import contextmanager
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from .config import Settings
 from .errors import BackendUnavailable, BatchdError, ConfigError, ExitCode
@@ -44,7 +44,7 @@ from .lifecycle import Backoff, StopFlag
 from .outages import OutageWatch, retry_through_outages
 from .model import TaskLayout, task_key
 from .prefetch import LeasePrefetch
-from .pipeline import Pipeline, TaskRun
+from .pipeline import Pipeline, TaskRun, count_nothing
 from .ports import (BatchCounters, BatchStore, BatchTally, HostRates, LeaseQueue, NamespaceRecord, SeenFilter,
                     WakeChannel, claim_namespace)
 from .schedule import is_due
@@ -154,11 +154,11 @@ class Worker:
     def __init__(self, spider, settings: Settings, layout: TaskLayout, store: BatchStore, leases: LeaseQueue,
                  wake: WakeChannel, seen: SeenFilter, namespaces: NamespaceRecord, tally: BatchTally,
                  counters: BatchCounters, ledger=None, name: str = "worker", keep_alive: bool = True,
-                 host_rates: Optional[HostRates] = None):
+                 host_rates: Optional[HostRates] = None, count: Callable[[str, int, Any], None] = count_nothing):
         self.spider, self.settings, self.layout, self.store = spider, settings, layout, store
         self.host_rates = host_rates
         self.leases, self.wake, self.seen, self.namespaces, self.tally = leases, wake, seen, namespaces, tally
-        self.name, self.keep_alive = name, keep_alive
+        self.name, self.keep_alive, self.count = name, keep_alive, count
         self.thread_count = settings.SPIDER_THREAD_COUNT
         self.ledger = ledger or LocalLedger(ledger_slots(settings))
         self.lease_seconds = settings.BATCH_LOST_TASK_STALE
@@ -232,7 +232,7 @@ class Worker:
                                          self.spider, self.stats)
         table, kind = self.layout.item_destination
         self.pipeline = Pipeline(self.store, self.leases, self.tally, self.ledger, self.settings, table, kind,
-                                 self.watch, on_written=self._after_write_back, count=self.stats.inc,
+                                 self.watch, on_written=self._after_write_back, count=self._count,
                                  stats_flusher=self.stats_flusher)
         self._pipeline.start()
         keeper_stop = threading.Event()
@@ -246,6 +246,11 @@ class Worker:
             self._watch_until_finished(stop, fetchers)
         finally:
             self._shut_down(stop, fetchers, keeper, keeper_stop)
+
+    def _count(self, name: str, n: int, batch_id) -> None:
+        """The pipeline's figures: into the batch's counters, and to whoever made this worker (`count`)."""
+        self.stats.inc(name, n, batch_id)
+        self.count(name, n, batch_id)
 
     def _fail(self, stop: StopFlag, reason: str, code: int) -> None:
         """A thread of this worker died (the guard's hook, in-process): stop cold, report `code`."""
@@ -489,6 +494,9 @@ class Worker:
         except BadItem as e:
             log.error("task %s failed: %s", run.task_id, e)
             self._pipeline.record_outcome(run, ok=False)
+        except ConfigError as e:     # an Item class its table cannot take: no task of it could succeed
+            log.critical("%s: %s; this worker stops (task %s is given back)", self.name, e, run.task_id)
+            self._fail(stop, str(e), ExitCode.CONFIG)
         except Exception as e:   # the user's code failed: this task fails, the worker carries on
             log.error("task %s failed: %s: %s", run.task_id, type(e).__name__, e,
                       exc_info=_first_time((self.leases.namespace, run.lease.batch_id, str(run.task_id)), e))
@@ -538,12 +546,12 @@ class Worker:
         for result in self._each(run, produced):
             if isinstance(result, Request):
                 follow_ups.append(result)
-            elif isinstance(result, Mapping):
-                self._pipeline.add_item(run, request_seq, item_seq, dict(result))
+            elif isinstance(result, Mapping):      # a dict, or a batchd.Item
+                self._pipeline.add_item(run, request_seq, item_seq, result)
                 item_seq += 1
             elif result is not None:
                 raise TypeError(f"{getattr(callback, '__name__', callback)} yielded a {type(result).__name__}; "
-                                "yield dicts (items) or Requests")
+                                "yield dicts or batchd.Items (items) or Requests")
         return follow_ups
 
     @staticmethod

@@ -105,9 +105,11 @@ def settle(backend, spider_cls, timeout=30, **settings):
 
 
 class InProcessBatch:
-    def __init__(self, spider_factory, workers=1, master=True):
+    def __init__(self, spider_factory, workers=1, master=True, **worker_options):
+        """`worker_options`: more arguments of Runtime.worker (count=, say)."""
         self.spider_factory = spider_factory
         self.worker_count, self.with_master = workers, master
+        self.worker_options = worker_options
         self.loops = []       # (name, StopFlag, thread, loop object)
         self.errors = []      # (name, BatchdError) of a loop that ended on one (its run() raised it)
 
@@ -123,7 +125,7 @@ class InProcessBatch:
         return self._start("master", master, lambda stop: master.run(stop))
 
     def start_worker(self, name="worker"):
-        worker = self.spider_factory().runtime.worker(name=name, keep_alive=True)
+        worker = self.spider_factory().runtime.worker(name=name, keep_alive=True, **self.worker_options)
         return self._start(name, worker, lambda stop: worker.run(stop))
 
     def _start(self, name, loop, body):

@@ -54,7 +54,15 @@ class MemoryBackend:
                 row["update_time"] = datetime.now() - timedelta(seconds=age_seconds)
 
     def items(self):
-        return self._store.items
+        """The default item table's, as the SQL backends read them."""
+        return self._store.items_in(f"{self.table}_item")
+
+    def create_table(self, ddl):
+        """The memory store has no tables: items of any table land."""
+
+    def table_rows(self, table, columns):
+        """The rows of an item table as sorted tuples of `columns` (None for a key an item lacks)."""
+        return sorted(tuple(item.get(c) for c in columns) for item in self._store.items_in(table))
 
     def records(self):
         return [vars(b) for b in self._store.batches]
@@ -136,6 +144,12 @@ class MysqlBackend:
         rows = self.sql(f"SELECT `item` FROM `{self.table}_item` ORDER BY `task_id`, `request_seq`, `item_seq`")
         return [json.loads(r[0]) for r in rows]
 
+    def create_table(self, ddl):
+        self.sql(ddl)
+
+    def table_rows(self, table, columns):
+        return sql_table_rows(self, table, columns)
+
     def records(self):
         import MySQLdb
         if not self.sql("SHOW TABLES LIKE %s", (f"{self.table}_batch_record",)):
@@ -214,6 +228,12 @@ class SqliteBackend:
         rows = self.sql(f'SELECT "item" FROM "{self.table}_item" ORDER BY "task_id", "request_seq", "item_seq"')
         return [json.loads(r[0]) for r in rows]
 
+    def create_table(self, ddl):
+        self.sql(ddl)
+
+    def table_rows(self, table, columns):
+        return sql_table_rows(self, table, columns)
+
     def records(self):
         from datetime import datetime
         if not self.sql("SELECT 1 FROM sqlite_master WHERE name = ?", (f"{self.table}_batch_record",)):
@@ -234,6 +254,11 @@ class SqliteBackend:
     def reopen_last_batch(self):
         self.sql(f'UPDATE "{self.table}_batch_record" SET "is_done" = 0 '
                  f'WHERE "id" = (SELECT MAX("id") FROM "{self.table}_batch_record")')
+
+
+def sql_table_rows(backend, table, columns):
+    """The rows of an item table as sorted tuples of `columns` (plain names: the same SQL for both)."""
+    return sorted(tuple(row) for row in backend.sql(f"SELECT {', '.join(columns)} FROM {table}"))
 
 
 def bring_back(backend, task_id):

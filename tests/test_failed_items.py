@@ -86,9 +86,9 @@ class CountingStore:
     def __init__(self, store, after_stored=None):
         self.store, self.calls, self.after_stored = store, 0, after_stored
 
-    def save_items(self, table, kind, rows):
+    def save_items(self, table, kind, rows, key=()):
         self.calls += 1
-        self.store.save_items(table, kind, rows)
+        self.store.save_items(table, kind, rows, key)
         if self.after_stored:
             self.after_stored(self.calls)
 

@@ -133,15 +133,18 @@ def run_through_a_dump(backend, site, caplog, spider_factory, outage_begins, out
             outage_ends()
             wait_for(lambda: batch_done(backend), timeout=60, message="the batch closed")
     record = backend.records()[-1]
-    assert json.loads(record["stats"]) == {"custom/direct": 7, "item/dumped": 3, "item/stored": 2}
+    counted = json.loads(record["stats"])
+    assert {name: n for name, n in counted.items() if not name.startswith("downloader/")} == {
+        "custom/direct": 7, "item/dumped": 3, "item/stored": 2}
+    assert counted["downloader/request_count"] == counted["downloader/response_status_count/200"] == 5
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("batch 1 done:")]
-    assert lines == ["batch 1 done: 0 requests, 0 responses, 0 B, 2 items stored, 3 dumped, 0 invalid, "
-                     "custom/direct 7"]
+    assert lines == [f"batch 1 done: 5 requests, 5 responses (200: 5), {counted['downloader/response_bytes']} B, "
+                     "2 items stored, 3 dumped, 0 invalid, custom/direct 7"]
 
 
 def dumped(caplog) -> int:
     return sum(int(m.group(1)) for r in caplog.records
-               if (m := re.match(r"(\d+) items of \d+ tasks written to", r.getMessage())))
+               if (m := re.match(r"(\d+) items of \d+ tasks (?:for `\w+` )?written to", r.getMessage())))
 
 
 def spider_factory(backend, make_store, **settings):

@@ -22,6 +22,7 @@ only their SQL spelling, their connections, their DDL and their clock:
                transaction()                   statements inside it, on this thread, commit together
     schema     location()                      where tables are looked for, for messages
                table_columns(table)            column name -> what the dialect needs to know of it
+               unique_keys(table)              the column sets of its primary key and UNIQUE indexes
                check_task_columns(layout, c)   the time column's type; the id's type for the item table
                has_leading_index(t, c)         whether an index of t starts with column c
                index_statement(t, c)           the statement that would create one
@@ -62,6 +63,14 @@ def marks(n: int, placeholder: str) -> str:
 
 def _where(conditions: list) -> str:
     return " WHERE " + " AND ".join(conditions) if conditions else ""
+
+
+def column_sets(rows) -> list:
+    """(index name, column name) rows -> the column set of each index."""
+    indexes: dict = {}
+    for index, column in rows:
+        indexes.setdefault(index, set()).add(column)
+    return [frozenset(columns) for columns in indexes.values()]
 
 
 def chunks(seq: Sequence, size: int):
@@ -132,6 +141,10 @@ class SqlBatchStore(BatchStore):
         """A context manager: the statements this thread runs inside it commit together, or not at all."""
 
     # -- the dialect's schema
+    @abc.abstractmethod
+    def unique_keys(self, table: str) -> list:
+        """The column sets (frozensets) of the table's primary key and UNIQUE indexes."""
+
     @abc.abstractmethod
     def location(self) -> str:
         """Where tables are looked for, as a message says it: "database `x`", "SQLite file /path"."""
@@ -405,23 +418,24 @@ class SqlBatchStore(BatchStore):
                           (int(TaskState.PENDING), int(TaskState.PROCESSING)))[0][0]
 
     # -- items
-    def save_items(self, table: str, kind: str, rows: Sequence[ItemRow]) -> None:
+    def save_items(self, table: str, kind: str, rows: Sequence[ItemRow], key: Sequence[str] = ()) -> None:
         if not rows:
             return
         with self.transaction():
             if kind == COLUMNS_ITEM_KIND:
-                self._save_column_items(table, rows)
+                self._save_column_items(table, rows, key)
             else:
                 self._upsert(table, ITEM_KEY + ("item",), ("item",), ITEM_KEY,
                              [(r.batch_id, r.task_id, r.request_seq, r.item_seq, plain_json(r.data)) for r in rows])
 
-    def _save_column_items(self, table: str, rows: Sequence[ItemRow]) -> None:
+    def _save_column_items(self, table: str, rows: Sequence[ItemRow], key: Sequence[str]) -> None:
         by_columns: dict = {}
         for row in rows:
             by_columns.setdefault(tuple(row.data), []).append(row.data)
         for columns, items in by_columns.items():
-            # No key: like MySQL's ON DUPLICATE KEY, any unique key of the user's table counts.
-            self._upsert(table, columns, columns, None,
+            # An Item's __unique_key__ is the conflict target where the dialect names one (SQLite); no key:
+            # like MySQL's ON DUPLICATE KEY, any unique key of the user's table counts.
+            self._upsert(table, columns, columns, tuple(key) or None,
                          [[self.column_value(item[c]) for c in columns] for item in items])
 
     def _upsert(self, table: str, columns: Sequence[str], updated: Sequence[str],

@@ -2,7 +2,8 @@
 
 No other process can reach it, so its other ports live in this process too
 (batchd/backends/memory/ports.py) and `start_monitor(once=True)` runs the whole batch here. The items end in
-`store.items`, in the order they landed; a re-run of a task replaces its items.
+`store.items` (`store.items_in(table)` for one table), in the order they landed; a re-run of a task
+replaces its items, and an Item with a `__unique_key__` replaces the one with the same key.
 """
 import bisect
 import threading
@@ -32,6 +33,11 @@ class MemoryBatchStore(BatchStore):
     def items(self) -> list:
         with self._lock:
             return [item for (table, _), item in self._items.items()]
+
+    def items_in(self, table: str) -> list:
+        """The items stored in one table (an Item's __table__, or the spider's item table)."""
+        with self._lock:
+            return [item for (where, _), item in self._items.items() if where == table]
 
     @property
     def rows(self) -> list:
@@ -171,11 +177,14 @@ class MemoryBatchStore(BatchStore):
         progress = self.progress()
         return progress.total - progress.settled
 
-    def save_items(self, table: str, kind: str, rows: Sequence[ItemRow]) -> None:
+    def save_items(self, table: str, kind: str, rows: Sequence[ItemRow], key: Sequence[str] = ()) -> None:
         with self._lock:
             for row in rows:
-                key = (row.batch_id, row.task_id, row.request_seq, row.item_seq)
-                self._items[(table, key)] = row.data
+                if key:       # an Item's __unique_key__: the item with the same values there is replaced
+                    at = ("key",) + tuple(row.data.get(column) for column in key)
+                else:
+                    at = (row.batch_id, row.task_id, row.request_seq, row.item_seq)
+                self._items[(table, at)] = row.data
 
     def _apply(self, move: Move, rows: list) -> int:
         """The state machine's compare-and-set (batchd/task.py) on these rows: those in a source state move

@@ -18,7 +18,7 @@ from ...config import check_identifier, redact_url
 from ...errors import BackendUnavailable, ConfigError
 from ...model import TaskLayout
 from ...threads import guard
-from ..sql import SqlBatchStore
+from ..sql import SqlBatchStore, column_sets
 
 # Errors that mean "the server is not there (or not writable) now" rather than "the statement is
 # wrong": a connection lost or refused, and a server in read-only mode (1290, 1792, 1836: a replica
@@ -254,6 +254,11 @@ class MysqlBatchStore(SqlBatchStore):
         rows = self.fetch("SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE FROM information_schema.COLUMNS "
                           "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s", (table,), dicts=True)
         return {row["COLUMN_NAME"]: row for row in rows}
+
+    def unique_keys(self, table: str) -> list:
+        rows = self.fetch("SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = "
+                          "DATABASE() AND TABLE_NAME = %s AND NON_UNIQUE = 0", (table,))
+        return column_sets(rows)
 
     def check_task_columns(self, layout: TaskLayout, columns: dict) -> None:
         time_type = columns[layout.time_field]["DATA_TYPE"].lower()

@@ -19,7 +19,7 @@ from typing import Optional, Sequence
 from ...config import check_identifier
 from ...errors import ConfigError
 from ...model import TaskLayout
-from ..sql import SqlBatchStore
+from ..sql import SqlBatchStore, column_sets
 from .file import BUSY_TIMEOUT, IN_CHUNK, SqliteFile, stamp, utc_now
 
 # Declared types whose affinity would keep a number: a Unix time, which batchd cannot compare.
@@ -113,6 +113,14 @@ class SqliteBatchStore(SqlBatchStore):
         """Column name -> declared type (upper case), empty when there is no such table."""
         return {row["name"]: row["type"].upper() for row in
                 self.fetch("SELECT name, type FROM pragma_table_info(?)", (table,))}
+
+    def unique_keys(self, table: str) -> list:
+        """The UNIQUE indexes (partial ones match no ON CONFLICT without their WHERE) and the primary key,
+        which pragma_index_list leaves out when it is the rowid (INTEGER PRIMARY KEY)."""
+        rows = self.fetch('SELECT il.name, ii.name FROM pragma_index_list(?) AS il, pragma_index_info(il.name) AS ii '
+                          'WHERE il."unique" = 1 AND il.partial = 0', (table,))
+        rows += self.fetch("SELECT '', name FROM pragma_table_info(?) WHERE pk > 0", (table,))
+        return column_sets(rows)
 
     def check_task_columns(self, layout: TaskLayout, columns: dict) -> None:
         time_type = columns[layout.time_field]
