@@ -121,9 +121,12 @@ class Settings:
                                         1, DAY)
     PROXY_MAX_FAILURES: int = setting(3, "failed attempts in a row through a proxy before it is retired", 1, 1000)
     PROXY_RETIRE_SECONDS: float = setting(300.0, "seconds a retired proxy rests", 0, DAY)
+    ROBOTSTXT_OBEY: bool = setting(False, "check each request against its site's robots.txt (read once per batch); "
+                                          "a disallowed one fails at once")
     DOWNLOADER_MIDDLEWARES: tuple = setting(
-        ("batchd.middleware.RetryMiddleware", "batchd.proxies.ProxyMiddleware", "batchd.middleware.RateLimitMiddleware",
-         "batchd.politeness.PolitenessMiddleware", "batchd.middleware.StatsMiddleware"),
+        ("batchd.middleware.RetryMiddleware", "batchd.robots.RobotsTxtMiddleware", "batchd.proxies.ProxyMiddleware",
+         "batchd.middleware.RateLimitMiddleware", "batchd.politeness.PolitenessMiddleware",
+         "batchd.middleware.StatsMiddleware"),
         "the downloader middleware chain, outermost first: dotted paths of batchd.DownloaderMiddleware classes")
     # -- items
     ITEM_FLUSH_SIZE: int = setting(500, "items per flush, at most", 1, 100_000)
