@@ -15,6 +15,7 @@ from batchd.politeness import Politeness, PolitenessMiddleware
 from batchd.proxies import ProxyMiddleware
 from batchd.robots import RobotsTxtMiddleware
 from batchd.task import TaskState
+from batchd.throttle import AutoThrottleMiddleware
 from harness import Counter, retrying_downloader, settle
 from spiders.seed import CrawlTask
 
@@ -172,9 +173,10 @@ def chain_of(**settings):
 
 def test_the_default_chain_has_only_the_links_the_settings_need():
     assert chain_of() == [RetryMiddleware, StatsMiddleware]
-    assert chain_of(PROXY="http://127.0.0.1:1", DOMAIN_RATE_LIMIT=5.0, DOWNLOAD_DELAY=1.0, ROBOTSTXT_OBEY=True) == [
-        RetryMiddleware, RobotsTxtMiddleware, ProxyMiddleware, RateLimitMiddleware, PolitenessMiddleware,
-        StatsMiddleware]
+    assert chain_of(PROXY="http://127.0.0.1:1", DOMAIN_RATE_LIMIT=5.0, DOWNLOAD_DELAY=1.0, ROBOTSTXT_OBEY=True,
+                    AUTOTHROTTLE_ENABLED=True) == [
+        RetryMiddleware, RobotsTxtMiddleware, AutoThrottleMiddleware, ProxyMiddleware, RateLimitMiddleware,
+        PolitenessMiddleware, StatsMiddleware]
 
 
 def test_a_path_that_does_not_load_is_a_one_line_config_error():
