@@ -121,9 +121,21 @@ class Settings:
                                         1, DAY)
     PROXY_MAX_FAILURES: int = setting(3, "failed attempts in a row through a proxy before it is retired", 1, 1000)
     PROXY_RETIRE_SECONDS: float = setting(300.0, "seconds a retired proxy rests", 0, DAY)
+    AUTOTHROTTLE_ENABLED: bool = setting(False, "space each host's requests by a delay learnt from its latency and "
+                                                "its 429, 503 and timeouts, per worker")
+    AUTOTHROTTLE_START_DELAY: float = setting(1.0, "AUTOTHROTTLE: seconds between two requests to a host not yet "
+                                                   "heard from", 0, 3600)
+    AUTOTHROTTLE_MAX_DELAY: float = setting(60.0, "AUTOTHROTTLE: seconds between two requests to one host, at most",
+                                            0, 3600)
+    AUTOTHROTTLE_TARGET_CONCURRENCY: float = setting(1.0, "AUTOTHROTTLE: requests in flight to one host aimed at, "
+                                                          "on average (the delay aims at latency / this)", 0.01, 1000)
+    ROBOTSTXT_OBEY: bool = setting(False, "check each request against its site's robots.txt (read once per batch); "
+                                          "a disallowed one fails at once")
     DOWNLOADER_MIDDLEWARES: tuple = setting(
-        ("batchd.middleware.RetryMiddleware", "batchd.proxies.ProxyMiddleware", "batchd.middleware.RateLimitMiddleware",
-         "batchd.politeness.PolitenessMiddleware", "batchd.middleware.StatsMiddleware"),
+        ("batchd.middleware.RetryMiddleware", "batchd.robots.RobotsTxtMiddleware",
+         "batchd.throttle.AutoThrottleMiddleware", "batchd.proxies.ProxyMiddleware",
+         "batchd.middleware.RateLimitMiddleware", "batchd.politeness.PolitenessMiddleware",
+         "batchd.middleware.StatsMiddleware"),
         "the downloader middleware chain, outermost first: dotted paths of batchd.DownloaderMiddleware classes")
     # -- items
     ITEM_FLUSH_SIZE: int = setting(500, "items per flush, at most", 1, 100_000)

@@ -63,7 +63,7 @@ class NoCounts:
         pass
 
 
-def _sleep_without_stop(seconds: float) -> bool:
+def sleep_without_stop(seconds: float) -> bool:
     time.sleep(seconds)
     return False
 
@@ -76,7 +76,7 @@ class ChainContext:
     settings: Any
     spider: Any = None
     stats: Counts = NoCounts()
-    sleep: Callable[[float], bool] = _sleep_without_stop
+    sleep: Callable[[float], bool] = sleep_without_stop
     download: Optional[Callable[[Request], Response]] = None
     host_rates: Any = None
     threads: int = 1
@@ -234,7 +234,7 @@ class RetryMiddleware(DownloaderMiddleware):
     the server's Retry-After, and counts the retries by reason."""
 
     def __init__(self, max_retry_times: int = 3, backoff_base: float = 0.5, backoff_max: float = 30.0,
-                 sleep: Callable[[float], bool] = _sleep_without_stop, stats: Counts = NoCounts()):
+                 sleep: Callable[[float], bool] = sleep_without_stop, stats: Counts = NoCounts()):
         self.max_retry_times, self.backoff_base, self.backoff_max = max_retry_times, backoff_base, backoff_max
         self.sleep, self.stats = sleep, stats
 
@@ -311,7 +311,7 @@ class RateLimitMiddleware(DownloaderMiddleware):
     (shared by every worker of the namespace), comes."""
 
     def __init__(self, host_rates, per_second: float, burst: int = 1,
-                 sleep: Callable[[float], bool] = _sleep_without_stop):
+                 sleep: Callable[[float], bool] = sleep_without_stop):
         self.host_rates, self.per_second, self.burst, self.sleep = host_rates, per_second, burst, sleep
 
     @classmethod
@@ -326,10 +326,17 @@ class RateLimitMiddleware(DownloaderMiddleware):
             wait = self.host_rates.reserve(urlsplit(request.url).netloc.lower(), self.per_second, self.burst)
         except BackendUnavailable:
             wait = 1.0 / self.per_second     # the shared limit cannot be read: space this worker's requests alone
-        if wait > 0:
-            with guard.waiting(wait + CHECK_IN_SLACK):
-                if self.sleep(wait):
-                    raise RequestFailed(request, InterruptedError("stopped"), "stopped", 1)
+        wait_or_stop(self.sleep, wait, request)
+
+
+def wait_or_stop(sleep: Callable[[float], bool], seconds: float, request: Request) -> None:
+    """A link's wait before `request` goes on (a wait by design, promised to the guard); RequestFailed
+    ("stopped") if the worker stops meanwhile."""
+    if seconds <= 0:
+        return
+    with guard.waiting(seconds + CHECK_IN_SLACK):
+        if sleep(seconds):
+            raise RequestFailed(request, InterruptedError("stopped"), "stopped", 1)
 
 
 class StatsMiddleware(DownloaderMiddleware):

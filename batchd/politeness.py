@@ -106,7 +106,7 @@ class Politeness:
 
     def take(self, url: str) -> None:
         """Wait for, and take, one of the places of `url`'s host (an attempt to fetch it)."""
-        key = _host_of(url)
+        key = host_of(url)
         with self._changed:
             host = self._hosts.get(key) or self._remember(key)
             while True:
@@ -126,7 +126,7 @@ class Politeness:
 
     def give_back(self, url: str) -> None:
         with self._changed:
-            host = self._hosts.get(_host_of(url))
+            host = self._hosts.get(host_of(url))
             if host is not None:
                 host.in_flight -= 1
             self._changed.notify_all()
@@ -142,5 +142,5 @@ class Politeness:
         return host
 
 
-def _host_of(url: str) -> str:
+def host_of(url: str) -> str:
     return urlsplit(url).netloc.lower()

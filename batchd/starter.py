@@ -37,6 +37,8 @@ STORE = "sqlite:///{folder}/batchd.db"
 # REDIS_URL = "redis://127.0.0.1:6379/0"
 
 FAILED_ITEMS_PATH = "{folder}/failed_items.jsonl"
+# Each site's robots.txt is read once per batch, and a request it disallows fails.
+ROBOTSTXT_OBEY = true
 BATCH_INTERVAL = 1
 BATCH_INTERVAL_UNIT = "day"
 '''

@@ -156,6 +156,17 @@ class InProcessBatch:
         self.stop("master")
 
 
+class Counter:
+    """The Counts a ChainContext's middlewares count into, kept for a test to read."""
+
+    def __init__(self):
+        self.counts, self.lock = {}, threading.Lock()
+
+    def inc(self, name, count=1):
+        with self.lock:
+            self.counts[name] = self.counts.get(name, 0) + count
+
+
 RETRY_OPTIONS = ("max_retry_times", "backoff_base", "backoff_max", "sleep")
 
 

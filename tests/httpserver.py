@@ -56,6 +56,11 @@ ignored, before the route answers):
                      so a test can tell afterwards what every hit got); the fault is one of FLAP_FAULTS:
                      "drop" as /drop, "503" (a 503 page), "stall" as /stall (part of the body, then
                      silence), "reset" as /reset (a TCP reset mid-body). Other hits answer /page/<n>.
+  /robots.txt        site.robots_txt (a text a test sets) as text/plain with status site.robots_status
+                     (200 unless set), after site.robots_delay seconds (0 unless set); 404 while
+                     robots_txt is None (the default).
+  /moody/<n>         answers as site.mood, which a test changes as it goes: "ok" (the default: a small
+                     page at once), "503" (a 503 page), or a number of seconds to sleep before the page.
 
 HEAD reaches every route too, and is answered without a body.
 Anything else answers 404. The server speaks HTTP/1.1 with keep-alive and logs nothing.
@@ -343,11 +348,28 @@ class _Handler(BaseHTTPRequestHandler):
         answer = {None: lambda: self.page(number), "drop": self.drop, "stall": self.stall, "reset": self.reset}
         return answer[fault]()
 
+    def robots(self):
+        time.sleep(self.server.site.robots_delay)
+        text = self.server.site.robots_txt
+        if text is None:
+            return self.reply(404, b"no robots.txt here", "text/plain")
+        self.reply(self.server.site.robots_status, text.encode(), "text/plain; charset=utf-8")
+
+    def moody(self, number):
+        mood = self.server.site.mood
+        if mood == "503":
+            return self.reply_html("<html><body>overloaded</body></html>", 503)
+        if mood != "ok":
+            time.sleep(float(mood))
+        self.page(number)
+
     def log_message(self, format, *args):
         pass  # the suite's output is for test results
 
 
 _ROUTES = [
+    (re.compile(r"/robots\.txt"), _Handler.robots),
+    (re.compile(r"/moody/(\d+)"), _Handler.moody),
     (re.compile(r"/page/(\d+)"), _Handler.page),
     (re.compile(r"/links"), _Handler.links),
     (re.compile(r"/text"), _Handler.text),
@@ -483,6 +505,10 @@ class TestSite(_Served):
         self._hits_lock = threading.Lock()
         self.hit_times = []          # (time.monotonic(), path) of every hit, in order
         self._in_flight = self.most_in_flight = 0
+        self.robots_txt = None       # what /robots.txt answers (None: 404), with robots_status
+        self.robots_status = 200
+        self.robots_delay = 0.0
+        self.mood = "ok"             # how /moody/<n> answers: "ok", "503", or seconds to sleep first
 
     def __enter__(self):
         server = _Server((self.host, 0), _Handler)

@@ -1,7 +1,6 @@
 """The downloader middleware chain (batchd/middleware.py): its order and contract against a real local
 site, DOWNLOADER_MIDDLEWARES as a worker loads it, and the cookies of one task."""
 import json
-import threading
 
 import pytest
 import requests
@@ -15,8 +14,10 @@ from batchd.middleware import (ChainContext, DownloaderMiddleware, RateLimitMidd
                                StatsMiddleware, chain_from_settings)
 from batchd.politeness import Politeness, PolitenessMiddleware
 from batchd.proxies import ProxyMiddleware
+from batchd.robots import RobotsTxtMiddleware
 from batchd.task import TaskState
-from harness import InProcessBatch, retrying_downloader, settle, spider_factory, wait_for
+from batchd.throttle import AutoThrottleMiddleware
+from harness import Counter, InProcessBatch, retrying_downloader, settle, spider_factory, wait_for
 from spiders.seed import CrawlTask
 
 D, F = TaskState.DONE, TaskState.FAILED
@@ -38,15 +39,6 @@ class Recorder(DownloaderMiddleware):
     def process_exception(self, request, exception):
         self.calls.append((self.name, "exception", type(exception).__name__))
         return None
-
-
-class Counter:
-    def __init__(self):
-        self.counts, self.lock = {}, threading.Lock()
-
-    def inc(self, name, count=1):
-        with self.lock:
-            self.counts[name] = self.counts.get(name, 0) + count
 
 
 def test_requests_go_in_outermost_first_and_responses_come_out_innermost_first(site):
@@ -176,14 +168,16 @@ def test_the_retry_link_counts_retries_by_reason(site):
 # --- DOWNLOADER_MIDDLEWARES ------------------------------------------------------------
 
 def chain_of(**settings):
-    context = ChainContext(Settings(**settings), host_rates=object(), threads=4)
+    context = ChainContext(Settings(**settings), download=lambda request: None, host_rates=object(), threads=4)
     return [type(m) for m in chain_from_settings(context).middlewares]
 
 
 def test_the_default_chain_has_only_the_links_the_settings_need():
     assert chain_of() == [RetryMiddleware, StatsMiddleware]
-    assert chain_of(PROXY="http://127.0.0.1:1", DOMAIN_RATE_LIMIT=5.0, DOWNLOAD_DELAY=1.0) == [
-        RetryMiddleware, ProxyMiddleware, RateLimitMiddleware, PolitenessMiddleware, StatsMiddleware]
+    assert chain_of(PROXY="http://127.0.0.1:1", DOMAIN_RATE_LIMIT=5.0, DOWNLOAD_DELAY=1.0, ROBOTSTXT_OBEY=True,
+                    AUTOTHROTTLE_ENABLED=True) == [
+        RetryMiddleware, RobotsTxtMiddleware, AutoThrottleMiddleware, ProxyMiddleware, RateLimitMiddleware,
+        PolitenessMiddleware, StatsMiddleware]
 
 
 def test_a_path_that_does_not_load_is_a_one_line_config_error():
