@@ -1,7 +1,7 @@
 """The `batchd` command (console script, and `python -m batchd`).
 
     batchd run [SPIDER]      supervisor + master + N workers on this host
-    batchd master [SPIDER]   supervisor + master          (batchd-master.service)
+    batchd master [SPIDER]   supervisor + master          (batchd-master.service; batchd-master@.service: --instance %i)
     batchd worker [SPIDER]   supervisor + N workers       (batchd-worker@.service: --instance %i)
     batchd reload --pid PID  check the config and the spider, then SIGHUP the supervisor (ExecReload=)
     batchd status [SPIDER]   where the batch stands (--json for scripts)
@@ -35,7 +35,7 @@ from typing import Callable, Optional
 
 from . import __version__, control
 from .child import probe
-from .config import DEFAULT_CONFIG_FILE, ENV_CONFIG, Settings, check_identifier, load_settings
+from .config import DEFAULT_CONFIG_FILE, ENV_CONFIG, INSTANCE_ROLES, Settings, check_identifier, load_settings
 from .errors import BatchdError, ConfigError, ExitCode
 from .backends import open_store, store_url
 from .loader import SpiderSource, absolute_spider_path, build_runtime, load_spider_class
@@ -89,12 +89,14 @@ def config_and_store(parser: argparse.ArgumentParser) -> None:
                              f"else MYSQL_URL, else ./{EMBEDDED_FILE} on a terminal)")
 
 
-def config_files(args: argparse.Namespace, instance: Optional[str] = None) -> list:
-    """The main config file, and for a named worker instance `worker-NAME.toml` beside it."""
+def config_files(args: argparse.Namespace, role: Optional[str] = None) -> list:
+    """The main config file, and for a named instance of a role in INSTANCE_ROLES its `ROLE-NAME.toml`
+    beside it (batchd-worker@NAME reads worker-NAME.toml, batchd-master@NAME master-NAME.toml)."""
     main = args.config or os.environ.get(ENV_CONFIG)
     files = [main] if main else ([DEFAULT_CONFIG_FILE] if os.path.exists(DEFAULT_CONFIG_FILE) else [])
-    if instance:
-        overlay = os.path.join(os.path.dirname(os.path.abspath(main or DEFAULT_CONFIG_FILE)), f"worker-{instance}.toml")
+    instance = getattr(args, "instance", None)
+    if instance and role in INSTANCE_ROLES:
+        overlay = os.path.join(os.path.dirname(os.path.abspath(main or DEFAULT_CONFIG_FILE)), f"{role}-{instance}.toml")
         if os.path.exists(overlay):
             files.append(overlay)
     return [os.path.abspath(path) for path in files]
@@ -170,7 +172,7 @@ def instance_name(text: str) -> str:
 
 
 def supervise(verb_name: str, args: argparse.Namespace) -> int:
-    files = config_files(args, instance=args.instance if verb_name == "worker" else None)
+    files = config_files(args, role=verb_name)
     workers = getattr(args, "workers", None)
     source, settings = spider_source(args, files, {} if workers is None else {"WORKERS": workers})
     plan = Plan(verb=verb_name, once=args.once, instance=args.instance)
@@ -188,8 +190,9 @@ def run_verb(args: argparse.Namespace) -> int:
     return supervise("run", args)
 
 
-@verb("master", "supervisor + the master only (batchd-master.service)",
-      daemon_arguments(False, "name this supervisor in logs, process titles and Redis"))
+@verb("master", "supervisor + the master only (batchd-master.service, batchd-master@.service)",
+      daemon_arguments(False, "name the instance in logs, process titles and Redis; also reads "
+                              "master-NAME.toml beside the config file"))
 def master_verb(args: argparse.Namespace) -> int:
     return supervise("master", args)
 
@@ -223,7 +226,10 @@ def process_id(text: str) -> int:
 def reload_arguments(parser: argparse.ArgumentParser) -> None:
     spider_and_config(parser)
     parser.add_argument("--instance", type=instance_name, metavar="NAME",
-                        help="the worker instance: worker-NAME.toml beside the config file is checked too")
+                        help="the instance: ROLE-NAME.toml beside the config file is checked too")
+    parser.add_argument("--role", choices=INSTANCE_ROLES, default="worker",
+                        help="what the instance runs, which names its file: master-NAME.toml or "
+                             "worker-NAME.toml (default: worker)")
     parser.add_argument("--pid", type=process_id, required=True, metavar="PID",
                         help="the supervisor to reload (under systemd: $MAINPID)")
 
@@ -260,7 +266,7 @@ def checked_for_reload(args: argparse.Namespace) -> str:
     the supervisor's own probe, in a child: the same checks and the same one-line errors, and a user
     module that exits, hangs or crashes at import cannot end this command with 0."""
     try:
-        source, _ = spider_source(args, config_files(args, instance=args.instance), {})
+        source, _ = spider_source(args, config_files(args, role=args.role), {})
         _, namespace = probe(multiprocessing.get_context("fork"), source, forget=lambda: None, tick=lambda: None)
     except ConfigError as e:
         raise ConfigError(f"reload refused, supervisor {args.pid} keeps its children: {e}") from None

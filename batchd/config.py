@@ -25,6 +25,9 @@ from .errors import ConfigError
 DEFAULT_CONFIG_FILE = "/etc/batchd/batchd.toml"
 ENV_PREFIX = "BATCHD_"
 ENV_CONFIG = "BATCHD_CONFIG"
+# The roles whose named instances also read ROLE-NAME.toml beside the config file (the systemd
+# templates batchd-master@NAME and batchd-worker@NAME: several spiders on one host).
+INSTANCE_ROLES = ("master", "worker")
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 NAMESPACE_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
 INTERVAL_UNITS = ("day", "hour")

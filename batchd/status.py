@@ -1,8 +1,10 @@
 """Where a batch stands: the supervisors' snapshots in Redis, their STATUS= line, `batchd status`.
 
 Each supervisor publishes a snapshot every STATUS_INTERVAL seconds on its queue's status
-board (Redis: the hash `<ns>:status:<host>:<instance>`; SQLite: a row of batchd_status),
-with a TTL of a few intervals, so a host that died drops out on its own. Fields, all strings:
+board (Redis: the hash `<ns>:status:<host>:<seat>`; SQLite: a row of batchd_status), with a
+TTL of a few intervals, so a host that died drops out on its own. The seat is the verb, with
+`@NAME` for a named instance: batchd-master@news and batchd-worker@news of one spider share a
+namespace and a host, and must not overwrite each other's snapshot. Fields, all strings:
 
     role host instance pid updated          who, and when (Unix time)
     workers_alive workers_wanted master_alive
@@ -64,9 +66,9 @@ def supervisor_ports(settings, namespace: str) -> Optional[SupervisorPorts]:
 class SnapshotPublisher:
     """Writes one supervisor's snapshot on the board; an outage costs a log line, never the supervisor."""
 
-    def __init__(self, ports: SupervisorPorts, host: str, instance: str, interval: float):
+    def __init__(self, ports: SupervisorPorts, host: str, seat: str, interval: float):
         self.ports = ports
-        self.key = f"{host}:{instance}"
+        self.key = f"{host}:{seat}"
         self.ttl = snapshot_ttl(interval)
         self._failing = False
 

@@ -161,7 +161,8 @@ class Supervisor:
         self._close_publisher()      # the namespace or the store may have changed with a reload
         ports = supervisor_ports(settings, namespace)
         if ports is not None:
-            self.publisher = SnapshotPublisher(ports, self.host, self.plan.instance_key, settings.STATUS_INTERVAL)
+            self.publisher = SnapshotPublisher(ports, self.host, self.plan.named(self.plan.verb),
+                                               settings.STATUS_INTERVAL)
 
     def _wanted_workers(self, settings) -> int:
         wanted = settings.WORKERS if settings.WORKERS is not None else (os.cpu_count() or 1)

@@ -11,8 +11,12 @@ import uuid
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# The batchd commands tests start run in tests/ (where a relative PYTHONPATH=. means tests/): they
+# must import this tree's batchd too, not whichever one the environment has installed.
+os.environ["PYTHONPATH"] = os.pathsep.join([ROOT, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
 
 from httpserver import TestSite  # noqa: E402
 from taskdb import MemoryBackend, MysqlBackend, SqliteBackend  # noqa: E402

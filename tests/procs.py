@@ -6,6 +6,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)      # this tree's batchd, before any installed one
 RUNNER = os.path.join(HERE, "spiders", "run.py")
 
 
@@ -13,7 +14,7 @@ class Proc:
     def __init__(self, args, env=None, log_path=None, cwd=HERE):
         self.log_path = log_path or f"/tmp/batchd-test-{os.getpid()}-{time.monotonic_ns()}.log"
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("BATCHD_")}
-        full_env.update({"PYTHONUNBUFFERED": "1", "PYTHONPATH": HERE}, **(env or {}))
+        full_env.update({"PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join([HERE, ROOT])}, **(env or {}))
         self._log = open(self.log_path, "wb")
         self.popen = subprocess.Popen(args, env=full_env, cwd=cwd, stdout=self._log, stderr=subprocess.STDOUT)
         self.pid = self.popen.pid

@@ -1,6 +1,6 @@
 """The `batchd` command: --version and --help, where SPIDER comes from, the spider loader's errors,
-status (text and --json), check, retry --items, --daemon with a pid file, a worker instance's
-own config file, and reload. Real MariaDB, Redis and processes throughout."""
+status (text and --json), check, retry --items, --daemon with a pid file, a worker or master
+instance's own config file, and reload. Real MariaDB, Redis and processes throughout."""
 import json
 import os
 import signal
@@ -15,11 +15,12 @@ from batchd.errors import ConfigError
 from batchd.loader import load_spider_class
 from batchd.failed_items import FailedItemsFile
 from batchd.model import ItemRow
+from batchd.task import TaskState
 from harness import wait_for
-from procs import HERE
+from procs import HERE, ROOT
 from spiders.seed import CrawlTask
-from supervised import (DAEMON_SETTINGS, SEED, alive, batchd_command, children_of, lines_with, slow_urls,
-                        start_batchd, status_snapshot, title, workers_of)
+from supervised import (DAEMON_SETTINGS, SEED, alive, batchd_command, children_of, lines_with, masters_of,
+                        slow_urls, start_batchd, status_snapshot, title, workers_of)
 
 
 def batchd(*args, backend=None, env=None, timeout=60) -> subprocess.CompletedProcess:
@@ -229,6 +230,18 @@ def test_daemon_is_refused_under_systemd(mysql_backend, tmp_path):
     assert "--daemon is for hosts without systemd" in one_error_line(result)
 
 
+def test_daemon_without_python_daemon_names_the_package_to_install(mysql_backend, tmp_path):
+    """python3-daemon is only a Recommends of the package: --daemon without it is one line, exit 78."""
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    (hidden / "daemon.py").write_text("raise ImportError('hidden by the test')\n")
+    result = batchd("run", SEED, "--daemon", "--pidfile", str(tmp_path / "pid"), backend=mysql_backend,
+                    env={"PYTHONPATH": f"{hidden}:{ROOT}"})
+    assert result.returncode == 78
+    assert "--daemon needs python-daemon" in one_error_line(result) and "apt install python3-daemon" in result.stderr
+    assert not (tmp_path / "pid").exists()
+
+
 def test_daemon_detaches_and_holds_its_pid_file(mysql_backend, site, tmp_path):
     mysql_backend.create_tasks([site.url("/page/1")])
     pidfile, log_file = tmp_path / "batchd.pid", tmp_path / "batchd.log"
@@ -262,11 +275,46 @@ def test_a_worker_instance_reads_its_own_config_file(mysql_backend, site, procs,
     assert sorted(title(pid) for pid in workers_of(proc.pid)) == [f"batchd: worker 1 {ns}@7", f"batchd: worker 2 {ns}@7"]
     wait_for(lambda: lines_with(proc, "ready: worker "), message="ready")
     import redis
-    snapshot = redis.Redis.from_url(mysql_backend.redis_url).hgetall(f"{ns}:status:{socket.gethostname()}:7")
+    snapshot = redis.Redis.from_url(mysql_backend.redis_url).hgetall(f"{ns}:status:{socket.gethostname()}:worker@7")
     assert snapshot[b"instance"] == b"7" and snapshot[b"workers_alive"] == b"2"
     assert lines_with(proc, "worker 1@7 started")
     proc.send(signal.SIGTERM)
     assert proc.wait(30) == 0
+
+
+def test_a_master_instance_reads_its_own_config_file_beside_a_worker_of_its_name(mysql_backend, site, procs,
+                                                                                  tmp_path):
+    """batchd-master@news and batchd-worker@news: batchd.toml names no usable spider, master-news.toml
+    and worker-news.toml do; the pair runs the batch, each with its own snapshot, and a reload of the
+    master checks master-news.toml."""
+    mysql_backend.create_tasks([site.url(f"/page/{n}") for n in range(1, 4)])
+    config = tmp_path / "batchd.toml"
+    config.write_text(f'SPIDER = "{tmp_path}/absent.py:Nothing"\nWORKERS = 1\n')
+    spider_line = f'SPIDER = "{os.path.join(HERE, SEED)}"\n'
+    for name in ("master-news.toml", "worker-news.toml"):
+        (tmp_path / name).write_text(spider_line)
+    master = start_batchd(procs, mysql_backend, "master", "--instance", "news", "--config", str(config), spider=None)
+    worker = start_batchd(procs, mysql_backend, "worker", "--instance", "news", "--config", str(config), spider=None)
+    wait_for(lambda: set(mysql_backend.states().values()) == {TaskState.DONE}, message="the batch done")
+    ns = mysql_backend.namespace
+    assert [title(pid) for pid in masters_of(master.pid)] == [f"batchd: master {ns}@news"]
+
+    import redis
+    client = redis.Redis.from_url(mysql_backend.redis_url)
+    keys = {f"{ns}:status:{socket.gethostname()}:{seat}" for seat in ("master@news", "worker@news")}
+    wait_for(lambda: keys <= {key.decode() for key in client.scan_iter(f"{ns}:status:*")},
+             message="a snapshot each for master@news and worker@news")
+    assert {client.hget(key, "role") for key in keys} == {b"master", b"worker"}
+    client.close()
+
+    (tmp_path / "master-news.toml").write_text(spider_line + "WORKES = 2\n")
+    refused = reload_supervisor(master.pid, mysql_backend, "--role", "master", "--instance", "news",
+                                "--config", str(config))
+    assert refused.returncode == 78
+    assert f"unknown setting 'WORKES' in {tmp_path}/master-news.toml" in one_error_line(refused)
+    for proc in (master, worker):
+        proc.send(signal.SIGTERM)
+        assert proc.wait(60) == 0
 
 
 # -- reload: the config is checked before the supervisor hears of it
@@ -356,7 +404,7 @@ def test_reload_knows_a_supervisor_without_process_titles(mysql_backend, site, p
     hidden = tmp_path / "hidden"
     hidden.mkdir()
     (hidden / "setproctitle.py").write_text("raise ImportError('hidden by the test')\n")
-    proc = start_batchd(procs, mysql_backend, "run", "--workers", "1", env={"PYTHONPATH": f"{hidden}:{HERE}"})
+    proc = start_batchd(procs, mysql_backend, "run", "--workers", "1", env={"PYTHONPATH": f"{hidden}:{HERE}:{ROOT}"})
     wait_for(lambda: lines_with(proc, "ready: "), message="the supervisor ready")
     assert not title(proc.pid).startswith("batchd: ")
     children = children_of(proc.pid)

@@ -31,7 +31,8 @@ BUILD_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": os.environ.get("HO
 REDIS_URL = os.environ.get("TEST_PACKAGE_REDIS_URL", "redis://127.0.0.1:6379/11")
 
 RUNTIME_DEPENDS = {"python3-redis", "python3-mysqldb", "python3-parsel", "python3-requests",
-                   "python3-sdnotify", "python3-daemon", "python3-setproctitle", "python3-systemd"}
+                   "python3-sdnotify", "python3-setproctitle", "python3-systemd"}
+RECOMMENDS = {"python3-daemon"}      # only `--daemon` (hosts without systemd) uses it
 
 TASKS = 300
 PAUSE = 0.5          # seconds the test spider spends on each page: the batch lasts ~30 s
@@ -62,6 +63,11 @@ class Built:
         return subprocess.run(["dpkg-deb", "--field", str(self.deb), name], check=True,
                               capture_output=True, text=True).stdout.strip()
 
+    def packages(self, field) -> set:
+        """The packages a relationship field names, alternatives included."""
+        return {alternative.split()[0] for part in self.field(field).split(",") if part.strip()
+                for alternative in part.split("|")}
+
     def files(self):
         listing = subprocess.run(["dpkg-deb", "--contents", str(self.deb)], check=True,
                                  capture_output=True, text=True).stdout
@@ -90,18 +96,18 @@ def built(tmp_path_factory):
 
 
 def test_package_depends_on_debians_libraries(built):
-    depends = {alternative.split()[0] for part in built.field("Depends").split(",")
-               for alternative in part.split("|")}
-    assert RUNTIME_DEPENDS <= depends
+    depends = built.packages("Depends")
+    assert RUNTIME_DEPENDS <= depends and not RECOMMENDS & depends
+    assert built.packages("Recommends") == RECOMMENDS
     assert built.field("Architecture") == "all"
 
 
 def test_package_contents(built):
     files = built.files()
     for path in ("/usr/bin/batchd", "/lib/systemd/system/batchd-master.service",
-                 "/lib/systemd/system/batchd-worker@.service", "/etc/batchd/batchd.toml",
-                 "/etc/batchd/spiders/example.py", "/usr/lib/sysusers.d/batchd.conf",
-                 "/usr/share/man/man1/batchd.1.gz"):
+                 "/lib/systemd/system/batchd-master@.service", "/lib/systemd/system/batchd-worker@.service",
+                 "/etc/batchd/batchd.toml", "/etc/batchd/spiders/example.py", "/usr/lib/sysusers.d/batchd.conf",
+                 "/usr/share/man/man1/batchd.1.gz", "/usr/share/man/man5/batchd.toml.5.gz"):
         assert path in files, path
     # Only batchd itself in dist-packages: its libraries come from Debian's packages.
     top_level = {p.split("/")[5] for p in files
@@ -280,8 +286,12 @@ def check_service_lifecycle(built, box, site, backend):
     assert box.run("systemctl", "is-enabled", "batchd-master", check=False).stdout.strip() == "disabled"
     assert box.run("systemctl", "is-active", "batchd-master", check=False).stdout.strip() == "inactive"
     # Installed, with their man page and executable: verify has nothing to say.
-    verify = box.run("systemd-analyze", "verify", "batchd-master.service", "batchd-worker@1.service")
+    verify = box.run("systemd-analyze", "verify", "batchd-master.service", "batchd-master@news.service",
+                     "batchd-worker@1.service")
     assert verify.stderr == ""
+    # batchd.toml(5), generated at build time, renders as lintian reads it: no warning from man.
+    page = box.sh("MANWIDTH=80 man --warnings -E UTF-8 batchd.toml 2>/tmp/warnings; cat /tmp/warnings >&2")
+    assert page.stderr == "" and "BATCHD_NAME=value" in page.stdout and "DOWNLOAD_TIMEOUT" in page.stdout, page
     # /usr/bin/batchd is Debian's python3 with Debian's libraries.
     assert box.run("head", "-n1", "/usr/bin/batchd").stdout.strip() == "#!/usr/bin/python3"
     assert batchd.__version__ in box.run("batchd", "--version").stdout
@@ -389,6 +399,71 @@ def check_service_lifecycle(built, box, site, backend):
     for path in ("/etc/batchd/batchd.toml", "/var/lib/batchd"):
         assert box.run("test", "-e", path, check=False).returncode != 0, path
     assert box.run("dpkg-statoverride", "--list", "/etc/batchd/batchd.toml", check=False).stdout == ""
+
+
+# -- several spiders on one host: batchd-master@NAME ------------------------------------
+
+def enable_links(box) -> list:
+    """The batchd links `systemctl enable` left under /etc/systemd/system."""
+    return box.sh("ls /etc/systemd/system/*.wants/ | grep '^batchd' || true").stdout.split()
+
+
+def test_a_spider_runs_under_its_own_master_instance_and_purge_forgets_enabled_units(built, box, site, box_backend):
+    """README's "two spiders side by side", one of them: batchd.toml names no usable spider, the
+    instances' files do. batchd-master@paced and batchd-worker@paced-1 run the batch; the master
+    instance reloads from master-paced.toml; purge removes every enable link, and the package
+    installs again cleanly."""
+    check_spider_instances(built, box, site, box_backend)
+
+
+def check_spider_instances(built, box, site, backend):
+    install_deb(built, box)
+    tasks = 40
+    backend.create_tasks([site.url(f"/page/{n}") for n in range(1, tasks + 1)])
+    config = box_config(backend).replace("/etc/batchd/spiders/paced.py:PacedSpider",
+                                         "/etc/batchd/spiders/absent.py:NoSpider")
+    box.write("/etc/batchd/batchd.toml", config)
+    box.write("/etc/batchd/spiders/paced.py", SPIDER)
+    spider_line = 'SPIDER = "/etc/batchd/spiders/paced.py:PacedSpider"\n'
+    for name in ("master-paced.toml", "worker-paced-1.toml"):
+        box.write(f"/etc/batchd/{name}", spider_line)
+    units = ("batchd-master@paced", "batchd-worker@paced-1")
+    box.run("systemctl", "enable", "--now", *units)
+    wait_for(lambda: progress(backend) == (tasks, tasks) and backend.records()[-1]["is_done"],
+             timeout=90, interval=0.5, message=f"the batch of {tasks} tasks to finish")
+    assert set(backend.states().values()) == {TaskState.DONE}
+    assert "批次进度" in box.journal("batchd-master@paced")
+    master = box.unit_processes("batchd-master@paced")
+    assert {user for _, user, _ in master} == {"batchd"}
+    assert any(args.startswith("batchd: master crawl_task@paced") for _, _, args in master), master
+
+    # systemctl reload checks master-paced.toml (ExecReload= --role master), not worker-paced.toml
+    before = box.show("batchd-master@paced")
+    box.write("/etc/batchd/master-paced.toml", spider_line + "WORKES = 2\n")
+    refused = box.run("systemctl", "reload", "batchd-master@paced", check=False)
+    assert refused.returncode != 0
+    status = box.run("systemctl", "status", "--no-pager", "--full", "-n", "20", "batchd-master@paced",
+                     check=False).stdout
+    assert "unknown setting 'WORKES' in /etc/batchd/master-paced.toml" in status, status
+    box.write("/etc/batchd/master-paced.toml", spider_line)
+    box.run("systemctl", "reload", "batchd-master@paced")
+    after = box.show("batchd-master@paced")
+    assert (after["MainPID"], after["ActiveState"]) == (before["MainPID"], "active")
+
+    # purge: the links of every enabled unit and instance go, with the package's files and state
+    box.run("systemctl", "enable", "batchd-master", "batchd-worker@3")
+    assert sorted(enable_links(box)) == ["batchd-master.service", "batchd-master@paced.service",
+                                         "batchd-worker@3.service", "batchd-worker@paced-1.service"]
+    box.run("apt-get", "purge", "-y", "batchd", timeout=300)
+    assert box.run("pgrep", "-u", "batchd", check=False).stdout == ""
+    assert enable_links(box) == []
+    for path in ("/etc/batchd/batchd.toml", "/var/lib/batchd", "/lib/systemd/system/batchd-master@.service"):
+        assert box.run("test", "-e", path, check=False).returncode != 0, path
+    # ... and it installs again as on a fresh machine: nothing enabled, the config's mode restored
+    install_deb(built, box)
+    for unit in ("batchd-master", "batchd-master@paced", "batchd-worker@3"):
+        assert box.run("systemctl", "is-enabled", unit, check=False).stdout.strip() == "disabled", unit
+    assert box.run("stat", "-c", "%a %U %G", "/etc/batchd/batchd.toml").stdout.split() == ["640", "root", "batchd"]
 
 
 # -- the journal: one entry per record, and none forged ---------------------------------

@@ -14,7 +14,7 @@ import tomllib
 import pytest
 
 import batchd
-from batchd.cli import VERBS
+from batchd.cli import VERBS, build_parser, config_files
 from batchd.config import Settings, declared_default, load_settings
 from batchd.errors import ExitCode
 from batchd.supervisor import KILL_GRACE
@@ -22,13 +22,16 @@ from batchd.supervisor import KILL_GRACE
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 UNITS = os.path.join(ROOT, "systemd")
 MASTER = os.path.join(UNITS, "batchd-master.service")
+MASTER_OF = os.path.join(UNITS, "batchd-master@.service")     # one spider's master, of several on a host
 WORKER = os.path.join(UNITS, "batchd-worker@.service")
+ALL_UNITS = {"master": MASTER, "master@": MASTER_OF, "worker": WORKER}
 CONFIG = os.path.join(ROOT, "etc", "batchd", "batchd.toml")
 EXAMPLE_SPIDER = os.path.join(ROOT, "etc", "batchd", "spiders", "example.py")
 
-# What systemd-analyze is given: the master, and an instance of the worker template (that is
-# what runs, with %i expanded).
-VERIFIED = {"master": MASTER, "worker": os.path.join(UNITS, "batchd-worker@7.service")}
+# What systemd-analyze is given: the master, and an instance of each template (that is what
+# runs, with %i expanded).
+VERIFIED = {"master": MASTER, "master@": os.path.join(UNITS, "batchd-master@news.service"),
+            "worker": os.path.join(UNITS, "batchd-worker@7.service")}
 
 
 def analyze_verify(unit_path, tmp_path):
@@ -90,7 +93,7 @@ def test_verify_catches_a_bad_key(tmp_path):
     assert "WatchdogSecs" in result.stderr
 
 
-@pytest.mark.parametrize("path", [MASTER, WORKER], ids=["master", "worker"])
+@pytest.mark.parametrize("path", ALL_UNITS.values(), ids=ALL_UNITS.keys())
 def test_security_exposure_below_3(path):
     result = subprocess.run(["systemd-analyze", "security", "--offline=yes", "--no-pager", path],
                             capture_output=True, text=True, timeout=60)
@@ -99,7 +102,7 @@ def test_security_exposure_below_3(path):
     assert float(found.group(1)) < 3.0, result.stdout
 
 
-@pytest.mark.parametrize("path", [MASTER, WORKER], ids=["master", "worker"])
+@pytest.mark.parametrize("path", ALL_UNITS.values(), ids=ALL_UNITS.keys())
 def test_unit_runs_a_supervised_notify_service(path):
     unit = unit_settings(path)
 
@@ -129,33 +132,48 @@ def test_unit_runs_a_supervised_notify_service(path):
     assert unit[("Install", "WantedBy")] == ["multi-user.target"]
 
 
-def test_worker_instance_name_reaches_the_worker():
+def test_instance_name_reaches_the_supervisor():
     assert unit_settings(WORKER)[("Service", "ExecStart")] == ["/usr/bin/batchd worker --instance %i"]
+    assert unit_settings(MASTER_OF)[("Service", "ExecStart")] == ["/usr/bin/batchd master --instance %i"]
     assert unit_settings(MASTER)[("Service", "ExecStart")] == ["/usr/bin/batchd master"]
 
 
-def test_reload_checks_the_config_before_it_signals():
-    """`batchd reload` resolves the config as the supervisor does (the same arguments: --instance reads
-    worker-NAME.toml) and signals $MAINPID only if it loads; a plain kill -HUP would not fail a reload."""
-    assert unit_settings(MASTER)[("Service", "ExecReload")] == ["/usr/bin/batchd reload --pid $MAINPID"]
-    assert unit_settings(WORKER)[("Service", "ExecReload")] == ["/usr/bin/batchd reload --instance %i --pid $MAINPID"]
-    for path in (MASTER, WORKER):
-        unit = unit_settings(path)
-        _, _, start_arguments = unit[("Service", "ExecStart")][0].partition(" ")[2].partition(" ")
-        assert unit[("Service", "ExecReload")] == [" ".join(["/usr/bin/batchd reload", *start_arguments.split(),
-                                                             "--pid $MAINPID"])]
-        # The reload runs in a user namespace of its own: with PrivateUsers=yes, ProtectProc=invisible
-        # would hide the main process from it and every reload would fail (69).
-        assert (unit[("Service", "PrivateUsers")], unit[("Service", "ProtectProc")]) == (["no"], ["invisible"])
+def command_of(unit: dict, key: str, instance: str) -> list:
+    """The arguments of ExecStart= or ExecReload= after /usr/bin/batchd, with %i and $MAINPID filled in."""
+    (line,) = unit[("Service", key)]
+    program, *arguments = line.replace("%i", instance).replace("$MAINPID", "1").split()
+    assert program == "/usr/bin/batchd"
+    return arguments
 
 
-def test_both_units_run_the_same_way():
+@pytest.mark.parametrize("path", ALL_UNITS.values(), ids=ALL_UNITS.keys())
+def test_reload_checks_the_config_the_supervisor_reads(path, tmp_path):
+    """`batchd reload` resolves the config files as the supervisor does (worker@NAME: worker-NAME.toml,
+    master@NAME: master-NAME.toml) and signals $MAINPID only if they load; a plain kill -HUP would not
+    fail a reload."""
+    main = tmp_path / "batchd.toml"
+    for name in ("batchd.toml", "worker-news.toml", "master-news.toml"):
+        (tmp_path / name).write_text("")
+    unit = unit_settings(path)
+    parser = build_parser()
+    start = parser.parse_args(command_of(unit, "ExecStart", "news") + ["--config", str(main)])
+    reload = parser.parse_args(command_of(unit, "ExecReload", "news") + ["--config", str(main)])
+    assert reload.verb == "reload" and reload.pid == 1
+    started_with = config_files(start, role=start.verb)
+    assert config_files(reload, role=reload.role) == started_with
+    assert len(started_with) == (1 if path == MASTER else 2)
+    # The reload runs in a user namespace of its own: with PrivateUsers=yes, ProtectProc=invisible
+    # would hide the main process from it and every reload would fail (69).
+    assert (unit[("Service", "PrivateUsers")], unit[("Service", "ProtectProc")]) == (["no"], ["invisible"])
+
+
+def test_the_units_run_the_same_way():
     """The units differ only in what they start (and reload); hardening and timings must not drift apart."""
     def service(path):
         unit = unit_settings(path)
         return {k: v for k, v in unit.items() if k[0] != "Unit" and k not in (("Service", "ExecStart"),
                                                                              ("Service", "ExecReload"))}
-    assert service(MASTER) == service(WORKER)
+    assert service(MASTER) == service(MASTER_OF) == service(WORKER)
 
 
 def commented_settings() -> str:
@@ -231,3 +249,29 @@ def test_man_page_names_every_option(verb):
     options = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", usage)) - {"--help"}
     assert options and {o for o in options if o not in page} == set()
     assert f".B {verb.split()[0]}" in page or f".B batchd {verb.split()[0]}" in page
+
+
+def test_settings_man_page_has_an_entry_per_setting_and_renders_without_warnings(tmp_path):
+    """batchd.toml(5) as debian/rules writes it (`python3 -m batchd.manpage`): every declared setting
+    with its default and values, the files and the environment, and neither groff nor man complains."""
+    page = subprocess.run([sys.executable, "-m", "batchd.manpage"], capture_output=True, text=True, check=True,
+                          env={**os.environ, "SOURCE_DATE_EPOCH": "1796299200"}).stdout
+    assert page.startswith('.TH BATCHD.TOML 5 "2026-12-03" "batchd ')
+    sections = re.findall(r"^\.SH (.+)$", page, re.MULTILINE)
+    assert sections == ["NAME", "SYNOPSIS", "DESCRIPTION", "SETTINGS", "FILES", "SEE ALSO"]
+    entries = re.findall(r"^\.TP\n\.B ([A-Z_]+)\n", page.split(".SH SETTINGS")[1].split(".SH FILES")[0], re.MULTILINE)
+    assert entries == [f.name for f in dataclasses.fields(Settings)]
+    for file in (r"/etc/batchd/batchd.toml", r"/etc/batchd/worker\- NAME .toml", r"/etc/batchd/master\- NAME .toml"):
+        assert page.count(file) >= 2, file           # in the synopsis and under FILES
+    assert ".BI BATCHD_ NAME = value" in page and ".BR batchd (1)," in page
+    path = tmp_path / "batchd.toml.5"
+    path.write_text(page)
+    groff = subprocess.run(["groff", "-man", "-Tutf8", "-ww", "-z", str(path)], capture_output=True, text=True)
+    assert (groff.returncode, groff.stderr) == (0, "")
+    # As lintian reads a page: man's own warnings, at 80 columns.
+    man = subprocess.run(["man", "--warnings", "-E", "UTF-8", "-l", "-Tutf8", "-Z", str(path)], capture_output=True,
+                         text=True, env={**os.environ, "MANWIDTH": "80", "LC_ALL": "C.UTF-8"})
+    assert (man.returncode, man.stderr) == (0, "")
+    rendered = subprocess.run(["man", "-l", str(path)], capture_output=True, text=True, check=True,
+                              env={**os.environ, "MANWIDTH": "80", "LC_ALL": "C.UTF-8", "MAN_KEEP_FORMATTING": ""})
+    assert "DOWNLOAD_TIMEOUT" in rendered.stdout and "Default: 180.0. Values: 0.1 to 86400.0." in rendered.stdout

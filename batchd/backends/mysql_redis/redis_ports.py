@@ -18,7 +18,7 @@ The key schema, all under `<ns>:` (built only by `Keys`):
     <ns>:stats_flushes:<batch>  HASH  worker -> the number of its last flush applied to the batch, with a TTL
     <ns>:store           STRING  the identity of the one store this namespace serves (server, database,
                                  task table; never a password), recorded by the first master or worker
-    <ns>:status:<host>:<instance>  HASH  a supervisor's snapshot for `batchd status`, with a TTL
+    <ns>:status:<host>:<seat>      HASH  a supervisor's snapshot for `batchd status`, with a TTL
 
 A contract name is fixed: other tools read it (docs/architecture.md, Names). That document also
 gives each key's TTL and who writes and reads it.
@@ -226,7 +226,7 @@ class Keys:
         return self._key(f"rate:{host}")
 
     def status(self, name: str) -> str:
-        """A supervisor's snapshot; `name` is host:instance."""
+        """A supervisor's snapshot; `name` is host:seat (the verb, with @NAME for a named instance)."""
         return self._key(f"status:{name}")
 
     def status_pattern(self) -> str:
