@@ -382,6 +382,8 @@ def check_service_lifecycle(built, box, site, backend):
         assert line, status
         print(f"{unit}: {line.group(0).strip()}")
 
+    check_operator_commands(box, backend)
+
     # -- systemctl stop: every unit drains and exits 0 within TimeoutStopSec
     cursor, stopping = box.cursor(), time.monotonic()
     box.run("systemctl", "stop", *units, timeout=STOP_TIMEOUT_SEC + 30)
@@ -399,6 +401,28 @@ def check_service_lifecycle(built, box, site, backend):
     for path in ("/etc/batchd/batchd.toml", "/var/lib/batchd"):
         assert box.run("test", "-e", path, check=False).returncode != 0, path
     assert box.run("dpkg-statoverride", "--list", "/etc/batchd/batchd.toml", check=False).stdout == ""
+
+
+def unit_status(box, unit) -> str:
+    return box.run("systemctl", "status", "--no-pager", unit, check=False).stdout
+
+
+def check_operator_commands(box, backend) -> None:
+    """batchd pause / resume / open-batch as root in the box, with the installed package's config."""
+    paused = box.run("batchd", "pause")
+    assert "paused" in paused.stdout, paused
+    wait_for(lambda: "paused since" in unit_status(box, "batchd-master"), timeout=20,
+             message="systemctl status batchd-master says paused")
+    assert "PAUSED   since" in box.run("batchd", "status").stdout
+    assert "paused since" in box.journal("batchd-master")
+    assert "resumed" in box.run("batchd", "resume").stdout
+    wait_for(lambda: "paused since" not in unit_status(box, "batchd-master"), timeout=20,
+             message="the pause gone from systemctl status")
+    opened = box.run("batchd", "open-batch", timeout=90)
+    assert "batch 2 opened" in opened.stdout, opened
+    wait_for(lambda: len(backend.records()) == 2 and backend.records()[-1]["is_done"], timeout=150, interval=0.5,
+             message="batch 2, opened by batchd open-batch, to finish")
+    assert set(backend.states().values()) == {TaskState.DONE}
 
 
 # -- several spiders on one host: batchd-master@NAME ------------------------------------
