@@ -342,13 +342,12 @@ class Replay:
         and, from an outage on, every one not stored. A refused batch is split in halves (on a stack,
         so the file's order is kept) until each refused item stands alone."""
         size = self.batch_size
-        todo = [(destination, entries[start:start + size])
+        todo = [(ItemDestination(*destination), entries[start:start + size])
                 for destination, entries in groups.items() for start in range(0, len(entries), size)]
         todo.reverse()
         back: list = []
         while todo and not self.result.interrupted_by_outage:
-            (table, kind, key), part = todo.pop()
-            destination = ItemDestination(table, kind, key)
+            destination, part = todo.pop()
             try:
                 store_items(self.store, destination, [row for _, row in part])
                 self.result.stored += len(part)
