@@ -132,8 +132,9 @@ def render_json(report: dict) -> str:
     return json.dumps(report, default=str, indent=2)
 
 
-COLUMNS = (("id", "task_id", 12), ("time", "time", 19), ("tries", "attempts", 5), ("host", "host", 16),
-           ("url", "url", 50), ("reason", "reason", 60))
+# (title, field, widest): a column is as wide as its widest cell, up to `widest`
+COLUMNS = (("id", "task_id", 20), ("time", "time", 19), ("tries", "attempts", 5), ("host", "host", 24),
+           ("url", "url", 60), ("reason", "reason", 100))
 
 
 def render_text(report: dict) -> str:
@@ -146,18 +147,22 @@ def render_text(report: dict) -> str:
     if not report["total"]:
         return head
     lines = [head + ": " + ", ".join(f"{k['count']} {k['kind']}" for k in report["kinds"]), ""]
-    lines.append("  ".join(title.ljust(width) for title, _, width in COLUMNS).rstrip())
-    for record in report["failures"]:
-        lines.append("  ".join(_cell(record[field], width) for _, field, width in COLUMNS).rstrip())
+    lines += _table([title for title, _, _ in COLUMNS],
+                    [[_cell(record[field], widest) for _, field, widest in COLUMNS] for record in report["failures"]])
     if report["total"] > len(report["failures"]):
         lines.append(f"... {report['total'] - len(report['failures'])} more (--limit N shows more, --json for "
                      "scripts)")
     return "\n".join(lines)
 
 
-def _cell(value, width: int) -> str:
+def _table(titles: list, rows: list) -> list:
+    widths = [max(len(text) for text in column) for column in zip(titles, *rows)]
+    return ["  ".join(text.ljust(width) for text, width in zip(row, widths)).rstrip() for row in [titles, *rows]]
+
+
+def _cell(value, widest: int) -> str:
     text = "-" if value is None else (f"{value:%Y-%m-%d %H:%M:%S}" if hasattr(value, "strftime") else str(value))
-    return (text if len(text) <= width else text[:width - 1] + "…").ljust(width)
+    return text if len(text) <= widest else text[:widest - 1] + "…"
 
 
 # -- requeueing them

@@ -1,7 +1,9 @@
 """Failure records (`<task_table>_failure`), on every store, end to end through a worker: each way a task
 fails leaves its reason, a later failure of the task in the batch replaces the earlier one, `batchd failed`
 lists and counts them, and `batchd requeue --failed` puts the failed tasks of the open batch back to be
-crawled again (through the commands' functions here; tests/test_cli.py runs the commands themselves)."""
+crawled again: through the commands' functions on every store, and the commands themselves against MariaDB
+and Redis."""
+import json
 import socket
 import threading
 
@@ -10,10 +12,12 @@ import pytest
 from batchd.errors import ConfigError
 from batchd.failures import NoSuchBatch, failed_tasks, render_text, requeue_failed
 from batchd.task import TaskState
-from harness import InProcessBatch, settle, spider_factory, wait_for
+from harness import InProcessBatch, batch_done, settle, spider_factory, wait_for
 from spiders.faulty import SpinningCrawlTask
 from spiders.seed import CrawlTask
+from supervised import SEED
 from taskdb import bring_back
+from test_cli import batchd, one_error_line
 
 D, F = TaskState.DONE, TaskState.FAILED
 CLOSED_PORT = "http://127.0.0.1:9/nothing"      # discard: nothing listens, the connection is refused
@@ -161,7 +165,7 @@ def test_requeue_during_an_open_batch_crawls_the_failed_tasks_again(backend, sit
                            "them again"
             wait_for(lambda: [backend.states()[i] for i in (1, 2)] == [D, D], message="tasks 1 and 2 done")
             GatedSpider.gate.set()
-            wait_for(lambda: backend.records() and backend.records()[-1]["is_done"], message="the batch closed")
+            wait_for(lambda: batch_done(backend), message="the batch closed")
         finally:
             GatedSpider.gate.set()     # (the worker stops only once its task is past the gate)
     assert backend.states() == {1: D, 2: D, 3: D, 4: F}
@@ -204,7 +208,7 @@ def test_requeue_gives_a_task_failed_for_its_attempts_fresh_ones(backend, site):
             assert requeue_failed(runtime).startswith("batch 1: 1 failed tasks back to pending")
             wait_for(lambda: backend.states()[1] == D, message="task 1 leased again, and done")
             GatedSpider.gate.set()
-            wait_for(lambda: backend.records()[-1]["is_done"], message="the batch closed")
+            wait_for(lambda: batch_done(backend), message="the batch closed")
         finally:
             GatedSpider.gate.set()     # (the worker stops only once its task is past the gate)
     assert backend.states() == {1: D, 2: D, 3: D}
@@ -223,3 +227,61 @@ def test_a_store_without_failure_records_says_so():
     spider.runtime.store.insert_batch(1, "day", 1)
     with pytest.raises(ConfigError, match="keeps no failure records"):
         failed_tasks(spider.runtime)
+
+
+# -- the commands, against MariaDB and Redis
+def test_the_failed_command_lists_counts_and_filters(mysql_backend, site):
+    mysql_backend.create_tasks([site.url("/status/404"), site.url("/status/404?again"), CLOSED_PORT,
+                                site.url("/page/1")])
+    with InProcessBatch(spider_factory(mysql_backend, CrawlTask, SPIDER_MAX_RETRY_TIMES=0)):
+        wait_for(lambda: batch_done(mysql_backend), message="the batch closed")
+    assert mysql_backend.states() == {1: F, 2: F, 3: F, 4: D}
+    listed = batchd("failed", SEED, backend=mysql_backend)
+    assert listed.returncode == 0, listed.stderr
+    head, blank, titles, *rows = listed.stdout.splitlines()
+    assert head == "batch 1 (closed): 3 failed tasks: 2 HTTP 404, 1 ConnectionError"
+    assert titles.split() == ["id", "time", "tries", "host", "url", "reason"]
+    assert [row.split()[0] for row in rows] == ["1", "2", "3"]
+    assert site.url("/status/404") in rows[0] and "HTTP 404" in rows[0]
+    assert "ConnectionError: " in rows[2] and CLOSED_PORT in rows[2]
+
+    report = json.loads(batchd("failed", SEED, "--json", "--reason", "connection", backend=mysql_backend).stdout)
+    assert (report["batch"], report["open"], report["total"]) == (1, False, 1)
+    failure, = report["failures"]
+    assert (failure["task_id"], failure["url"], failure["error_class"], failure["attempts"]) == (
+        3, CLOSED_PORT, "ConnectionError", 1)
+    assert failure["host"] == socket.gethostname() and failure["time"]
+    limited = batchd("failed", SEED, "--limit", "1", backend=mysql_backend).stdout
+    assert "... 2 more (--limit N shows more" in limited
+
+    nothing = batchd("failed", SEED, "--batch", "5", backend=mysql_backend)
+    assert nothing.returncode == 1
+    assert "--batch 5: no such batch (the last is 1)" in one_error_line(nothing)
+    closed = batchd("requeue", "--failed", SEED, backend=mysql_backend)
+    assert (closed.returncode, closed.stdout.strip()) == (0, "batch 1 is closed; its failed tasks are crawled again "
+                                                             "in the next batch (batchd open-batch opens it now)")
+    assert mysql_backend.states() == {1: F, 2: F, 3: F, 4: D}
+    assert batchd("requeue", SEED, backend=mysql_backend).returncode == 2, "--failed is required"
+
+
+def test_the_requeue_command_during_an_open_batch(mysql_backend, site):
+    GatedSpider.gate.clear()
+    mysql_backend.create_tasks([site.url("/flaky/a?fail=1&status=404"), site.url("/flaky/b?fail=1&status=500"),
+                                site.url("/page/3")])
+    with InProcessBatch(spider_factory(mysql_backend, GatedSpider, SPIDER_THREAD_COUNT=2, SPIDER_MAX_RETRY_TIMES=0)):
+        try:
+            wait_for(lambda: [mysql_backend.states()[i] for i in (1, 2)] == [F, F], message="two tasks failed")
+            requeued = batchd("requeue", "--failed", "--reason", "HTTP 404", SEED, backend=mysql_backend)
+            assert (requeued.returncode, requeued.stdout.strip()) == (
+                0, "batch 1: 1 failed tasks whose reason holds 'HTTP 404' back to pending; the workers crawl them again")
+            wait_for(lambda: mysql_backend.states()[1] == D, message="task 1 crawled again, and done")
+            assert mysql_backend.states()[2] == F
+            listed = batchd("failed", SEED, backend=mysql_backend).stdout
+            assert listed.startswith("batch 1 (open): 1 failed tasks: 1 HTTP 500\n")
+            every = json.loads(batchd("failed", SEED, "--all", "--json", backend=mysql_backend).stdout)
+            assert [f["task_id"] for f in every["failures"]] == [1, 2]
+        finally:
+            GatedSpider.gate.set()
+        wait_for(lambda: batch_done(mysql_backend), message="the batch closed")
+    assert mysql_backend.states() == {1: D, 2: F, 3: D}
+    assert (mysql_backend.records()[-1]["done_count"], mysql_backend.records()[-1]["fail_count"]) == (2, 1)
