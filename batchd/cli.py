@@ -517,7 +517,8 @@ def failed_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", type=positive, default=50, metavar="N",
                         help="list at most N tasks (default 50; the summary counts them all)")
     parser.add_argument("--all", action="store_true", dest="every",
-                        help="every failure record of the batch, those of tasks requeued since too")
+                        help="every failure record of the last batch, those of tasks requeued since too (an "
+                             "earlier batch shows them all anyway)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 

@@ -112,16 +112,20 @@ def chosen_batch(store, batch_id: Optional[int]) -> tuple:
 
 def failed_tasks(runtime, batch_id: Optional[int] = None, reason: Optional[str] = None, limit: int = 50,
                  every: bool = False) -> dict:
-    """`batchd failed`: the failure records of a batch (the last by default), those of tasks still failed
-    unless `every`, with `reason` in their reason; at most `limit` listed, every one counted by kind."""
+    """`batchd failed`: the failure records of a batch (the last by default), with `reason` in their reason: of
+    the last batch those of tasks still failed unless `every`, of an earlier one all; at most `limit` listed,
+    every one counted by kind."""
     store = runtime.store
     store.open(runtime.layout)
     asked, last = chosen_batch(store, batch_id)
-    report: dict = {"batch": asked, "open": bool(last and asked == last.id and not last.is_done),
-                    "reason": reason, "still_failed": not every, "total": 0, "kinds": [], "failures": []}
+    latest = last is not None and asked == last.id
+    # The task table's states are the last batch's: of an earlier batch every record is its last word.
+    still_failed = latest and not every
+    report: dict = {"batch": asked, "open": bool(latest and not last.is_done), "reason": reason,
+                    "still_failed": still_failed, "total": 0, "kinds": [], "failures": []}
     if asked is None:
         return report
-    query = FailureQuery(asked, reason, still_failed=not every)
+    query = FailureQuery(asked, reason, still_failed=still_failed)
     kinds = summary(store.failure_groups(query))
     report.update(total=sum(n for _, n in kinds), kinds=[{"kind": k, "count": n} for k, n in kinds],
                   failures=[dataclasses.asdict(f) for f in store.failures(query, limit=limit)])

@@ -214,6 +214,23 @@ def test_requeue_gives_a_task_failed_for_its_attempts_fresh_ones(backend, site):
     assert backend.states() == {1: D, 2: D, 3: D}
 
 
+def test_an_earlier_batch_shows_every_record_whatever_the_tasks_state_now():
+    from batchd import MemoryBatchStore
+    from batchd.failures import failure
+
+    store = MemoryBatchStore([{"id": 1, "url": "http://x.invalid/1"}, {"id": 2, "url": "http://x.invalid/2"}])
+    spider = CrawlTask(batch_store=store)
+    store.open(spider.runtime.layout)
+    store.insert_batch(1, "day", 2)
+    store.record_failures([failure(1, 1, "HTTP 404", status=404), failure(2, 1, "HTTP 503 after 4 attempts",
+                                                                           status=503, attempts=4)])
+    store.insert_batch(1, "day", 2)      # batch 2: every task pending again
+    report = failed_tasks(spider.runtime, batch_id=1)
+    assert (report["open"], report["still_failed"], report["total"]) == (False, False, 2)
+    assert render_text(report).startswith("batch 1 (closed): 2 failure records: 1 HTTP 404, 1 HTTP 503\n")
+    assert failed_tasks(spider.runtime)["total"] == 0, "batch 2: none failed"
+
+
 def test_a_store_without_failure_records_says_so():
     from batchd import MemoryBatchStore
     from batchd.ports import BatchStore
