@@ -9,6 +9,8 @@
     batchd pause|resume      stop / go on claiming and leasing tasks in the namespace
     batchd open-batch        open the next batch now (--force: close the open one first)
     batchd retry --items     store the items dumped to FAILED_ITEMS_PATH
+    batchd failed [SPIDER]   the failed tasks of a batch and why (--json for scripts)
+    batchd requeue --failed  the failed tasks of the open batch back to pending
     batchd demo              a whole batch on a bundled site: no network, no MySQL, no Redis
     batchd init [FOLDER]     a starter spider and config
     batchd tasks add|import  load tasks into the task table
@@ -33,7 +35,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from . import __version__, control
+from . import __version__, control, failures
 from .child import probe
 from .config import DEFAULT_CONFIG_FILE, ENV_CONFIG, INSTANCE_ROLES, Settings, check_identifier, load_settings
 from .errors import BatchdError, ConfigError, ExitCode
@@ -499,6 +501,51 @@ def open_batch_arguments(parser: argparse.ArgumentParser) -> None:
                     "--force, 69 when no master opens it within 30 s)", open_batch_arguments)
 def open_batch_verb(args: argparse.Namespace) -> int:
     print(control.open_batch(runtime_from_args(args), args.force))
+    return ExitCode.OK
+
+
+def positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text}: must be 1 or more")
+    return value
+
+
+def batch_and_reason(parser: argparse.ArgumentParser) -> None:
+    spider_and_config(parser)
+    parser.add_argument("--batch", type=positive, metavar="N", help="the batch (default: the last one)")
+    parser.add_argument("--reason", metavar="TEXT",
+                        help="only the tasks whose failure reason holds TEXT (any case): 'HTTP 404', 'timeout'")
+
+
+def failed_arguments(parser: argparse.ArgumentParser) -> None:
+    batch_and_reason(parser)
+    parser.add_argument("--limit", type=positive, default=50, metavar="N",
+                        help="list at most N tasks (default 50; the summary counts them all)")
+    parser.add_argument("--all", action="store_true", dest="every",
+                        help="every failure record of the last batch, those of tasks requeued since too (an "
+                             "earlier batch shows them all anyway)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+@verb("failed", "the failed tasks of a batch (the last by default) and why: URL, reason, attempts, host, time, "
+                "and a count by reason (exit 0; 1 no such batch)", failed_arguments)
+def failed_verb(args: argparse.Namespace) -> int:
+    report = failures.failed_tasks(runtime_from_args(args), args.batch, args.reason, args.limit, args.every)
+    print((failures.render_json if args.json else failures.render_text)(report))
+    return ExitCode.OK
+
+
+def requeue_arguments(parser: argparse.ArgumentParser) -> None:
+    batch_and_reason(parser)
+    parser.add_argument("--failed", action="store_true", required=True,
+                        help="the failed tasks of the open batch go back to pending and are crawled again")
+
+
+@verb("requeue", "put the failed tasks of the open batch back to pending, and say how many (a closed batch is left "
+                 "alone: the next batch crawls them again) (exit 0; 1 no such batch)", requeue_arguments)
+def requeue_verb(args: argparse.Namespace) -> int:
+    print(failures.requeue_failed(runtime_from_args(args), args.batch, args.reason))
     return ExitCode.OK
 
 

@@ -34,7 +34,7 @@ def pause(runtime) -> str:
     if since is not None:
         return f"namespace {runtime.namespace} was already paused, since {paused_text(since)}"
     leases.set_paused(time.time())
-    _wake_master(runtime)
+    wake_master(runtime)
     return (f"namespace {runtime.namespace} paused: no task is claimed or leased from now on; the workers finish "
             "and write back what they hold (batchd resume to go on)")
 
@@ -45,7 +45,7 @@ def resume(runtime) -> str:
     if since is None:
         return f"namespace {runtime.namespace} was not paused"
     leases.set_paused(None)
-    _wake_master(runtime)
+    wake_master(runtime)
     return f"namespace {runtime.namespace} resumed (paused since {paused_text(since)})"
 
 
@@ -61,7 +61,7 @@ def open_batch(runtime, force: bool) -> str:
         raise BatchStillOpen(f"batch {last.id} is still open (opened {last.batch_date:%Y-%m-%d %H:%M}); "
                              "`batchd open-batch --force` closes it as it stands and opens the next")
     runtime.backend.leases.ask_open_batch(force)
-    _wake_master(runtime)
+    wake_master(runtime)
     wait = max(OPEN_WAIT_LEAST, 2 * runtime.settings.BATCH_MONITOR_INTERVAL)
     opened = _wait_for_batch_after(store, last_id, wait)
     if opened is None:
@@ -82,7 +82,7 @@ def _wait_for_batch_after(store, last_id: Optional[int], seconds: float) -> Opti
     return None
 
 
-def _wake_master(runtime) -> None:
+def wake_master(runtime) -> None:
     try:
         runtime.backend.wake.wake_master()
     except BackendUnavailable:

@@ -28,6 +28,7 @@ import time
 from datetime import datetime
 from typing import Callable, Optional
 
+from . import failures
 from .config import Settings
 from .errors import BackendUnavailable, ConfigError, MasterLockHeld
 from .lifecycle import StopFlag
@@ -414,6 +415,9 @@ class Master:
             log.error("task %s failed: leased %d times in batch %d without a write-back "
                       "(BATCH_TASK_MAX_ATTEMPTS=%d)", task_id, limit, batch.id, limit)
         if worn:
+            self.store.record_failures([failures.failure(
+                task_id, batch.id, f"leased {limit} times without a write-back (BATCH_TASK_MAX_ATTEMPTS={limit})",
+                attempts=limit) for task_id in worn])
             self.tally.add_settled(batch.id, 0, self.store.move(Move.FINISH_FAILED, worn))
         fresh = [row for row, n in zip(rows, attempts) if n <= limit]
         self.leases.push(batch.id, fresh, id_field)

@@ -27,6 +27,7 @@ class TaskLayout:
         for name in ("id_field", "state_field", "time_field"):
             check_identifier(getattr(self, name), "BATCH_TASK_" + name.upper())
         check_identifier(self.record_table, "the batch record table (__task_table__ + '_batch_record')")
+        check_identifier(self.failure_table, "the failure table (__task_table__ + '_failure')")
         if self.item_table is not None:
             check_identifier(self.item_table, "__item_table__")
         else:
@@ -39,6 +40,10 @@ class TaskLayout:
     @property
     def default_item_table(self) -> str:
         return self.table + "_item"
+
+    @property
+    def failure_table(self) -> str:
+        return self.table + "_failure"
 
     @property
     def item_destination(self) -> tuple:
@@ -132,6 +137,49 @@ class ItemRow:
     request_seq: int
     item_seq: int
     data: dict = field(default_factory=dict)
+
+
+# What a failure record keeps of each text, at most (characters).
+URL_MOST, REASON_MOST, CLASS_MOST, HOST_MOST = 2048, 500, 128, 255
+
+
+@dataclass
+class TaskFailure:
+    """Why a task failed in a batch: a row of `<task_table>_failure`, the latest failure of the task in that
+    batch (batchd/failures.py makes them). `status`: the HTTP status of the response it failed with;
+    `error_class`: the exception's class; `attempts`: the failing request's attempts, or the task's leases;
+    `time`: the store's clock when it was written (None until then)."""
+
+    task_id: object
+    batch_id: int
+    reason: str
+    url: Optional[str] = None
+    status: Optional[int] = None
+    error_class: Optional[str] = None
+    attempts: Optional[int] = None
+    host: str = ""
+    time: Optional[datetime] = None
+
+
+@dataclass(frozen=True)
+class FailureQuery:
+    """Which failure records of a batch: with `reason`, those whose reason holds it (any case); with
+    `still_failed`, those whose task is failed now (not requeued since)."""
+
+    batch_id: int
+    reason: Optional[str] = None
+    still_failed: bool = True
+
+
+@dataclass(frozen=True)
+class FailureGroup:
+    """Failures that share an HTTP status and an exception class (or, with neither, a reason): `sample` is
+    one of their reasons."""
+
+    status: Optional[int]
+    error_class: Optional[str]
+    sample: str
+    count: int
 
 
 @dataclass

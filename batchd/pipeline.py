@@ -10,8 +10,9 @@ One thread per worker process (the lander, under the thread guard) does both job
    - a batch the database refuses is split until the item(s) at fault are found: the others
      land, and each refused item fails its task, named in one line with the key and the reason;
 2. take the landed counts off the ledger;
-3. write back every settled task: failed (at once), or done / back to pending (its requests ended
-   without update_task) once none of its items is left unflushed. The worker's batch counters are
+3. write back every settled task: failed (at once, its failure record written just before: one
+   upsert for the turn, batchd/failures.py), or done / back to pending (its requests ended without
+   update_task) once none of its items is left unflushed. The worker's batch counters are
    flushed first (batchd/stats.py: a batch's counts reach the backend before its last task settles),
    then the leases are released; a task whose lease was reclaimed meanwhile is not written (its new
    holder owns it now).
@@ -32,13 +33,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from . import failures
 from .errors import BackendUnavailable, ConfigError
 from .failed_items import FailedItemsFile
 from .http import RequestFailed
 from .item_class import Item
 from .items import InvalidItems, check_item, check_item_table
 from .lifecycle import Backoff
-from .model import COLUMNS_ITEM_KIND, ItemDestination, ItemRow, Lease
+from .model import COLUMNS_ITEM_KIND, ItemDestination, ItemRow, Lease, TaskFailure
 from .outages import retry_through_outages
 from .ports import BatchStore, BatchTally, LeaseQueue, store_items
 from .stats import StatsFlusher
@@ -64,7 +66,9 @@ class TaskRun:
     lease_lost: bool = False      # reclaimed before the write-back: not ours to write
     settled: bool = False         # its write-back is queued (or done)
     request_seq: int = 0
-    last_failure: Optional[RequestFailed] = None   # the one behind a failed_request() call
+    url: Optional[str] = None     # of the request being processed
+    last_failure: Optional[RequestFailed] = None   # the one behind the failed_request() or errback call under way
+    failure: Optional[TaskFailure] = None          # why it failed (its outcome FAILED)
     started: float = field(default_factory=time.monotonic)
     timed_out: bool = False       # failed by TASK_TIMEOUT: its lease is no longer renewed
     thread_ident: int = 0         # the fetch thread processing it
@@ -160,13 +164,15 @@ class Pipeline:
         check_item_table(self.store, item_class)
         self._checked_classes.add(item_class)
 
-    def record_outcome(self, run: TaskRun, ok: bool) -> None:
-        """update_task() during processing: failure is written at once, done waits for the gate."""
+    def record_outcome(self, run: TaskRun, ok: bool, failure: Optional[TaskFailure] = None) -> None:
+        """update_task() during processing: failure (and why: `failure`, else the spider's word) is written at
+        once, done waits for the gate."""
         with self._cond:
             if run.outcome == TaskState.FAILED or run.settled:
                 return
             run.outcome = TaskState.DONE if ok else TaskState.FAILED
             if not ok:
+                run.failure = failure or failures.marked(run.task_id, run.lease.batch_id)
                 self._queue_writeback(run)
 
     def finish_requests(self, run: TaskRun) -> None:
@@ -315,8 +321,8 @@ class Pipeline:
         for run, _ in landed:
             per_run[run] = per_run.get(run, 0) + 1
         with self._cond:
-            for (run, row), reason in refused:
-                self._refuse(run, row, destination.table, reason)
+            for (run, row), error in refused:
+                self._refuse(run, row, destination.table, error)
             for run, n in per_run.items():
                 self.ledger.sub(run.slot, n)
                 self.ledger.count(items=n)
@@ -325,7 +331,7 @@ class Pipeline:
                 self._free_slot_if_empty(run)
 
     def _store_through_outages(self, destination: ItemDestination, batch: list) -> tuple:
-        """(entries landed, (entry, reason) refused): stored, or, once an outage outlasts ITEM_FLUSH_GIVE_UP,
+        """(entries landed, (entry, the database's error) refused): stored, or, once an outage outlasts ITEM_FLUSH_GIVE_UP,
         appended to FAILED_ITEMS_PATH: whichever of the database and the disk takes them first (a disk that
         refuses too leaves the database tried again, with backoff). Abandoned when a stop cuts the wait
         short (the batch is put back: its tasks are not written)."""
@@ -373,14 +379,16 @@ class Pipeline:
                 return first[0] + second[0], first[1] + second[1]
             if not retried:      # a single item once more: a deadlock or a lock timeout passes
                 return self._save_splitting(destination, entries, retried=True)
-            return [], [(entries[0], f"{type(e).__name__}: {e}")]
+            return [], [(entries[0], e)]
 
-    def _refuse(self, run: TaskRun, row: ItemRow, table: str, reason: str) -> None:
+    def _refuse(self, run: TaskRun, row: ItemRow, table: str, error: Exception) -> None:
         """An item the database will not store fails its task (called with the lock held)."""
-        log.error("task %s failed: item %d of its request %d was refused by `%s`: %s: %s", run.task_id,
-                  row.item_seq, row.request_seq, table, _culprit_key(row.data, reason), reason)
+        reason = f"{type(error).__name__}: {error}"
+        refused = f"item {row.item_seq} of its request {row.request_seq} was refused by `{table}`"
+        log.error("task %s failed: %s: %s: %s", run.task_id, refused, _culprit_key(row.data, reason), reason)
         self.ledger.sub(run.slot, 1)
-        self.record_outcome(run, ok=False)
+        self.record_outcome(run, ok=False, failure=failures.failure(
+            run.task_id, run.lease.batch_id, f"{refused}: {reason}", error_class=type(error).__name__))
         self._free_slot_if_empty(run)
 
     def _dumped(self, destination: ItemDestination, batch: list, error: str) -> bool:
@@ -448,6 +456,8 @@ class Pipeline:
             self._release_leases(unreleased)
             self.watch.ok(self.leases.backend_name)      # a write that worked: an outage still open is over
         for (outcome, batch_id), owned in _by_outcome_and_batch(r for r in runs if not r.lease_lost).items():
+            if outcome == TaskState.FAILED:     # why, first: a write-back retried after an outage writes it again
+                self.store.record_failures([r.failure for r in owned if r.failure is not None])
             moved = self.store.move(settling_move(outcome), [r.task_id for r in owned])
             self.watch.ok(self.store.backend_name)  # (and the replay of dumped items may start)
             self._count_settled(outcome, batch_id, moved)

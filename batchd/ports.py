@@ -30,7 +30,7 @@ from typing import Callable, Iterable, Mapping, Optional, Protocol, Sequence
 
 from .errors import ConfigError
 from .politeness import LocalHostRates
-from .model import BatchRecord, ItemRow, Lease, Progress, TaskLayout
+from .model import BatchRecord, FailureQuery, ItemRow, Lease, Progress, TaskFailure, TaskLayout
 from .task import Move
 
 
@@ -86,6 +86,20 @@ class BatchStore(abc.ABC):
     def record_stats(self, batch_id: int, counters: dict) -> None:
         """Keep the batch's counters ({name: n}) in its record, as the master closes it. A store that has
         nowhere to keep them does nothing: the master logs them anyway."""
+
+    def record_failures(self, failures: Sequence[TaskFailure]) -> None:
+        """Keep why these tasks failed, stamped with now(): one row per task and batch, a later failure
+        replacing an earlier one. Written beside the FINISH_FAILED / MARK_FAILED move of those tasks (before
+        it, so a write-back retried after an outage writes them again). A store that has nowhere to keep
+        them does nothing: the log lines say why tasks failed anyway."""
+
+    def failures(self, query: FailureQuery, after=None, limit: int = 100) -> list:
+        """Up to `limit` TaskFailures that `query` selects, in task id order, after task id `after`."""
+        raise ConfigError(f"{self.describe()} keeps no failure records")
+
+    def failure_groups(self, query: FailureQuery) -> list:
+        """Every failure `query` selects, counted in FailureGroups (the largest first)."""
+        raise ConfigError(f"{self.describe()} keeps no failure records")
 
     @abc.abstractmethod
     def next_chunk(self, after, size: int) -> Optional[tuple]:
@@ -192,6 +206,10 @@ class LeaseQueue(Protocol):
 
     def count_attempts(self, task_ids: Sequence) -> list:
         """Add one lease attempt to each task for this batch; return the new counts in order."""
+
+    def forget_attempts(self, task_ids: Sequence) -> None:
+        """Start these tasks' attempt counts afresh in this batch (`batchd requeue --failed`: a task the
+        master failed for BATCH_TASK_MAX_ATTEMPTS is leased again, not failed again at its next claim)."""
 
     def pending_count(self) -> int:
         """Tasks waiting in the pending list."""

@@ -17,6 +17,7 @@ import signal
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
+from . import failures
 from .backends import open_backend, open_store
 from .config import Settings, load_settings
 from .errors import BatchdError, ConfigError
@@ -137,6 +138,8 @@ class Runtime:
             self._store_opened = True
         moved = self.store.move(mark_move(ok), [task_id])
         batch = self.store.last_batch()
+        if moved and batch is not None and not ok:
+            self.store.record_failures([failures.marked(task_id, batch.id)])
         if moved and batch is not None:
             self.backend.tally.add_settled(batch.id, moved if ok else 0, 0 if ok else moved)
 

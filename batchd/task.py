@@ -4,6 +4,7 @@
                           │
                           └──requeue (lease lost, or its requests ended
                                       without update_task)──► PENDING
+    FAILED ──requeue failed (`batchd requeue --failed`, in the open batch)──► PENDING
     any state ──reset (a new batch)──► PENDING
 
 Every store applies a `Move` as one compare-and-set statement
@@ -38,6 +39,8 @@ class Move(Enum):
     # the user's explicit word on a task nobody has settled yet.
     MARK_DONE = Transition("mark done", (TaskState.PENDING, TaskState.PROCESSING), TaskState.DONE)
     MARK_FAILED = Transition("mark failed", (TaskState.PENDING, TaskState.PROCESSING), TaskState.FAILED)
+    # An operator's word (batchd requeue --failed): failed tasks of the open batch are crawled again.
+    REQUEUE_FAILED = Transition("requeue failed", (TaskState.FAILED,), TaskState.PENDING)
     RESET = Transition("reset", (), TaskState.PENDING)
 
     @property

@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from contextlib import contextmanager
 from typing import Any, Callable, Optional
 
+from . import failures
 from .config import Settings
 from .errors import BackendUnavailable, BatchdError, ConfigError, ExitCode
 from .downloader import Downloader
@@ -349,8 +350,17 @@ class Worker:
         if run is None:
             return False
         with _outside_user_code(run):
-            self._pipeline.record_outcome(run, ok)
+            self._pipeline.record_outcome(run, ok, None if ok else self._failure_at_hand(run))
         return True
+
+    @staticmethod
+    def _failure_at_hand(run: TaskRun):
+        """Why update_task(ok=False) fails the task: the request whose failed_request() or errback is
+        running, else the spider's own word."""
+        failed = run.last_failure
+        if failed is None:
+            return failures.marked(run.task_id, run.lease.batch_id)
+        return failures.of_request(run.task_id, run.lease.batch_id, failed)
 
     def failure_reason(self, task_id, response_or_exception) -> Optional[str]:
         """The downloader's reason for the failure failed_request() was given for a task held here."""
@@ -381,7 +391,9 @@ class Worker:
         log.error("task %s failed: still being processed after TASK_TIMEOUT=%g s; its thread is interrupted",
                   run.task_id, limit)
         run.timed_out = True
-        self._pipeline.record_outcome(run, ok=False)
+        self._pipeline.record_outcome(run, ok=False, failure=failures.failure(
+            run.task_id, run.lease.batch_id, f"still being processed after TASK_TIMEOUT={limit:g} s", url=run.url,
+            error_class=TaskTimedOut.__name__))
         _interrupt(run)
 
     def _give_up_thread(self, run: TaskRun, limit: float, stop: StopFlag) -> None:
@@ -493,40 +505,54 @@ class Worker:
             pass                      # failed and logged by the watching thread already
         except BadItem as e:
             log.error("task %s failed: %s", run.task_id, e)
-            self._pipeline.record_outcome(run, ok=False)
+            self._fail_with(run, e)
         except ConfigError as e:     # an Item class its table cannot take: no task of it could succeed
             log.critical("%s: %s; this worker stops (task %s is given back)", self.name, e, run.task_id)
             self._fail(stop, str(e), ExitCode.CONFIG)
         except Exception as e:   # the user's code failed: this task fails, the worker carries on
             log.error("task %s failed: %s: %s", run.task_id, type(e).__name__, e,
                       exc_info=_first_time((self.leases.namespace, run.lease.batch_id, str(run.task_id)), e))
-            self._pipeline.record_outcome(run, ok=False)
+            self._fail_with(run, e)
         finally:
             if stop.cold:
                 log.info("task %s abandoned at a cold stop; its lease is given back", run.task_id)
             self._pipeline.finish_requests(run)
+
+    def _fail_with(self, run: TaskRun, error: Exception) -> None:
+        self._pipeline.record_outcome(run, ok=False, failure=failures.of_exception(
+            run.task_id, run.lease.batch_id, error, url=run.url))
 
     def _run_request(self, run: TaskRun, request: Request, task: dict) -> list:
         """Download one request and run its callback (its errback if it failed); returns the follow-ups."""
         if self._is_duplicate(run, request):
             return []
         request_seq = run.next_request_seq()
+        run.url = request.url
         try:
             response = self._downloader.fetch(request, *self._spider_hooks(run))
         except RequestFailed as failure:
             run.last_failure = failure
-            if request.errback is None:
-                with _user_code(run):
-                    self.spider.failed_request(request, failure.response_or_exception, task)
-                return []
-            errback = self._spider_method(request.errback)
-            with _user_code(run):
-                produced = errback(request, failure.response_or_exception, task)
-            return self._take(run, request_seq, errback, produced)
+            try:
+                return self._run_errback(run, request, request_seq, failure, task)
+            finally:
+                run.last_failure = None
         callback = self._spider_method(request.callback or self.spider.parse)
         with _user_code(run):
             produced = callback(request, response, task, **request.cb_kwargs)
         return self._take(run, request_seq, callback, produced)
+
+    def _run_errback(self, run: TaskRun, request: Request, request_seq: int, failure: RequestFailed,
+                     task: dict) -> list:
+        """The request's errback, else the spider's failed_request: with the failure at hand, so that an
+        update_task(ok=False) they call records it."""
+        if request.errback is None:
+            with _user_code(run):
+                self.spider.failed_request(request, failure.response_or_exception, task)
+            return []
+        errback = self._spider_method(request.errback)
+        with _user_code(run):
+            produced = errback(request, failure.response_or_exception, task)
+        return self._take(run, request_seq, errback, produced)
 
     def _spider_hooks(self, run: TaskRun) -> tuple:
         """The spider's download_midware and validate for the downloader, run as the spider's code; None

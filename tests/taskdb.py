@@ -67,6 +67,10 @@ class MemoryBackend:
     def records(self):
         return [vars(b) for b in self._store.batches]
 
+    def failures(self):
+        """The failure records, {(batch id, task id): row as a dict}."""
+        return {(f.batch_id, f.task_id): vars(f) for f in self._store._failures.values()}
+
     def age_last_batch(self, days=0, hours=0):
         from datetime import timedelta
         self._store.batches[-1].batch_date -= timedelta(days=days, hours=hours)
@@ -162,6 +166,17 @@ class MysqlBackend:
             row["is_done"] = bool(row["is_done"])
         return rows
 
+    def failures(self):
+        """The failure records, {(batch id, task id): row as a dict}."""
+        import MySQLdb
+        cur = self.conn.cursor(MySQLdb.cursors.DictCursor)
+        cur.execute(f"SELECT * FROM `{self.table}_failure`")
+        rows = list(cur.fetchall())
+        cur.close()
+        for row in rows:
+            row["time"] = row.pop("fail_time")
+        return {(row["batch_id"], row["task_id"]): row for row in rows}
+
     def age_last_batch(self, days=0, hours=0):
         self.sql(f"UPDATE `{self.table}_batch_record` SET `batch_date` = `batch_date` - INTERVAL %s HOUR "
                  "ORDER BY `id` DESC LIMIT 1", (days * 24 + hours,))
@@ -246,6 +261,16 @@ class SqliteBackend:
             for name in ("batch_date", "create_time", "update_time"):
                 row[name] = datetime.fromisoformat(row[name])
         return rows
+
+    def failures(self):
+        """The failure records, {(batch id, task id): row as a dict}."""
+        from datetime import datetime
+        cur = self.conn.execute(f'SELECT * FROM "{self.table}_failure"')
+        names = [d[0] for d in cur.description]
+        rows = [dict(zip(names, row)) for row in cur.fetchall()]
+        for row in rows:
+            row["time"] = datetime.fromisoformat(row.pop("fail_time"))
+        return {(row["batch_id"], row["task_id"]): row for row in rows}
 
     def age_last_batch(self, days=0, hours=0):
         self.sql(f'UPDATE "{self.table}_batch_record" SET "batch_date" = datetime("batch_date", ?) '

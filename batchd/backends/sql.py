@@ -26,7 +26,7 @@ only their SQL spelling, their connections, their DDL and their clock:
                check_task_columns(layout, c)   the time column's type; the id's type for the item table
                has_leading_index(t, c)         whether an index of t starts with column c
                index_statement(t, c)           the statement that would create one
-               create_record_table(t), create_default_item_table(t)
+               create_record_table(t), create_default_item_table(t), create_failure_table(t)
 
 Every statement binds its values; table and column names come from a validated TaskLayout
 (or item keys, checked as identifiers) and always pass through quote().
@@ -41,7 +41,8 @@ from ..codec import plain_json
 from ..config import check_identifier
 from ..errors import ConfigError
 from ..task import Move, TaskState
-from ..model import COLUMNS_ITEM_KIND, BatchRecord, ItemRow, Progress, TaskLayout, reset_cursor
+from ..model import (COLUMNS_ITEM_KIND, BatchRecord, FailureGroup, FailureQuery, ItemRow, Progress, TaskFailure,
+                     TaskLayout, reset_cursor)
 from ..ports import BatchStore
 
 log = logging.getLogger("batchd.store")
@@ -52,6 +53,8 @@ RESET_CURSOR = "reset_cursor"     # batchd's own column of the record: where an 
 STATS = "stats"                   # batchd's own column of the record: the batch's counters, at its close
 RECORD_FIELDS = tuple(f.name for f in fields(BatchRecord))      # the columns last_batch() reads
 ITEM_KEY = ("batch_id", "task_id", "request_seq", "item_seq")   # the default item table's unique key
+FAILURE_COLUMNS = ("batch_id", "task_id", "url", "reason", "status", "error_class", "attempts", "host", "fail_time")
+FAILURE_KEY = ("batch_id", "task_id")                           # the failure table's primary key
 TASK_COLUMNS = (("id_field", "BATCH_TASK_ID_FIELD"), ("state_field", "BATCH_TASK_STATE_FIELD"),
                 ("time_field", "BATCH_TASK_TIME_FIELD"))
 
@@ -175,6 +178,10 @@ class SqlBatchStore(BatchStore):
         """CREATE TABLE IF NOT EXISTS for the default item table, unique on ITEM_KEY."""
 
     @abc.abstractmethod
+    def create_failure_table(self, table: str) -> None:
+        """CREATE TABLE IF NOT EXISTS for the failure records, with FAILURE_COLUMNS, keyed on FAILURE_KEY."""
+
+    @abc.abstractmethod
     def task_table_statements(self, layout: TaskLayout) -> list:
         """The statements that make the seed's task table (id, url, state, time; the state indexed)."""
 
@@ -219,11 +226,7 @@ class SqlBatchStore(BatchStore):
         self.layout = layout
         self._warn_unindexed_state(layout)
         self.create_record_table(layout.record_table)
-        record_columns = self.table_columns(layout.record_table)
-        missing = [c for c in RECORD_COLUMNS if c not in record_columns]
-        if missing:
-            raise ConfigError(f"batch record table {self.quote(layout.record_table)} exists without column "
-                              f"{self.quote(missing[0])}; rename the old table so batchd can create its own")
+        record_columns = self._table_with(layout.record_table, RECORD_COLUMNS, "batch record table")
         for column, column_type, meaning in self._own_record_columns():
             if column not in record_columns:
                 self._add_record_column(layout.record_table, column, column_type, meaning)
@@ -231,6 +234,18 @@ class SqlBatchStore(BatchStore):
             self.item_columns(layout.item_table, setting="__item_table__")
         else:
             self.create_default_item_table(layout.default_item_table)
+        self.create_failure_table(layout.failure_table)
+        self._table_with(layout.failure_table, FAILURE_COLUMNS, "failure table")
+
+    def _table_with(self, table: str, required: Sequence[str], what: str) -> dict:
+        """The columns of a table batchd made, once it is sure none it needs is missing (a table of the same
+        name made by something else, or by an older batchd that kept other columns)."""
+        columns = self.table_columns(table)
+        missing = [c for c in required if c not in columns]
+        if missing:
+            raise ConfigError(f"{what} {self.quote(table)} exists without column {self.quote(missing[0])}; rename "
+                              "the old table so batchd can create its own")
+        return columns
 
     def _own_record_columns(self) -> tuple:
         """batchd's own columns of the record, beside the contract's: (name, type, what it keeps)."""
@@ -437,6 +452,53 @@ class SqlBatchStore(BatchStore):
             # like MySQL's ON DUPLICATE KEY, any unique key of the user's table counts.
             self._upsert(table, columns, columns, tuple(key) or None,
                          [[self.column_value(item[c]) for c in columns] for item in items])
+
+    # -- failure records
+    def record_failures(self, failures: Sequence[TaskFailure]) -> None:
+        """One upsert over every row: a single statement (mysqlclient sends the rows as one INSERT)."""
+        if not failures:
+            return
+        now = self.column_value(self.now())     # bound, not now_term(): every row's VALUES stays plain markers
+        self._upsert(self.opened_layout.failure_table, FAILURE_COLUMNS, FAILURE_COLUMNS[2:], FAILURE_KEY,
+                     [(f.batch_id, f.task_id, f.url, f.reason, f.status, f.error_class, f.attempts, f.host, now)
+                      for f in failures])
+
+    def failures(self, query: FailureQuery, after=None, limit: int = 100) -> list:
+        source, conditions, params = self._failure_source(query)
+        if after is not None:
+            conditions.append(f"f.{self.quote('task_id')} > {self.placeholder}")
+            params.append(after)
+        names = ", ".join(f"f.{self.quote(c)}" for c in FAILURE_COLUMNS)
+        rows = self.fetch(f"SELECT {names} {source}{_where(conditions)} ORDER BY f.{self.quote('task_id')} "
+                          f"LIMIT {self.placeholder}", params + [limit], dicts=True)
+        return [self._failure_from_db(row) for row in rows]
+
+    def _failure_from_db(self, row: dict) -> TaskFailure:
+        written = row.pop("fail_time")
+        return TaskFailure(**row, time=self.time_from_db(written))
+
+    def failure_groups(self, query: FailureQuery) -> list:
+        source, conditions, params = self._failure_source(query)
+        status, error_class, reason = (f"f.{self.quote(c)}" for c in ("status", "error_class", "reason"))
+        alone = f"CASE WHEN {status} IS NULL AND {error_class} IS NULL THEN {reason} END"
+        rows = self.fetch(f"SELECT {status}, {error_class}, MIN({reason}), COUNT(*) {source}{_where(conditions)} "
+                          f"GROUP BY {status}, {error_class}, {alone} ORDER BY COUNT(*) DESC", params)
+        return [FailureGroup(status=row[0], error_class=row[1], sample=row[2], count=int(row[3])) for row in rows]
+
+    def _failure_source(self, query: FailureQuery) -> tuple:
+        """(FROM ..., conditions, values) of the failure records `query` selects (the table is `f`)."""
+        p = self.placeholder
+        source = f"FROM {self.quote(self.opened_layout.failure_table)} AS f"
+        conditions, params = [f"f.{self.quote('batch_id')} = {p}"], [query.batch_id]   # type: list, list
+        if query.still_failed:
+            table, key, state = self._quoted_task_table()
+            source += f" JOIN {table} AS t ON t.{key} = f.{self.quote('task_id')}"
+            conditions.append(f"t.{state} = {p}")
+            params.append(int(TaskState.FAILED))
+        if query.reason:
+            conditions.append(f"INSTR(LOWER(f.{self.quote('reason')}), {p}) > 0")
+            params.append(query.reason.lower())
+        return source, conditions, params
 
     def _upsert(self, table: str, columns: Sequence[str], updated: Sequence[str],
                 key: Optional[Sequence[str]], values: list) -> None:

@@ -145,6 +145,11 @@ class LocalQueue:
                 counts.append(self._attempts[task_key(task_id)])
             return counts
 
+    def forget_attempts(self, task_ids: Sequence) -> None:
+        with self._cond:
+            for task_id in task_ids:
+                self._attempts.pop(task_key(task_id), None)
+
     def reclaim_expired(self, limit: int) -> list:
         with self._cond:
             now = time.monotonic()

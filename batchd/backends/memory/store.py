@@ -6,13 +6,16 @@ No other process can reach it, so its other ports live in this process too
 replaces its items, and an Item with a `__unique_key__` replaces the one with the same key.
 """
 import bisect
+import collections
+import dataclasses
 import threading
 from datetime import datetime
 from typing import Iterable, Optional, Sequence
 
 from ...codec import plain_json
 from ...errors import ConfigError
-from ...model import BatchRecord, ItemRow, Progress, TaskLayout, reset_cursor, task_key
+from ...model import (BatchRecord, FailureGroup, FailureQuery, ItemRow, Progress, TaskFailure, TaskLayout,
+                      reset_cursor, task_key)
 from ...ports import BatchStore
 from ...task import Move, TaskState
 
@@ -26,6 +29,7 @@ class MemoryBatchStore(BatchStore):
         self._by_id: dict = {}
         self._batches: list = []
         self._items: dict = {}     # (table, key) -> item, insertion-ordered
+        self._failures: dict = {}  # (batch id, task key) -> TaskFailure
         self._lock = threading.RLock()
 
     # -- what users read after a run
@@ -185,6 +189,33 @@ class MemoryBatchStore(BatchStore):
                 else:
                     at = (row.batch_id, row.task_id, row.request_seq, row.item_seq)
                 self._items[(table, at)] = row.data
+
+    def record_failures(self, failures: Sequence[TaskFailure]) -> None:
+        with self._lock:
+            now = self.now()
+            for failure in failures:
+                self._failures[(failure.batch_id, task_key(failure.task_id))] = dataclasses.replace(failure, time=now)
+
+    def failures(self, query: FailureQuery, after=None, limit: int = 100) -> list:
+        with self._lock:
+            chosen = sorted((f for f in self._selected(query) if after is None or f.task_id > after),
+                            key=lambda f: f.task_id)
+            return [dataclasses.replace(f) for f in chosen[:limit]]
+
+    def failure_groups(self, query: FailureQuery) -> list:
+        with self._lock:
+            groups = collections.defaultdict(list)
+            for f in self._selected(query):
+                alone = f.reason if f.status is None and f.error_class is None else None
+                groups[(f.status, f.error_class, alone)].append(f.reason)
+            return sorted((FailureGroup(status=status, error_class=error_class, sample=min(reasons), count=len(reasons))
+                           for (status, error_class, _), reasons in groups.items()), key=lambda g: -g.count)
+
+    def _selected(self, query: FailureQuery) -> list:
+        state = self.opened_layout.state_field
+        return [f for (batch_id, key), f in self._failures.items() if batch_id == query.batch_id
+                and (not query.still_failed or (key in self._by_id and self._by_id[key][state] == TaskState.FAILED))
+                and (not query.reason or query.reason.lower() in f.reason.lower())]
 
     def _apply(self, move: Move, rows: list) -> int:
         """The state machine's compare-and-set (batchd/task.py) on these rows: those in a source state move

@@ -16,7 +16,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from ...config import check_identifier, redact_url
 from ...errors import BackendUnavailable, ConfigError
-from ...model import TaskLayout
+from ...model import CLASS_MOST, HOST_MOST, REASON_MOST, URL_MOST, TaskLayout
 from ...threads import guard
 from ..sql import SqlBatchStore, column_sets
 
@@ -291,6 +291,20 @@ class MysqlBatchStore(SqlBatchStore):
             `create_time` DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
             `update_time` DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
             PRIMARY KEY (`id`)
+        ) DEFAULT CHARSET=utf8mb4""")
+
+    def create_failure_table(self, table: str) -> None:
+        self.execute(f"""CREATE TABLE IF NOT EXISTS {self.quote(table)} (
+            `batch_id` BIGINT NOT NULL,
+            `task_id` {self._id_type} NOT NULL,
+            `url` VARCHAR({URL_MOST}) NULL,
+            `reason` VARCHAR({REASON_MOST}) NOT NULL,
+            `status` SMALLINT NULL,
+            `error_class` VARCHAR({CLASS_MOST}) NULL,
+            `attempts` INT NULL,
+            `host` VARCHAR({HOST_MOST}) NOT NULL,
+            `fail_time` DATETIME NOT NULL,
+            PRIMARY KEY (`batch_id`, `task_id`)
         ) DEFAULT CHARSET=utf8mb4""")
 
     def task_table_statements(self, layout: TaskLayout) -> list:

@@ -392,6 +392,11 @@ class RedisLeaseQueue(RedisPort):
         return self._count_attempts(keys=[self.keys.attempts], args=[task_key(task_id) for task_id in task_ids])
 
     @translated
+    def forget_attempts(self, task_ids: Sequence) -> None:
+        if task_ids:
+            self.redis.hdel(self.keys.attempts, *[task_key(task_id) for task_id in task_ids])
+
+    @translated
     def pending_count(self) -> int:
         return self.redis.llen(self.keys.pending)
 

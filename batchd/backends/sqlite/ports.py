@@ -156,6 +156,11 @@ class SqliteLeaseQueue(SqlitePort):
                                  "RETURNING attempts", (self.namespace, task_key(task_id))).fetchall()[0][0]
                     for task_id in task_ids]
 
+    def forget_attempts(self, task_ids: Sequence) -> None:
+        with self.db.transaction() as conn:
+            conn.executemany("DELETE FROM batchd_attempts WHERE namespace = ? AND task_key = ?",
+                             [(self.namespace, task_key(task_id)) for task_id in task_ids])
+
     def pending_count(self) -> int:
         return self.db.rows("SELECT COUNT(*) FROM batchd_queue WHERE namespace = ?", (self.namespace,))[0][0]
 

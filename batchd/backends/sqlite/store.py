@@ -154,6 +154,19 @@ class SqliteBatchStore(SqlBatchStore):
             "create_time" DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
             "update_time" DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP)""")
 
+    def create_failure_table(self, table: str) -> None:
+        self.execute(f"""CREATE TABLE IF NOT EXISTS {self.quote(table)} (
+            "batch_id" INTEGER NOT NULL,
+            "task_id" {self._id_affinity} NOT NULL,
+            "url" TEXT,
+            "reason" TEXT NOT NULL,
+            "status" INTEGER,
+            "error_class" TEXT,
+            "attempts" INTEGER,
+            "host" TEXT NOT NULL,
+            "fail_time" DATETIME NOT NULL,
+            PRIMARY KEY ("batch_id", "task_id"))""")
+
     def task_table_statements(self, layout: TaskLayout) -> list:
         q = self.quote
         return [f"""CREATE TABLE {q(layout.table)} (
