@@ -423,6 +423,8 @@ def check_operator_commands(box, backend) -> None:
     wait_for(lambda: len(backend.records()) == 2 and backend.records()[-1]["is_done"], timeout=150, interval=0.5,
              message="batch 2, opened by batchd open-batch, to finish")
     assert set(backend.states().values()) == {TaskState.DONE}
+    assert "batch 2 (closed): 0 failed tasks" in box.run("batchd", "failed").stdout
+    assert "is closed" in box.run("batchd", "requeue", "--failed").stdout
 
 
 # -- several spiders on one host: batchd-master@NAME ------------------------------------
