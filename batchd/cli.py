@@ -40,6 +40,7 @@ from .child import probe
 from .config import DEFAULT_CONFIG_FILE, ENV_CONFIG, INSTANCE_ROLES, Settings, check_identifier, load_settings
 from .errors import BatchdError, ConfigError, ExitCode
 from .backends import open_store, store_url
+from .middleware import ChainContext, chain_from_settings
 from .loader import SpiderSource, absolute_spider_path, build_runtime, load_spider_class
 from .failed_items import FailedItemsFile
 from .starter import next_steps, write_starter
@@ -438,6 +439,7 @@ def check_verb(args: argparse.Namespace) -> int:
     opened = checks.item("task table", lambda: (True, _open_task_table(runtime)), needs=reached)
     checks.item("index", lambda: (True, _state_index(runtime)), needs=opened)
     checks.item("namespace", lambda: (True, _namespace_owner(runtime)), needs=opened and queue)
+    checks.item("downloader", lambda: (True, _middleware_chain(runtime)), needs=queue)
     return checks.exit_code
 
 
@@ -467,6 +469,16 @@ def _namespace_owner(runtime: Runtime) -> str:
     identity = claim_namespace(runtime.backend.namespaces, runtime.store, runtime.layout, runtime.namespace,
                                "check", record=False)
     return f"{runtime.namespace} serves {identity}"
+
+
+def _middleware_chain(runtime: Runtime) -> str:
+    """DOWNLOADER_MIDDLEWARES as a worker would load it (with these settings: links they leave idle are out)."""
+    context = ChainContext(runtime.settings, spider=runtime.spider, threads=runtime.settings.SPIDER_THREAD_COUNT,
+                           host_rates=runtime.backend.host_rates(runtime.namespace))
+    chain = chain_from_settings(context)
+    names = " > ".join(type(link).__name__ for link in chain.middlewares) or "no link"
+    chain.close()
+    return f"middlewares {names}"
 
 
 def _state_index(runtime: Runtime) -> str:

@@ -148,8 +148,14 @@ def test_check_reports_each_item_and_fails_on_any(mysql_backend):
 
     mysql_backend.sql("ALTER TABLE `crawl_task` ADD INDEX `idx_batch_status` (`batch_status`)")
     good = batchd("check", SEED, backend=mysql_backend)
-    assert good.returncode == 0 and good.stdout.count("OK    ") == 6, good.stdout
+    assert good.returncode == 0 and good.stdout.count("OK    ") == 7, good.stdout
     assert f"OK    namespace   {mysql_backend.namespace} serves MySQL " in good.stdout
+    assert "OK    downloader  middlewares RetryMiddleware > StatsMiddleware" in good.stdout
+
+    bad_chain = batchd("check", SEED, backend=mysql_backend,
+                       env={"BATCHD_DOWNLOADER_MIDDLEWARES": '["batchd.middleware.RetryMiddleware", "nowhere.Retry"]'})
+    assert bad_chain.returncode == 78
+    assert "FAIL  downloader  DOWNLOADER_MIDDLEWARES: cannot import 'nowhere.Retry'" in bad_chain.stdout
 
     no_redis = batchd("check", SEED, backend=mysql_backend, env={"BATCHD_REDIS_URL": "redis://127.0.0.1:1/0"})
     assert no_redis.returncode == 69 and "FAIL  queue" in no_redis.stdout
