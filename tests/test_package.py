@@ -404,7 +404,9 @@ def check_service_lifecycle(built, box, site, backend):
 
 
 def unit_status(box, unit) -> str:
-    return box.run("systemctl", "status", "--no-pager", unit, check=False).stdout
+    """The unit's STATUS= line, as `systemctl status` shows it (not the journal lines under it)."""
+    status = box.run("systemctl", "show", "-P", "StatusText", unit, check=False).stdout
+    return status.strip()
 
 
 def check_operator_commands(box, backend) -> None:
