@@ -75,11 +75,11 @@ class Runtime:
         return Master(self.settings, self.layout, b.store, b.leases, b.locks, b.wake, b.namespaces, b.tally,
                       b.counters)
 
-    def worker(self, ledger=None, name: str = "worker", keep_alive: bool = True) -> Worker:
+    def worker(self, ledger=None, name: str = "worker", keep_alive: bool = True, metrics=None) -> Worker:
         b = self.backend
         worker = Worker(self.spider, self.settings, self.layout, b.store, b.leases, b.wake, b.seen, b.namespaces, b.tally,
                         b.counters, ledger=ledger, name=name, keep_alive=keep_alive,
-                        host_rates=b.host_rates(self.namespace))
+                        host_rates=b.host_rates(self.namespace), metrics=metrics)
         self._workers.append(worker)
         return worker
 

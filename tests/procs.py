@@ -6,6 +6,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
 RUNNER = os.path.join(HERE, "spiders", "run.py")
 
 
@@ -14,6 +15,9 @@ class Proc:
         self.log_path = log_path or f"/tmp/batchd-test-{os.getpid()}-{time.monotonic_ns()}.log"
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("BATCHD_")}
         full_env.update({"PYTHONUNBUFFERED": "1", "PYTHONPATH": HERE}, **(env or {}))
+        # This checkout's batchd, last: not another one an environment installed (an editable install of
+        # another worktree would otherwise answer `python -m batchd` run from tests/).
+        full_env["PYTHONPATH"] += os.pathsep + REPO
         self._log = open(self.log_path, "wb")
         self.popen = subprocess.Popen(args, env=full_env, cwd=cwd, stdout=self._log, stderr=subprocess.STDOUT)
         self.pid = self.popen.pid

@@ -449,10 +449,14 @@ def check_journal_entries(built, box, site, backend):
     error, warning = wait_for(failures_logged, timeout=30, message="both failures in the journal")
 
     # The callback's exception: one entry, the traceback inside it, every line of it marked.
-    print(json.dumps({name: error[name] for name in ("MESSAGE", "PRIORITY", "SYSLOG_IDENTIFIER", "BATCHD_ROLE",
-                                                     "_TRANSPORT", "_PID")}, indent=1, ensure_ascii=False))
+    print(json.dumps({name: error.get(name) for name in ("MESSAGE", "PRIORITY", "SYSLOG_IDENTIFIER", "BATCHD_ROLE",
+                                                         "BATCHD_NAMESPACE", "BATCHD_BATCH", "BATCHD_TASK_ID",
+                                                         "_TRANSPORT", "_PID")}, indent=1, ensure_ascii=False))
     message = error["MESSAGE"].split("\n")
-    assert (error["PRIORITY"], error["_TRANSPORT"]) == ("3", "journal") and error["BATCHD_ROLE"].startswith("worker ")
+    assert (error["PRIORITY"], error["_TRANSPORT"]) == ("3", "journal")
+    # batchd's fields: `journalctl BATCHD_TASK_ID=1` finds the task's story.
+    assert (error["BATCHD_ROLE"], error["BATCHD_NAMESPACE"], error["BATCHD_TASK_ID"]) == ("worker", backend.namespace, "1")
+    assert error["BATCHD_BATCH"] == str(backend.records()[-1]["id"])
     assert message[0].endswith(rf"task 1 failed: ValueError: no parse for {page}\r\nX-Injected: 2"), message[0]
     assert message[1] == "  | Traceback (most recent call last):"
     assert all(line.startswith("  | ") for line in message[1:])
