@@ -12,7 +12,7 @@ import sys
 import pytest
 import requests
 
-from batchd.metrics import FetchLatencyMiddleware, WorkerMetrics
+from batchd.metrics import FetchLatencyMiddleware, SupervisorCollector, WorkerMetrics
 from batchd.middleware import ChainContext, StatsMiddleware, chain_from_settings
 from batchd.config import Settings
 from batchd.systemd import JournalFields
@@ -193,3 +193,19 @@ def test_what_metrics_cost_per_request():
     print(f"one attempt through the counting links: {cost['off_ns']} ns without metrics, {cost['on_ns']} ns with "
           f"(+{cost['overhead_ns']} ns)")
     assert cost["overhead_ns"] < 100_000, cost     # tens of microseconds at worst, on a busy machine
+
+
+def test_a_backend_once_down_shows_0_when_it_is_back():
+    """batchd_backend_outage: 1 while a child waits for the backend, then 0 (the series stays, for alerts that
+    compare); a supervisor that does not run the master has no batch figures."""
+    figures = {"namespace": "ns", "workers_alive": 2, "unflushed": 0, "in_flight": 0, "restarts": {"worker": 0},
+               "outages": {"Redis"}}
+    collector = SupervisorCollector(lambda: figures)
+
+    def outage_samples():
+        families = {family.name: family for family in collector.collect()}
+        assert "batchd_batch_total_tasks" not in families
+        return {s.labels["backend"]: s.value for s in families["batchd_backend_outage"].samples}
+    assert outage_samples() == {"Redis": 1}
+    figures["outages"] = set()
+    assert outage_samples() == {"Redis": 0}
