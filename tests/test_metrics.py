@@ -5,7 +5,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 
@@ -19,38 +18,9 @@ from batchd.systemd import JournalFields
 from batchd.task import TaskState
 from harness import InProcessBatch, spider_factory, wait_for
 from procs import HERE, REPO
-from supervised import lines_with, slow_urls, start_batchd, workers_of
+from supervised import free_port, lines_with, scrape, slow_urls, start_batchd, try_scrape, value, workers_of
 
-prometheus_parser = pytest.importorskip("prometheus_client.parser")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def scrape(port: int) -> dict:
-    """{(sample name, ((label, value), ...) without namespace): value} of one /metrics answer."""
-    answer = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
-    answer.raise_for_status()
-    samples = {}
-    for family in prometheus_parser.text_string_to_metric_families(answer.text):
-        for sample in family.samples:
-            labels = tuple(sorted((k, v) for k, v in sample.labels.items() if k != "namespace"))
-            samples[(sample.name, labels)] = sample.value
-    return samples
-
-
-def value(samples: dict, name: str, **labels) -> float:
-    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
-
-
-def try_scrape(port: int) -> dict:
-    try:
-        return scrape(port)
-    except requests.ConnectionError:
-        return {}      # not listening yet
+pytest.importorskip("prometheus_client")
 
 
 def db_counts(backend) -> dict:
