@@ -39,7 +39,8 @@ from .config import settings_from_plain
 from .errors import BatchdError, ConfigError, ExitCode
 from .lifecycle import Backoff, StopFlag
 from .loader import SpiderSource, build_runtime
-from .systemd import set_process_role, set_process_title, setup_logging
+from .metrics import MeteredLedger, WorkerMetrics
+from .systemd import set_log_namespace, set_process_role, set_process_title, setup_logging
 from .threads import guard
 from .worker import ledger_slots
 
@@ -63,6 +64,7 @@ class ChildSpec:
     keep_alive: bool     # a worker waits for work (False: exits once the batch is done)
     name: str            # "worker 2" (with "@instance" when named): logs
     title: str           # "batchd: worker 2 <ns>": the process title
+    metered: bool = False  # METRICS_PORT: a worker counts into its supervisor's metrics directory
 
 
 def enter_child(supervisor_pid: int, forget: Callable[[], None]) -> StopFlag:
@@ -128,14 +130,17 @@ def _exit_code_of(body: Callable[[], None]) -> int:
 def _run_role(spec: ChildSpec, source: SpiderSource, block, stop: StopFlag) -> None:
     runtime = build_runtime(source, keep_alive=spec.keep_alive)
     setup_logging(runtime.settings.LOG_LEVEL)
+    set_log_namespace(runtime.namespace)
     if spec.role == "master":
         master = runtime.master()
         block.mark_running(spec.row)
         master.run(stop, lambda: block.master_beat(spec.row, master), once=spec.once,
                    on_outages=lambda outages: block.set_outages(spec.row, outages))
         return
-    ledger = block.worker_ledger(spec.row, ledger_slots(runtime.settings))
-    worker = runtime.worker(ledger=ledger, name=spec.name, keep_alive=spec.keep_alive)
+    slots = ledger_slots(runtime.settings)
+    metrics = WorkerMetrics(runtime.namespace) if spec.metered else None
+    ledger = block.worker_ledger(spec.row, slots) if metrics is None else MeteredLedger(block, spec.row, slots, metrics)
+    worker = runtime.worker(ledger=ledger, name=spec.name, keep_alive=spec.keep_alive, metrics=metrics)
     block.mark_running(spec.row)
     worker.run(stop, ledger.beat)
 

@@ -138,7 +138,7 @@ class Settings:
         ("batchd.middleware.RetryMiddleware", "batchd.robots.RobotsTxtMiddleware",
          "batchd.throttle.AutoThrottleMiddleware", "batchd.proxies.ProxyMiddleware",
          "batchd.middleware.RateLimitMiddleware", "batchd.politeness.PolitenessMiddleware",
-         "batchd.middleware.StatsMiddleware"),
+         "batchd.middleware.StatsMiddleware", "batchd.metrics.FetchLatencyMiddleware"),
         "the downloader middleware chain, outermost first: dotted paths of batchd.DownloaderMiddleware classes")
     # -- items
     ITEM_FLUSH_SIZE: int = setting(500, "items per flush, at most", 1, 100_000)
@@ -160,6 +160,10 @@ class Settings:
     STOP_TIMEOUT: float = setting(90.0, "seconds a warm stop may take", 0.1, DAY)
     STATUS_INTERVAL: float = setting(5.0, "seconds between a supervisor's STATUS= lines and snapshots", 0.1, 3600)
     LOG_LEVEL: str = setting("INFO", "the least severe messages logged", choices=LOG_LEVELS, ignore_case=True)
+    METRICS_PORT: int = setting(0, "the TCP port a supervisor serves Prometheus metrics on at /metrics (0: off; "
+                                   "needs prometheus-client)", 0, 65535)
+    METRICS_ADDRESS: str = setting("127.0.0.1", "the address METRICS_PORT listens on (0.0.0.0: every IPv4 "
+                                                "address)")
 
     def namespace_for(self, task_table: str) -> str:
         return self.NAMESPACE or task_table

@@ -153,6 +153,7 @@ class _Row(ctypes.Structure):
                 ("rate", ctypes.c_double), ("is_done", ctypes.c_int64), ("done_count", ctypes.c_int64),
                 ("fail_count", ctypes.c_int64), ("next_due", ctypes.c_char * 24),
                 ("paused_since", ctypes.c_double),          # `batchd pause`: since when (Unix time, 0: not paused)
+                ("queued", ctypes.c_int64),                 # tasks in the queue after its last refill
                 # the backend it waits for, since when (Unix time, 0: none) and why
                 ("outage_since", ctypes.c_double), ("outage_backend", ctypes.c_char * BACKEND_BYTES),
                 ("outage_reason", ctypes.c_char * REASON_BYTES)]
@@ -263,6 +264,7 @@ class LedgerBlock:
             row.is_done, row.rate = int(batch.is_done), master.rate.per_second()
             row.next_due = master.next_due_text().encode()[:24]
         row.paused_since = master.paused_since or 0.0
+        row.queued = master.queue_length
 
     def set_outages(self, number: int, outages: list) -> None:
         """A child's row names the backends it waits for: the earliest outage's start, every name, a reason."""

@@ -139,6 +139,7 @@ class Master:
         self.count: Optional[CountWalk] = None     # the reconciliation under way
         self._reported = 0.0                       # when the reset under way was last reported
         self.paused_since: Optional[float] = None  # `batchd pause`: when (Unix time)
+        self.queue_length = 0                      # tasks in the queue after the last refill (for metrics)
 
     # -- the loop the supervisor (or start_monitor()) runs
     def run(self, stop: StopFlag, heartbeat: Callable = lambda: None, once: bool = False,
@@ -401,7 +402,8 @@ class Master:
 
     def refill(self, batch: BatchRecord, upto=None) -> int:
         """Claim what the queue has room for (none past id `upto` while the reset goes on); how many."""
-        room = self.settings.BATCH_PUSH_LIMIT - self.leases.pending_count()
+        self.queue_length = self.leases.pending_count()
+        room = self.settings.BATCH_PUSH_LIMIT - self.queue_length
         if room <= 0:
             return 0
         rows = self.store.claim(room, upto)
@@ -421,6 +423,7 @@ class Master:
             self.tally.add_settled(batch.id, 0, self.store.move(Move.FINISH_FAILED, worn))
         fresh = [row for row, n in zip(rows, attempts) if n <= limit]
         self.leases.push(batch.id, fresh, id_field)
+        self.queue_length += len(fresh)
         return len(rows)
 
     def _queue_dry(self, claimed: int) -> bool:

@@ -71,8 +71,9 @@ def sleep_without_stop(seconds: float) -> bool:
 @dataclass
 class ChainContext:
     """What a middleware may use: the worker's settings and spider, its counters for the batch, a wait
-    that ends early (returning True) when the worker stops, the HostRates port, and `download`: one
-    attempt at a request, outside the chain (robots.txt is fetched with it)."""
+    that ends early (returning True) when the worker stops, the HostRates port, `download`: one
+    attempt at a request, outside the chain (robots.txt is fetched with it), and the worker's
+    Prometheus counters (batchd.metrics.WorkerMetrics; None with METRICS_PORT off)."""
     settings: Any
     spider: Any = None
     stats: Counts = NoCounts()
@@ -80,6 +81,7 @@ class ChainContext:
     download: Optional[Callable[[Request], Response]] = None
     host_rates: Any = None
     threads: int = 1
+    metrics: Any = None
 
 
 class DownloaderMiddleware:

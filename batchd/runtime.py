@@ -78,12 +78,13 @@ class Runtime:
                       b.counters)
 
     def worker(self, ledger=None, name: str = "worker", keep_alive: bool = True,
-               count: Callable[[str, int, Any], None] = count_nothing) -> Worker:
-        """`count(name, n, batch id)` hears the worker's figures ("item/invalid")."""
+               count: Callable[[str, int, Any], None] = count_nothing, metrics=None) -> Worker:
+        """`count(name, n, batch id)` hears the worker's figures ("item/invalid"); `metrics`: its Prometheus
+        counters (batchd/metrics.py), under a supervisor with METRICS_PORT."""
         b = self.backend
         worker = Worker(self.spider, self.settings, self.layout, b.store, b.leases, b.wake, b.seen, b.namespaces, b.tally,
                         b.counters, ledger=ledger, name=name, keep_alive=keep_alive,
-                        host_rates=b.host_rates(self.namespace), count=count)
+                        host_rates=b.host_rates(self.namespace), count=count, metrics=metrics)
         self._workers.append(worker)
         return worker
 

@@ -39,8 +39,9 @@ from .ledger import LedgerBlock, Phase
 from .lifecycle import Backoff
 from .loader import SpiderSource
 from .master import ProgressRate
+from .metrics import MetricsServer
 from .status import SnapshotPublisher, status_line, supervisor_ports
-from .systemd import Notifier, set_process_role, set_process_title, watchdog_usec
+from .systemd import Notifier, set_log_namespace, set_process_role, set_process_title, watchdog_usec
 from .worker import ledger_slots, worker_token_prefix
 
 log = logging.getLogger("batchd.supervisor")
@@ -74,6 +75,8 @@ class Supervisor:
         self.namespace: Optional[str] = None
         self.block: Optional[LedgerBlock] = None
         self.publisher: Optional[SnapshotPublisher] = None
+        self.metrics: Optional[MetricsServer] = None      # METRICS_PORT: /metrics, served from a thread
+        self.restarts: dict = {}                 # role -> children that ended unasked (for the metrics)
         self.exit_code = ExitCode.OK
         self.stopping = False
         self.announce_ready = True
@@ -146,10 +149,17 @@ class Supervisor:
                  self.source.path, namespace, " + ".join(_count(s.wanted, r) for r, s in self.seats.items()),
                  self.block.size, self.block.slots_per_worker)
         self._warn_short_watchdog()
+        if settings.METRICS_PORT:      # before the first fork: the children count into its directory
+            self.metrics = MetricsServer(settings.METRICS_ADDRESS, settings.METRICS_PORT, self.plan.instance_key,
+                                         self.metric_figures)
 
     def _apply(self, settings, namespace: str) -> None:
         """Adopt resolved settings (at start and after a reload)."""
+        if self.settings is not None and ((settings.METRICS_PORT, settings.METRICS_ADDRESS)
+                                          != (self.settings.METRICS_PORT, self.settings.METRICS_ADDRESS)):
+            log.warning("METRICS_PORT and METRICS_ADDRESS take effect at a restart, not at a reload")
         self.settings, self.namespace = settings, namespace
+        set_log_namespace(namespace)
         logging.getLogger("batchd").setLevel(settings.LOG_LEVEL.upper())
         set_process_title(f"batchd: supervisor {self._where()}")
         for role in self.plan.roles:
@@ -158,6 +168,7 @@ class Supervisor:
                 self.seats[role].wanted, self.seats[role].next_spawn = wanted, 0.0
             else:
                 self.seats[role] = Seats(wanted=wanted)
+                self.restarts[role] = 0     # every key there before a scrape reads them from another thread
         self._close_publisher()      # the namespace or the store may have changed with a reload
         ports = supervisor_ports(settings, namespace)
         if ports is not None:
@@ -339,6 +350,7 @@ class Supervisor:
         base = "master" if role == "master" else f"worker {number}"
         spec = ChildSpec(role=role, number=number, row=row, once=self.plan.once,
                          keep_alive=not (self.plan.once and self.plan.verb == "worker"),
+                         metered=self.metrics is not None,
                          name=self.plan.named(base), title=f"batchd: {base} {self._where()}")
         self._ledger.prepare(row)
         process = self.context.Process(target=child_main, name=f"batchd-{base.replace(' ', '-')}",
@@ -352,6 +364,8 @@ class Supervisor:
         os.close(self._wake_r)
         os.close(self._wake_w)
         self.notifier.close()
+        if self.metrics is not None:
+            self.metrics.forget_in_child()
 
     def _reap(self, child: Child, now: float) -> None:
         code = child.process.exitcode
@@ -370,6 +384,8 @@ class Supervisor:
         level = logging.INFO if (code == 0 and not lost.task_keys) else logging.WARNING
         log.log(level, "%s %s%s%s%s", child.label, describe_exit(code), after_abort(child, code), held, next_step)
         self._ledger.clear(child.spec.row)
+        if self.metrics is not None:
+            self.metrics.child_ended(child.pid)     # its live gauge goes; its counters stay in the sums
         child.process.close()
         if stop is not None:
             self._begin_stop(*stop)
@@ -397,6 +413,7 @@ class Supervisor:
         if self.plan.once and self.plan.verb == "worker" and code == 0:    # keep_alive=False: its batch is done
             seats.wanted -= 1
             return "", (ExitCode.OK, "every worker is done (--once)") if seats.wanted == 0 else None
+        self.restarts[role] += 1
         if now - child.spawned_at >= STABLE_AFTER:
             seats.backoff.reset()
             seats.config_failures = 0
@@ -539,6 +556,26 @@ class Supervisor:
         backend, since, reason = min(outages, key=lambda o: o[1])
         return {"outage_backend": backend, "outage_since": round(since, 3), "outage_reason": reason}
 
+    def metric_figures(self) -> dict:
+        """The supervisor's gauges for a /metrics scrape. Called from the metrics thread: it reads the ledger
+        (shared memory, whose rows say which children run) and plain values, never the list of children
+        the loop changes meanwhile."""
+        block = self._ledger
+        running = [n for n in (*block.master_row_numbers(), *block.worker_row_numbers())
+                   if block.row(n).phase != Phase.EMPTY]
+        workers = [n for n in running if n >= block.master_rows]
+        totals = block.totals(workers)
+        down = {name for outage in map(block.outage, running) if outage is not None
+                for name in outage[0].split("+")}
+        figures = {"namespace": self.namespace, "workers_alive": len(workers), "unflushed": totals["unflushed"],
+                   "in_flight": totals["in_flight"], "restarts": dict(self.restarts), "outages": down}
+        rows = [block.row(n) for n in running if n < block.master_rows]
+        row = max((r for r in rows if r.batch_id > 0), key=lambda r: r.heartbeat, default=None)
+        if row is not None:
+            figures["batch"] = {"id": row.batch_id, "total": row.total, "done": row.done_count,
+                                "failed": row.fail_count, "queued": row.queued}
+        return figures
+
     def _worker_line(self, child: Child) -> dict:
         """One worker as `batchd status` lists it."""
         return {"name": child.spec.name, "pid": child.process.pid, **self._ledger.view(child.spec.row)}
@@ -563,6 +600,7 @@ class Supervisor:
     def _shut_down(self) -> None:
         _step("kill the children left", self._kill_leftovers)
         _step("remove the status snapshot", self._close_publisher)
+        _step("stop serving metrics", self._close_metrics)
         _step("restore the signal handlers", self._restore_signals)
         if self.block is None:
             return          # no child ever ran: the reason was the one line already logged
@@ -584,6 +622,11 @@ class Supervisor:
                 publisher.withdraw()
             finally:
                 publisher.close()
+
+    def _close_metrics(self) -> None:
+        metrics, self.metrics = self.metrics, None
+        if metrics is not None:
+            metrics.close()
 
     def _restore_signals(self) -> None:
         signal.set_wakeup_fd(-1)

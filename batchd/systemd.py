@@ -9,7 +9,9 @@ structure, except that the text of each exception (its message, its notes) is es
 Where the record goes:
 - stderr is the journal (JOURNAL_STREAM) and python3-systemd is installed: one journal entry per
   record through `systemd.journal.JournalHandler`, the traceback inside MESSAGE, PRIORITY from
-  the level, SYSLOG_IDENTIFIER=batchd and BATCHD_ROLE (`worker 2`);
+  the level, SYSLOG_IDENTIFIER=batchd and batchd's fields (`JournalFields`): BATCHD_ROLE
+  (supervisor, master, worker), BATCHD_NAMESPACE, and from a worker's thread busy with a task
+  BATCHD_BATCH and BATCHD_TASK_ID, so that `journalctl BATCHD_TASK_ID=42` tells one task's story;
 - stderr is the journal without python3-systemd: one journal entry per line, each line
   prefixed with the record's `<N>` syslog priority and its role and pid, the lines after the
   first marked `role[pid] |` where the first says `role[pid]:`;
@@ -24,14 +26,17 @@ python3-setproctitle and python3-systemd on Debian).
 import importlib
 import logging
 import os
+import re
 import sys
 import threading
 import time
 import traceback
+from contextlib import contextmanager
 from typing import Optional
 
-_role = {"process": "batchd"}
+_role = {"process": "batchd", "namespace": ""}
 _thread_role = threading.local()
+_task = threading.local()     # .fields: the journal fields of the task the thread works on
 
 # (highest level, syslog priority): a level between two standard ones takes the more severe
 # priority, as JournalHandler maps it, so that both ways to the journal agree.
@@ -64,6 +69,27 @@ def set_thread_role(role: str) -> None:
 
 def current_role() -> str:
     return getattr(_thread_role, "role", None) or _role["process"]
+
+
+def set_log_namespace(namespace: str) -> None:
+    """The namespace this process serves (BATCHD_NAMESPACE)."""
+    _role["namespace"] = namespace
+
+
+@contextmanager
+def task_log_fields(namespace: str, batch_id, task_id):
+    """The calling thread works on this task: the journal fields of what it logs meanwhile say so."""
+    _task.fields = {"BATCHD_NAMESPACE": namespace, "BATCHD_BATCH": batch_id, "BATCHD_TASK_ID": task_id}
+    try:
+        yield
+    finally:
+        _task.fields = None
+
+
+def role_kind(role: str) -> str:
+    """What a role is, without its number, instance or thread: `worker` for `worker 2@news.3`."""
+    kind = re.match(r"[a-z]+", role)
+    return kind.group() if kind else role
 
 
 def syslog_priority(levelno: int) -> int:
@@ -117,11 +143,16 @@ class RoleFilter(logging.Filter):
 
 
 class JournalFields(RoleFilter):
-    """JournalHandler sends every upper-case attribute of a record as a journal field."""
+    """JournalHandler sends every upper-case attribute of a record as a journal field: batchd's fields
+    (this module's text) become attributes of each record."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         super().filter(record)
-        record.BATCHD_ROLE = current_role()     # the role RoleFilter just gave the record
+        record.BATCHD_ROLE = role_kind(current_role())
+        if _role["namespace"]:
+            record.BATCHD_NAMESPACE = _role["namespace"]
+        for name, value in (getattr(_task, "fields", None) or {}).items():
+            setattr(record, name, value)
         return True
 
 

@@ -50,7 +50,7 @@ from .ports import (BatchCounters, BatchStore, BatchTally, HostRates, LeaseQueue
                     WakeChannel, claim_namespace)
 from .schedule import is_due
 from .stats import BatchStats, StatsFlusher
-from .systemd import set_thread_role
+from .systemd import set_thread_role, task_log_fields
 from .threads import Heart, check_in, guard, start_thread
 
 log = logging.getLogger("batchd.worker")
@@ -128,7 +128,7 @@ def overridden_hooks(spider) -> frozenset:
 
 
 def downloader_for(settings: Settings, threads: int, sleep, host_rates=None, spider=None,
-                   stats: Counts = NoCounts()) -> Downloader:
+                   stats: Counts = NoCounts(), metrics=None) -> Downloader:
     """The Downloader the settings describe, with the DOWNLOADER_MIDDLEWARES chain; TLS_VERIFY off is said
     once, here."""
     if not settings.TLS_VERIFY:
@@ -140,7 +140,7 @@ def downloader_for(settings: Settings, threads: int, sleep, host_rates=None, spi
                             verify=settings.TLS_VERIFY)
     downloader.use(chain_from_settings(ChainContext(
         settings, spider=spider, stats=stats, sleep=sleep, download=downloader.download_once,
-        host_rates=host_rates, threads=threads)))
+        host_rates=host_rates, threads=threads, metrics=metrics)))
     return downloader
 
 
@@ -155,7 +155,8 @@ class Worker:
     def __init__(self, spider, settings: Settings, layout: TaskLayout, store: BatchStore, leases: LeaseQueue,
                  wake: WakeChannel, seen: SeenFilter, namespaces: NamespaceRecord, tally: BatchTally,
                  counters: BatchCounters, ledger=None, name: str = "worker", keep_alive: bool = True,
-                 host_rates: Optional[HostRates] = None, count: Callable[[str, int, Any], None] = count_nothing):
+                 host_rates: Optional[HostRates] = None, count: Callable[[str, int, Any], None] = count_nothing,
+                 metrics=None):
         self.spider, self.settings, self.layout, self.store = spider, settings, layout, store
         self.host_rates = host_rates
         self.leases, self.wake, self.seen, self.namespaces, self.tally = leases, wake, seen, namespaces, tally
@@ -166,8 +167,10 @@ class Worker:
         # Unique per worker (several may share a process), found by its process's prefix.
         self.token_prefix = f"{worker_token_prefix(os.getpid())}{uuid.uuid4().hex[:8]}:"
         self._lease_numbers = itertools.count(1)
-        # The batch counters: what the threads count (stats.inc), flushed by the lander under this worker's name.
-        self.stats = BatchStats()
+        # The batch counters: what the threads count (stats.inc), flushed by the lander under this worker's name;
+        # with METRICS_PORT (a WorkerMetrics), the same calls count for Prometheus too.
+        self.metrics = metrics
+        self.stats = BatchStats() if metrics is None else metrics.batch_stats()
         self.stats_flusher = StatsFlusher(self.stats, counters, self.token_prefix, settings.STATS_FLUSH_INTERVAL)
         self._overridden_hooks = overridden_hooks(spider)
         self.prefetch = LeasePrefetch(leases, self.lease_seconds, self._next_token, self.ledger.free_slots)
@@ -230,7 +233,7 @@ class Worker:
 
     def _serve(self, stop: StopFlag) -> None:
         self.downloader = downloader_for(self.settings, self.thread_count, stop.wait_cold, self.host_rates,
-                                         self.spider, self.stats)
+                                         self.spider, self.stats, self.metrics)
         table, kind = self.layout.item_destination
         self.pipeline = Pipeline(self.store, self.leases, self.tally, self.ledger, self.settings, table, kind,
                                  self.watch, on_written=self._after_write_back, count=self._count,
@@ -465,7 +468,8 @@ class Worker:
         check_in(within=limit + timeout_grace(limit) + 1 if limit else float("inf"))
         self._in_hand[run.thread_ident] = run
         try:
-            self.process(run, stop)
+            with task_log_fields(self.leases.namespace, lease.batch_id, run.task_id):
+                self.process(run, stop)
         finally:
             del self._in_hand[run.thread_ident]
 

@@ -6,6 +6,7 @@
     with NotifySocket() as notify:          # env: notify.env(WATCHDOG_USEC=...)
         notify.wait_for("READY=1"); notify.senders() == {proc.pid}
     status_snapshot(mysql_backend)          # what the supervisor publishes in Redis
+    value(scrape(port), "batchd_tasks_total", outcome="done")   # its /metrics (METRICS_PORT=port)
 """
 import json
 import os
@@ -100,6 +101,41 @@ def status_snapshot(backend) -> dict:
     if "workers" in fields:
         fields["workers"] = json.loads(fields["workers"])
     return fields
+
+
+# -- what the supervisor serves with METRICS_PORT
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape(port: int) -> dict:
+    """{(sample name, ((label, value), ...) but the namespace): value} of one /metrics answer, read as
+    Prometheus reads it."""
+    import requests
+    from prometheus_client.parser import text_string_to_metric_families
+    answer = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
+    answer.raise_for_status()
+    samples = {}
+    for family in text_string_to_metric_families(answer.text):
+        for sample in family.samples:
+            labels = tuple(sorted((k, v) for k, v in sample.labels.items() if k != "namespace"))
+            samples[(sample.name, labels)] = sample.value
+    return samples
+
+
+def try_scrape(port: int) -> dict:
+    """scrape(), or {} while nothing listens yet."""
+    import requests
+    try:
+        return scrape(port)
+    except requests.ConnectionError:
+        return {}
+
+
+def value(samples: dict, name: str, **labels) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
 # -- systemd's side of sd_notify

@@ -203,7 +203,7 @@ def check_journal_handler(handler, journal):
     (entry,) = sent
     # journald keeps only fields named in upper case, digits and underscores.
     entry = {name: str(value) for name, value in entry.items() if re.fullmatch(r"[A-Z0-9_]+", name)}
-    assert (entry["PRIORITY"], entry["SYSLOG_IDENTIFIER"], entry["BATCHD_ROLE"]) == ("3", "batchd", "worker 2")
+    assert (entry["PRIORITY"], entry["SYSLOG_IDENTIFIER"], entry["BATCHD_ROLE"]) == ("3", "batchd", "worker")
     message = entry["MESSAGE"].split("\n")
     assert message[0] == f"worker 2[{PID}]: task 7 failed: http://site/a{ESCAPED}"
     assert message[1] == "  | Traceback (most recent call last):"

@@ -19,6 +19,7 @@ import pytest
 import batchd
 from batchd.task import TaskState
 from harness import wait_for
+from supervised import free_port, try_scrape, value
 from taskdb import MysqlBackend
 
 pytestmark = pytest.mark.once
@@ -552,10 +553,15 @@ def check_journal_entries(built, box, site, backend):
     error, warning = wait_for(failures_logged, timeout=30, message="both failures in the journal")
 
     # The callback's exception: one entry, the traceback inside it, every line of it marked.
-    print(json.dumps({name: error[name] for name in ("MESSAGE", "PRIORITY", "SYSLOG_IDENTIFIER", "BATCHD_ROLE",
-                                                     "_TRANSPORT", "_PID")}, indent=1, ensure_ascii=False))
+    print(json.dumps({name: error.get(name) for name in ("MESSAGE", "PRIORITY", "SYSLOG_IDENTIFIER", "BATCHD_ROLE",
+                                                         "BATCHD_NAMESPACE", "BATCHD_BATCH", "BATCHD_TASK_ID",
+                                                         "_TRANSPORT", "_PID")}, indent=1, ensure_ascii=False))
     message = error["MESSAGE"].split("\n")
-    assert (error["PRIORITY"], error["_TRANSPORT"]) == ("3", "journal") and error["BATCHD_ROLE"].startswith("worker ")
+    assert (error["PRIORITY"], error["_TRANSPORT"]) == ("3", "journal")
+    # batchd's fields: `journalctl BATCHD_TASK_ID=1` finds the task's story.
+    # (The box's config sets no NAMESPACE: the task table's name.)
+    assert (error["BATCHD_ROLE"], error["BATCHD_NAMESPACE"], error["BATCHD_TASK_ID"]) == ("worker", "crawl_task", "1")
+    assert error["BATCHD_BATCH"] == str(backend.records()[-1]["id"])
     assert message[0].endswith(rf"task 1 failed: ValueError: no parse for {page}\r\nX-Injected: 2"), message[0]
     assert message[1] == "  | Traceback (most recent call last):"
     assert all(line.startswith("  | ") for line in message[1:])
@@ -569,6 +575,28 @@ def check_journal_entries(built, box, site, backend):
     assert [entry for entry in entries if entry["_TRANSPORT"] != "journal"] == []
     lines = [line.removeprefix("  | ") for entry in entries for line in entry["MESSAGE"].split("\n")]
     assert not [line for line in lines if line.startswith("X-Injected")]
+
+
+# -- METRICS_PORT under systemd ------------------------------------------------------------
+
+def test_a_unit_serves_metrics_from_its_runtime_directory(built, box, site, box_backend):
+    """One instance's own port (worker-1.toml), its workers' files in its RuntimeDirectory=, removed at stop."""
+    pytest.importorskip("prometheus_client")
+    install_deb(built, box)
+    box_backend.create_tasks([site.url(f"/page/{n}") for n in range(1, 11)])
+    port = free_port()
+    box.write("/etc/batchd/batchd.toml", box_config(box_backend).replace("paced.py:PacedSpider", "seed.py:CrawlTask"))
+    box.write("/etc/batchd/worker-1.toml", f"METRICS_PORT = {port}\n", mode="0640", owner="root:batchd")
+    with open(os.path.join(os.path.dirname(__file__), "spiders", "seed.py"), encoding="utf-8") as seed:
+        box.write("/etc/batchd/spiders/seed.py", seed.read())
+    box.run("systemctl", "start", "batchd-master", "batchd-worker@1")
+    wait_for(lambda: value(try_scrape(port), "batchd_tasks_total", outcome="done") == 10, timeout=60,
+             message="10 tasks counted by batchd-worker@1")
+    assert set(box_backend.states().values()) == {TaskState.DONE}
+    files = box.run("ls", "/run/batchd-worker@1/metrics-1").stdout.split()
+    assert files and all(re.fullmatch(r"(counter|histogram|gauge_livesum)_\d+\.db", f) for f in files), files
+    box.run("systemctl", "stop", "batchd-master", "batchd-worker@1", timeout=STOP_TIMEOUT_SEC + 30)
+    assert box.run("test", "-e", "/run/batchd-worker@1", check=False).returncode != 0
 
 
 # -- systemctl reload checks the configuration first ------------------------------------

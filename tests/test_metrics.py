@@ -1,0 +1,181 @@
+"""Prometheus metrics (METRICS_PORT) of a real `batchd run`, scraped over HTTP as Prometheus would, checked
+against the database; a worker killed mid-batch (its counters stay, its live gauge goes); prometheus-client
+missing (exit 78). And the journal fields a real worker's records carry (BATCHD_TASK_ID...)."""
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+import requests
+
+from batchd.metrics import FetchLatencyMiddleware, SupervisorCollector, WorkerMetrics
+from batchd.middleware import ChainContext, StatsMiddleware, chain_from_settings
+from batchd.config import Settings
+from batchd.systemd import JournalFields
+from batchd.task import TaskState
+from harness import InProcessBatch, spider_factory, wait_for
+from procs import HERE, REPO
+from supervised import free_port, lines_with, scrape, slow_urls, start_batchd, try_scrape, value, workers_of
+
+pytest.importorskip("prometheus_client")
+
+
+def db_counts(backend) -> dict:
+    states = list(backend.states().values())
+    return {"done": states.count(TaskState.DONE), "failed": states.count(TaskState.FAILED),
+            "items": len(backend.items())}
+
+
+def test_a_scraped_run_counts_what_the_database_holds(mysql_backend, site, procs):
+    pages = [site.url(f"/page/{n}") for n in range(1, 11)]
+    missing = [site.url(f"/status/404?task={n}") for n in range(1, 3)]
+    flaky = [site.url(f"/flaky/{n}?fail=1") for n in range(1, 3)]      # one 503, then a page
+    mysql_backend.create_tasks(pages + missing + flaky)
+    port = free_port()
+    proc = start_batchd(procs, mysql_backend, "run", "--workers", "2", METRICS_PORT=port,
+                        BATCH_MONITOR_INTERVAL=0.2)
+
+    def settled_and_counted():
+        samples = try_scrape(port)
+        counted = value(samples, "batchd_tasks_total", outcome="done") + value(samples, "batchd_tasks_total",
+                                                                                outcome="failed")
+        batch = value(samples, "batchd_batch_settled_tasks", outcome="done") + value(
+            samples, "batchd_batch_settled_tasks", outcome="failed")
+        return samples if counted == 14 and batch == 14 else None
+    samples = wait_for(settled_and_counted, timeout=60, message="14 tasks counted by the workers and the master")
+
+    db = db_counts(mysql_backend)
+    assert db == {"done": 12, "failed": 2, "items": 12}
+    assert value(samples, "batchd_tasks_total", outcome="done") == db["done"]
+    assert value(samples, "batchd_tasks_total", outcome="failed") == db["failed"]
+    assert value(samples, "batchd_items_total", outcome="stored") == db["items"]
+    assert value(samples, "batchd_items_total", outcome="dumped") == 0
+    assert value(samples, "batchd_responses_total", status="200") == 12
+    assert value(samples, "batchd_responses_total", status="404") == 2
+    assert value(samples, "batchd_responses_total", status="503") == 2
+    assert value(samples, "batchd_retries_total") == 2
+    assert value(samples, "batchd_requests_total") == 16
+    assert value(samples, "batchd_fetch_latency_seconds_count") == 16     # every attempt's response
+    assert 0 < value(samples, "batchd_fetch_latency_seconds_sum") < 16 * 5
+    assert value(samples, "batchd_fetch_latency_seconds_bucket", le="+Inf") == 16
+    # The supervisor's gauges.
+    assert value(samples, "batchd_workers_alive") == 2
+    assert value(samples, "batchd_batch_total_tasks") == 14
+    assert value(samples, "batchd_batch_id") == mysql_backend.records()[-1]["id"]
+    assert value(samples, "batchd_child_restarts_total", role="worker") == 0
+    assert ("batchd_queue_length", ()) in samples
+    wait_for(lambda: value(try_scrape(port), "batchd_unflushed_items") == 0, message="nothing left unflushed")
+    assert requests.get(f"http://127.0.0.1:{port}/other", timeout=5).status_code == 404
+
+    proc.send(signal.SIGTERM)
+    assert proc.wait(30) == 0, proc.output()
+    assert lines_with(proc, f"serving Prometheus metrics on http://127.0.0.1:{port}/metrics")
+    with pytest.raises(requests.ConnectionError):
+        requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
+
+
+def test_a_killed_worker_keeps_its_counters_and_loses_its_gauges(mysql_backend, site, procs, tmp_path):
+    mysql_backend.create_tasks(slow_urls(site, 30, seconds=0.3))
+    port = free_port()
+    # systemd's RuntimeDirectory=: the multiprocess files go under it, where the test can see them.
+    proc = start_batchd(procs, mysql_backend, "run", "--workers", "2", METRICS_PORT=port,
+                        env={"RUNTIME_DIRECTORY": str(tmp_path)})
+    directory = tmp_path / "metrics-run"
+    wait_for(lambda: value(try_scrape(port), "batchd_tasks_total", outcome="done") >= 2,
+             message="two tasks done")
+    victim = workers_of(proc.pid)[0]
+    assert (directory / f"gauge_livesum_{victim}.db").exists()
+    counted = value(scrape(port), "batchd_tasks_total", outcome="done")
+    os.kill(victim, signal.SIGKILL)
+
+    wait_for(lambda: value(try_scrape(port), "batchd_child_restarts_total", role="worker") == 1,
+             message="the worker's restart counted")
+    assert not (directory / f"gauge_livesum_{victim}.db").exists()       # marked dead
+    assert (directory / f"counter_{victim}.db").exists()
+    assert value(scrape(port), "batchd_tasks_total", outcome="done") >= counted   # its counts stay in the sums
+    wait_for(lambda: db_counts(mysql_backend)["done"] == 30, timeout=60, message="every task done")
+    wait_for(lambda: value(try_scrape(port), "batchd_workers_alive") == 2, message="two workers again")
+    proc.send(signal.SIGTERM)
+    assert proc.wait(30) == 0, proc.output()
+
+
+def test_metrics_without_prometheus_client_exit_78_naming_the_package(mysql_backend, procs, tmp_path):
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    (hidden / "prometheus_client.py").write_text("raise ImportError('hidden by the test')\n")
+    proc = start_batchd(procs, mysql_backend, "run", "--workers", "1", METRICS_PORT=free_port(),
+                        env={"PYTHONPATH": f"{hidden}{os.pathsep}{HERE}"})
+    assert proc.wait(30) == 78, proc.output()
+    (line,) = lines_with(proc, "prometheus-client is not installed")
+    assert "python3-prometheus-client" in line
+
+
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.records = []
+        self.addFilter(JournalFields())
+
+    def emit(self, record):
+        self.records.append(record)
+
+
+def test_a_workers_records_carry_the_journal_fields_of_their_task(mysql_backend, site):
+    """What JournalHandler would send: the filter gives each record of a task's thread its task, batch and
+    namespace (journald keeps upper-case attributes as fields)."""
+    from spiders.seed import CrawlTask
+    mysql_backend.create_tasks([site.url("/page/1"), site.url("/status/404")])
+    handler = _Records()
+    logger = logging.getLogger("batchd")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        with InProcessBatch(spider_factory(mysql_backend, CrawlTask)):
+            wait_for(lambda: set(mysql_backend.states().values()) == {TaskState.DONE, TaskState.FAILED},
+                     message="both tasks settled")
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    (failed,) = [r for r in handler.records if r.getMessage().startswith("task 2 failed")]
+    batch_id = mysql_backend.records()[-1]["id"]
+    assert (failed.BATCHD_ROLE, failed.BATCHD_NAMESPACE, failed.BATCHD_BATCH, failed.BATCHD_TASK_ID) == (
+        "worker", mysql_backend.namespace, batch_id, 2)
+    started = [r for r in handler.records if " started: " in r.getMessage()]
+    assert started and all(not hasattr(r, "BATCHD_TASK_ID") for r in started)    # no task in hand there
+
+
+def test_the_latency_link_is_in_the_chain_only_with_metrics():
+    def links(metrics):
+        return [type(m) for m in chain_from_settings(ChainContext(Settings(), metrics=metrics)).middlewares][-2:]
+    assert links(None)[-1] is StatsMiddleware
+    assert links(WorkerMetrics("test")) == [StatsMiddleware, FetchLatencyMiddleware]
+
+
+def test_what_metrics_cost_per_request():
+    """bench/metrics_cost.py: the chain's own work for one attempt, with metrics off and on."""
+    answer = subprocess.run([sys.executable, "-m", "bench.metrics_cost"], cwd=REPO, capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": REPO}, check=True)
+    cost = json.loads(answer.stdout)
+    print(f"one attempt through the counting links: {cost['off_ns']} ns without metrics, {cost['on_ns']} ns with "
+          f"(+{cost['overhead_ns']} ns)")
+    assert cost["overhead_ns"] < 100_000, cost     # tens of microseconds at worst, on a busy machine
+
+
+def test_a_backend_once_down_shows_0_when_it_is_back():
+    """batchd_backend_outage: 1 while a child waits for the backend, then 0 (the series stays, for alerts that
+    compare); a supervisor that does not run the master has no batch figures."""
+    figures = {"namespace": "ns", "workers_alive": 2, "unflushed": 0, "in_flight": 0, "restarts": {"worker": 0},
+               "outages": {"Redis"}}
+    collector = SupervisorCollector(lambda: figures)
+
+    def outage_samples():
+        families = {family.name: family for family in collector.collect()}
+        assert "batchd_batch_total_tasks" not in families
+        return {s.labels["backend"]: s.value for s in families["batchd_backend_outage"].samples}
+    assert outage_samples() == {"Redis": 1}
+    figures["outages"] = set()
+    assert outage_samples() == {"Redis": 0}
