@@ -17,7 +17,7 @@ from batchd.config import Settings
 from batchd.systemd import JournalFields
 from batchd.task import TaskState
 from harness import InProcessBatch, spider_factory, wait_for
-from procs import HERE, REPO
+from procs import HERE, ROOT
 from supervised import free_port, lines_with, scrape, slow_urls, start_batchd, try_scrape, value, workers_of
 
 pytest.importorskip("prometheus_client")
@@ -157,8 +157,8 @@ def test_the_latency_link_is_in_the_chain_only_with_metrics():
 
 def test_what_metrics_cost_per_request():
     """bench/metrics_cost.py: the chain's own work for one attempt, with metrics off and on."""
-    answer = subprocess.run([sys.executable, "-m", "bench.metrics_cost"], cwd=REPO, capture_output=True, text=True,
-                            env={**os.environ, "PYTHONPATH": REPO}, check=True)
+    answer = subprocess.run([sys.executable, "-m", "bench.metrics_cost"], cwd=ROOT, capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": ROOT}, check=True)
     cost = json.loads(answer.stdout)
     print(f"one attempt through the counting links: {cost['off_ns']} ns without metrics, {cost['on_ns']} ns with "
           f"(+{cost['overhead_ns']} ns)")
