@@ -15,7 +15,8 @@ One thread per worker process (the lander, under the thread guard) does both job
    then the leases are released; a task whose lease was reclaimed meanwhile is not written (its new
    holder owns it now).
 Items stored and dumped are counted ("item/stored", "item/dumped") per batch of their tasks, and the
-counters are flushed every STATS_FLUSH_INTERVAL besides.
+counters are flushed every STATS_FLUSH_INTERVAL besides. A dump raises the items_dumped alert of each
+batch it holds items of (batchd/alerts.py).
 A write-back that meets an outage is kept and tried again, never dropped. A warm stop does not
 wait out an outage: what is left is given back through the leases, never marked done.
 """
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from .errors import BackendUnavailable, ConfigError
+from .alerts import Alerts
 from .failed_items import FailedItemsFile
 from .http import RequestFailed
 from .items import check_item
@@ -81,8 +83,9 @@ class Pipeline:
     def __init__(self, store: BatchStore, leases: LeaseQueue, tally: BatchTally, ledger, settings, item_table: str,
                  item_kind: str, watch, on_written=lambda runs: None,
                  count: Callable[[str, int, Any], None] = lambda name, n, batch_id: None,
-                 stats_flusher: Optional[StatsFlusher] = None):
+                 stats_flusher: Optional[StatsFlusher] = None, alerts: Optional[Alerts] = None):
         self.store, self.leases, self.tally, self.ledger, self.watch = store, leases, tally, ledger, watch
+        self.alerts = alerts
         self.count, self.stats_flusher = count, stats_flusher
         self.flush_size = settings.ITEM_FLUSH_SIZE
         self.flush_interval = settings.ITEM_FLUSH_INTERVAL
@@ -292,7 +295,7 @@ class Pipeline:
             return landed
 
     def _count_items(self, name: str, entries: list) -> None:
-        for batch_id, n in collections.Counter(row.batch_id for _, row in entries).items():
+        for batch_id, n in _per_batch(entries):
             self.count(name, n, batch_id)
 
     def _give_up_on(self, batch: list) -> None:
@@ -343,6 +346,9 @@ class Pipeline:
         log.error("%d items of %d tasks written to %s instead (%s); this worker stores them once the database "
                   "is back (or run: batchd retry --items)", len(records), tasks, self.failed_items.path, error)
         self._replay_due = True
+        if self.alerts is not None:
+            for batch_id, n in _per_batch(batch):
+                self.alerts.items_dumped(batch_id, n, self.failed_items.path, error)
         return True
 
     def _replay_if_due(self) -> None:
@@ -441,3 +447,8 @@ def _culprit_key(item: dict, reason: str) -> str:
     if named:
         return f"key {named.group(1).replace('`', '').split('.')[-1]!r}"
     return f"keys {', '.join(map(repr, item))}"
+
+
+def _per_batch(entries: list) -> list:
+    """(batch id, how many) of the (run, ItemRow) entries."""
+    return list(collections.Counter(row.batch_id for _, row in entries).items())

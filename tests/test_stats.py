@@ -18,7 +18,7 @@ from batchd.backends.mysql_redis.redis_ports import RedisCounters, connect_redis
 from batchd.errors import BackendUnavailable
 from batchd.stats import BatchStats, StatsFlusher, report
 from batchd.task import TaskState
-from harness import InProcessBatch, batch_done, create_old_record_table, make_master, wait_for
+from harness import InProcessBatch, RefusingMemoryStore, batch_done, create_old_record_table, make_master, wait_for
 from servers import PrivateRedis
 from spiders.seed import CrawlTask
 from taskdb import MemoryBackend, SqliteBackend
@@ -33,26 +33,6 @@ class LateTasksWait(CrawlTask):
         if task["id"] >= WAITING_FROM:
             GATE.wait(60)
         yield from super().parse(request, response, task)
-
-
-class RefusingMemoryStore(batchd.MemoryBatchStore):
-    """The memory store with an outage of its own: while `down` is set it stores nothing and answers no
-    ping, as a database that went away would (the memory store has no server to stop)."""
-
-    def __init__(self, rows):
-        super().__init__(rows)
-        self.down = threading.Event()
-
-    def _check_up(self):
-        if self.down.is_set():
-            raise BackendUnavailable("memory store down (the test's outage)", self.backend_name)
-
-    def ping(self):
-        self._check_up()
-
-    def save_items(self, table, kind, rows):
-        self._check_up()
-        super().save_items(table, kind, rows)
 
 
 # -- the collector
@@ -133,9 +113,13 @@ def run_through_a_dump(backend, site, caplog, spider_factory, outage_begins, out
             outage_ends()
             wait_for(lambda: batch_done(backend), timeout=60, message="the batch closed")
     record = backend.records()[-1]
-    assert json.loads(record["stats"]) == {"custom/direct": 7, "item/dumped": 3, "item/stored": 2}
+    # (the downloader's counters come through the middleware chain: tests/test_middleware.py)
+    assert json.loads(record["stats"]) == {"custom/direct": 7, "item/dumped": 3, "item/stored": 2,
+                                           "downloader/request_count": 5, "downloader/response_count": 5,
+                                           "downloader/response_status_count/200": 5,
+                                           "downloader/response_bytes": 600}
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("batch 1 done:")]
-    assert lines == ["batch 1 done: 0 requests, 0 responses, 0 B, 2 items stored, 3 dumped, 0 invalid, "
+    assert lines == ["batch 1 done: 5 requests, 5 responses (200: 5), 600 B, 2 items stored, 3 dumped, 0 invalid, "
                      "custom/direct 7"]
 
 
