@@ -296,14 +296,17 @@ def gather_history(runtime, count: int) -> list:
 
 
 def history_entry(record: BatchRecord, now) -> dict:
+    """A batch's line of the history; a record table of the user's own may leave update_time NULL: no close
+    known, no duration."""
     closed = record.update_time if record.is_done else None
-    seconds = ((closed or now) - record.batch_date).total_seconds()
+    end = closed if record.is_done else now
+    seconds = max(0.0, (end - record.batch_date).total_seconds()) if end is not None else None
     settled = record.done_count + record.fail_count
     return {"id": record.id, "opened": record.batch_date.isoformat(sep=" "),
             "closed": closed.isoformat(sep=" ") if closed else None, "is_done": bool(record.is_done),
-            "duration_seconds": max(0.0, seconds), "done": record.done_count, "failed": record.fail_count,
+            "duration_seconds": seconds, "done": record.done_count, "failed": record.fail_count,
             "total": record.total_count, "items": record.counters.get("item/stored") if record.stats else None,
-            "rate": settled / seconds if seconds > 0 else None}
+            "rate": settled / seconds if seconds else None}
 
 
 HISTORY_COLUMNS = ("batch", "opened", "closed", "duration", "done", "failed", "total", "items", "rate")
@@ -323,6 +326,6 @@ def render_history(entries: list) -> str:
 def _history_row(entry: dict) -> tuple:
     def blank_or(value, shown) -> str:
         return "" if value is None else shown(value)
-    return (str(entry["id"]), entry["opened"], entry["closed"] or "(running)",
-            duration(entry["duration_seconds"]), str(entry["done"]), str(entry["failed"]), str(entry["total"]),
+    return (str(entry["id"]), entry["opened"], entry["closed"] or ("" if entry["is_done"] else "(running)"),
+            blank_or(entry["duration_seconds"], duration), str(entry["done"]), str(entry["failed"]), str(entry["total"]),
             blank_or(entry["items"], str), blank_or(entry["rate"], lambda rate: f"{rate:.1f}/s"))

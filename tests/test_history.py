@@ -42,6 +42,9 @@ def test_the_history_table_has_a_blank_where_a_figure_is_unknown():
         "    8  2026-12-02 03:00:00  (running)               1m00s    30       0    100         0.5/s",
         "    7  2026-12-01 03:00:00  2026-12-01 03:03:20     3m20s    90      10    100    450  0.5/s"]
     assert render_history([]) == "no batch yet (the master opens the first one)"
+    unknown = history_entry(BatchRecord(id=6, batch_date=opened, done_count=5, total_count=5, is_done=True), opened)
+    assert (unknown["closed"], unknown["duration_seconds"], unknown["rate"]) == (None, None, None)
+    assert render_history([unknown]).splitlines()[1].split() == ["6", "2026-12-01", "03:00:00", "5", "0", "5"]
 
 
 def test_a_store_without_recent_batches_gives_its_last_record():

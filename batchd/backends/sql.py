@@ -267,7 +267,7 @@ class SqlBatchStore(BatchStore):
 
     def _record(self, row: dict) -> BatchRecord:
         row["batch_date"] = self.time_from_db(row["batch_date"])
-        row["update_time"] = self.time_from_db(row["update_time"])
+        row["update_time"] = self.time_from_db(row["update_time"]) if row["update_time"] is not None else None
         row["is_done"] = bool(row["is_done"])
         return BatchRecord(**row)
 
