@@ -1,16 +1,19 @@
 """Alerts (batchd/alerts.py) received on a local webhook (tests/httpserver.py's /hook): a stall once the
 workers are stopped mid-batch, the failure ratio of a batch of failing URLs, an overdue batch (once per
-ALERT_REPEAT_SECONDS, not at every patrol), items dumped to FAILED_ITEMS_PATH; a webhook nobody answers
-holds no patrol up and is logged once; ALERT_WEBHOOK is checked like every setting."""
+ALERT_REPEAT_SECONDS, not at every patrol), items dumped to FAILED_ITEMS_PATH; the failure ratio judged from 100 settled tasks, and no stall while
+paused; a webhook nobody answers holds no patrol up and is logged once; ALERT_WEBHOOK is checked like
+every setting."""
 import logging
 import socket
 import time
 
 import pytest
 
-from batchd.config import load_settings
+from batchd.alerts import Alerts
+from batchd.config import Settings, load_settings
 from batchd.errors import ConfigError
 from batchd.lifecycle import StopFlag
+from batchd.model import Progress
 from batchd.task import TaskState
 from harness import (InProcessBatch, RefusingMemoryStore, batch_done, make_master, spider_factory, stays_true,
                      wait_for)
@@ -119,6 +122,23 @@ def test_a_dead_webhook_holds_no_patrol_up_and_is_logged_once(failed_items_path,
                 assert len(failing) == 1 and failing[0].startswith(f"alert webhook http://127.0.0.1:{port}/... fails")
             else:
                 master.alerts.sender.close(timeout=0)
+
+
+def test_failures_are_judged_from_100_settled_tasks_and_a_pause_is_no_stall(caplog):
+    alerts = Alerts(Settings(STALL_ALERT_SECONDS=0.1), "ns")
+    with caplog.at_level(logging.WARNING, logger="batchd"):
+        alerts.progress_checked(1, Progress(total=500, done=60, failed=39, pending=401, processing=0), paused=False)
+        assert alert_lines(caplog, "failures") == []                  # 39% of 99: too few to judge yet
+        alerts.progress_checked(1, Progress(total=500, done=60, failed=40, pending=400, processing=0), paused=False)
+        assert alert_lines(caplog, "failures") == ["batch 1: 40 of 100 settled tasks failed (40%, above "
+                                                   "FAILURE_ALERT_RATIO=0.2)"]
+        stuck = Progress(total=500, done=60, failed=40, pending=400, processing=0)
+
+        def check(paused):
+            alerts.progress_checked(1, stuck, paused)
+            return alert_lines(caplog, "stall")
+        stays_true(lambda: check(paused=True) == [], 0.5, message="no stall alert while paused")
+        assert wait_for(lambda: check(paused=False), message="a stall counted from the resume")
 
 
 @pytest.mark.parametrize("url", ["ftp://example.com/hook", "example.com/hook", "http://"])
