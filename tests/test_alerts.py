@@ -1,8 +1,8 @@
 """Alerts (batchd/alerts.py) received on a local webhook (tests/httpserver.py's /hook): a stall once the
 workers are stopped mid-batch, the failure ratio of a batch of failing URLs, an overdue batch (once per
-ALERT_REPEAT_SECONDS, not at every patrol), items dumped to FAILED_ITEMS_PATH; the failure ratio judged from 100 settled tasks, and no stall while
-paused; a webhook nobody answers holds no patrol up and is logged once; ALERT_WEBHOOK is checked like
-every setting."""
+ALERT_REPEAT_SECONDS, not at every patrol), items dumped to FAILED_ITEMS_PATH; the failure ratio judged
+from 100 settled tasks, and no stall while paused; a webhook nobody answers holds no patrol up and is
+logged once; ALERT_WEBHOOK is checked like every setting."""
 import logging
 import socket
 import time
