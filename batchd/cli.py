@@ -4,7 +4,7 @@
     batchd master [SPIDER]   supervisor + master          (batchd-master.service; batchd-master@.service: --instance %i)
     batchd worker [SPIDER]   supervisor + N workers       (batchd-worker@.service: --instance %i)
     batchd reload --pid PID  check the config and the spider, then SIGHUP the supervisor (ExecReload=)
-    batchd status [SPIDER]   where the batch stands (--json for scripts)
+    batchd status [SPIDER]   where the batch stands (--json for scripts; --history [N]: the last N batches)
     batchd check [SPIDER]    config, connections, task table and columns, index
     batchd pause|resume      stop / go on claiming and leasing tasks in the namespace
     batchd open-batch        open the next batch now (--force: close the open one first)
@@ -45,7 +45,7 @@ from .loader import SpiderSource, absolute_spider_path, build_runtime, load_spid
 from .failed_items import FailedItemsFile
 from .starter import next_steps, write_starter
 from .tasks import add_urls, import_csv
-from .status import gather_status, render_json, render_status
+from .status import gather_history, gather_status, render_history, render_json, render_status
 from .supervisor import Plan, Supervisor
 from .systemd import set_process_role, setup_logging, under_systemd
 from .ports import claim_namespace
@@ -57,6 +57,7 @@ INSTANCE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 DEFAULT_LOG_FILE = "batchd.log"
 EMBEDDED_FILE = "batchd.db"
 FROM_SETTINGS = object()    # `--items` without FILE: FAILED_ITEMS_PATH
+HISTORY_LENGTH = 10         # batches `batchd status --history` shows unless told
 
 
 @dataclass(frozen=True)
@@ -217,6 +218,13 @@ class NotASupervisor(BatchdError):
     """--pid names no running batchd supervisor: nothing is signalled."""
 
     exit_code = ExitCode.UNAVAILABLE
+
+
+def positive(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text}: must be 1 or more")
+    return value
 
 
 def process_id(text: str) -> int:
@@ -389,12 +397,19 @@ def status_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--watch", nargs="?", type=float, const=2.0, metavar="SECONDS",
                         help="refresh every SECONDS (default 2) until Ctrl-C")
+    parser.add_argument("--history", nargs="?", type=positive, const=HISTORY_LENGTH, metavar="N",
+                        help=f"the last N batches (default {HISTORY_LENGTH}), newest first: opened, closed, "
+                             "duration, done, failed, total, items stored, mean rate")
 
 
 @verb("status", "where the batch stands: progress, queue, rate, ETA, workers per host, unflushed items",
       status_arguments)
 def status_verb(args: argparse.Namespace) -> int:
     runtime = runtime_from_args(args)
+    if args.history:
+        entries = gather_history(runtime, args.history)
+        print(render_json(entries) if args.json else render_history(entries))
+        return ExitCode.OK
     render = render_json if args.json else render_status
     if not args.watch:
         status = gather_status(runtime)
@@ -514,13 +529,6 @@ def open_batch_arguments(parser: argparse.ArgumentParser) -> None:
 def open_batch_verb(args: argparse.Namespace) -> int:
     print(control.open_batch(runtime_from_args(args), args.force))
     return ExitCode.OK
-
-
-def positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text}: must be 1 or more")
-    return value
 
 
 def batch_and_reason(parser: argparse.ArgumentParser) -> None:

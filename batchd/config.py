@@ -30,6 +30,7 @@ ENV_CONFIG = "BATCHD_CONFIG"
 INSTANCE_ROLES = ("master", "worker")
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 NAMESPACE_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
+WEBHOOK_PATTERN = re.compile(r"^https?://[^\s/]+(/\S*)?$", re.IGNORECASE)
 INTERVAL_UNITS = ("day", "hour")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
@@ -150,6 +151,16 @@ class Settings:
                                                "FAILED_ITEMS_PATH", 0, DAY)
     STATS_FLUSH_INTERVAL: float = setting(5.0, "seconds between two flushes of a worker's batch counters to the "
                                                "backend, at most (and before every write-back)", 0.05, 3600)
+    # -- alerts (batchd/alerts.py)
+    STALL_ALERT_SECONDS: float = setting(900.0, "seconds an open batch with work left may go without a task settled "
+                                                "(not paused) before a stall alert (0: never)", 0, 7 * DAY)
+    FAILURE_ALERT_RATIO: float = setting(0.2, "failed / settled tasks of a batch above which a failure alert is "
+                                              "raised, once 100 settled and at its close (1: never)", 0, 1)
+    ALERT_WEBHOOK: Optional[str] = setting(None, "a URL each alert is POSTed to as JSON (alerts are WARNING lines in "
+                                                 "the log either way)", default_text="none: the log only",
+                                           pattern=WEBHOOK_PATTERN, may_hold="an http:// or https:// URL")
+    ALERT_REPEAT_SECONDS: float = setting(3600.0, "seconds before an alert of one kind for one batch is raised "
+                                                  "again", 0, 7 * DAY)
     # -- processes
     WORKERS: Optional[int] = setting(None, "worker processes per supervisor", 0, 1024, default_text="the CPU count")
     OUTAGE_TIMEOUT: float = setting(600.0, "--once: seconds an outage after the start is waited out before exit 69",

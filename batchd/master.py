@@ -13,6 +13,9 @@ walk of the table is under way):
    chunk by chunk and write those exact figures, the batch's counters (batchd/stats.py), `is_done=1`
    and the `<ns>:batch_done` flag; log the counters in one line.
 
+Alerts (batchd/alerts.py): a stall and the failure ratio at each progress check, the failure ratio
+again at the close, an overdue batch at the patrol that finds it.
+
 Only the holder of the namespace's master lock patrols; the lock is renewed by a
 thread of its own so that a long reset or a slow query never lets it lapse.
 
@@ -29,6 +32,7 @@ from datetime import datetime
 from typing import Callable, Optional
 
 from . import failures
+from .alerts import Alerts
 from .config import Settings
 from .errors import BackendUnavailable, ConfigError, MasterLockHeld
 from .lifecycle import StopFlag
@@ -140,6 +144,7 @@ class Master:
         self._reported = 0.0                       # when the reset under way was last reported
         self.paused_since: Optional[float] = None  # `batchd pause`: when (Unix time)
         self.queue_length = 0                      # tasks in the queue after the last refill (for metrics)
+        self.alerts = Alerts(settings, leases.namespace)
 
     # -- the loop the supervisor (or start_monitor()) runs
     def run(self, stop: StopFlag, heartbeat: Callable = lambda: None, once: bool = False,
@@ -150,8 +155,13 @@ class Master:
         self.watch = OutageWatch({self.store.backend_name: self.store.ping, self.leases.backend_name: self.leases.ping},
                                  listener=on_outages, beat=self._heartbeat)
         self._give_up_after = self.settings.OUTAGE_TIMEOUT if once else None
-        if not self._start(stop, once):
-            return
+        try:
+            if self._start(stop, once):
+                self._patrol_while_master(stop, once)
+        finally:
+            self.alerts.close()
+
+    def _patrol_while_master(self, stop: StopFlag, once: bool) -> None:
         while not stop.is_set():
             keeper = self._take_lock(stop, once)
             if keeper is None:
@@ -241,8 +251,8 @@ class Master:
         elif batch is None or (batch.is_done and self._due(batch, now) and self.paused_since is None):
             batch = self.open_batch(batch)
         elif self._due(batch, now) and not batch.is_done and full:
-            log.warning("batch %d is overdue: the next was due at %s, it opens once this one finishes",
-                        batch.id, next_due(batch, self.settings.BATCH_INTERVAL, self.settings.BATCH_INTERVAL_UNIT))
+            self.alerts.overdue(batch.id, next_due(batch, self.settings.BATCH_INTERVAL,
+                                                   self.settings.BATCH_INTERVAL_UNIT))
         self.batch = batch
         self._drop_stale_walks(batch)
         if batch.is_done:
@@ -437,6 +447,7 @@ class Master:
         progress = Progress.from_counters(batch.total_count if total is None else total, done, failed, in_flight)
         self.store.update_batch(batch.id, progress, is_done=False)
         self._log_progress(batch, progress)
+        self.alerts.progress_checked(batch.id, progress, paused=self.paused_since is not None)
         return progress
 
     def _log_progress(self, batch: BatchRecord, progress: Progress) -> None:
@@ -499,6 +510,7 @@ class Master:
         log.info("batch %d finished: %d done, %d failed of %d; the next is due at %s", batch.id, done, failed, total,
                  next_due(batch, self.settings.BATCH_INTERVAL, self.settings.BATCH_INTERVAL_UNIT))
         log.info("%s", report(batch.id, counters))
+        self.alerts.check_failures(batch.id, done, failed)
         return True
 
 

@@ -69,6 +69,8 @@ class BatchRecord:
     reset_cursor: Optional[str] = None
     # The batch's counters (batchd/stats.py) as JSON {name: n}, written when the batch closes; None before.
     stats: Optional[str] = None
+    # When the record was last written (the store's clock): a finished batch's is its close.
+    update_time: Optional[datetime] = None
 
     @property
     def counters(self) -> dict:

@@ -21,6 +21,7 @@ counters are flushed every STATS_FLUSH_INTERVAL besides.
 Items are checked as they are buffered: a value the table cannot store fails its task (BadItem); an Item
 whose required field has no value is dropped, told (InvalidItems) and counted ("item/invalid"); an Item
 class is checked against its table the first time it comes (ConfigError stops the worker).
+A dump raises the items_dumped alert of each batch it holds items of (batchd/alerts.py).
 A write-back that meets an outage is kept and tried again, never dropped. A warm stop does not
 wait out an outage: what is left is given back through the leases, never marked done.
 """
@@ -35,6 +36,7 @@ from typing import Any, Callable, Optional
 
 from . import failures
 from .errors import BackendUnavailable, ConfigError
+from .alerts import Alerts
 from .failed_items import FailedItemsFile
 from .http import RequestFailed
 from .item_class import Item
@@ -96,8 +98,9 @@ class Pipeline:
     def __init__(self, store: BatchStore, leases: LeaseQueue, tally: BatchTally, ledger, settings, item_table: str,
                  item_kind: str, watch, on_written=lambda runs: None,
                  count: Callable[[str, int, Any], None] = count_nothing,
-                 stats_flusher: Optional[StatsFlusher] = None):
+                 stats_flusher: Optional[StatsFlusher] = None, alerts: Optional[Alerts] = None):
         self.store, self.leases, self.tally, self.ledger, self.watch = store, leases, tally, ledger, watch
+        self.alerts = alerts
         self.count, self.stats_flusher = count, stats_flusher
         self.flush_size = settings.ITEM_FLUSH_SIZE
         self.flush_interval = settings.ITEM_FLUSH_INTERVAL
@@ -356,7 +359,7 @@ class Pipeline:
             return landed
 
     def _count_items(self, name: str, entries: list) -> None:
-        for batch_id, n in collections.Counter(row.batch_id for _, row in entries).items():
+        for batch_id, n in _per_batch(entries):
             self.count(name, n, batch_id)
 
     def _give_up_on(self, destination: ItemDestination, batch: list) -> None:
@@ -412,6 +415,9 @@ class Pipeline:
                   "database is back (or run: batchd retry --items)", len(records), tasks, destination.table,
                   self.failed_items.path, error)
         self._replay_due = True
+        if self.alerts is not None:
+            for batch_id, n in _per_batch(batch):
+                self.alerts.items_dumped(batch_id, n, self.failed_items.path, error)
         return True
 
     def _replay_if_due(self) -> None:
@@ -512,3 +518,8 @@ def _culprit_key(item: dict, reason: str) -> str:
     if named:
         return f"key {named.group(1).replace('`', '').split('.')[-1]!r}"
     return f"keys {', '.join(map(repr, item))}"
+
+
+def _per_batch(entries: list) -> list:
+    """(batch id, how many) of the (run, ItemRow) entries."""
+    return list(collections.Counter(row.batch_id for _, row in entries).items())

@@ -78,6 +78,12 @@ class BatchStore(abc.ABC):
     def last_batch(self) -> Optional[BatchRecord]:
         """The most recent batch record, or None before the first batch."""
 
+    def recent_batches(self, count: int) -> list:
+        """The `count` most recent batch records, newest first (`batchd status --history`). A store that
+        keeps only its last record gives that one."""
+        last = self.last_batch()
+        return [last] if last is not None else []
+
     @abc.abstractmethod
     def insert_batch(self, interval: int, interval_unit: str, total: int) -> BatchRecord:
         """Open a batch record dated now(), its reset still to walk (reset_cursor [null, 0]); `total` is the

@@ -282,5 +282,52 @@ def _progress_lines(tasks: Optional[dict]) -> list:
             f"{tasks['processing']} processing, {tasks['pending']} pending"]
 
 
-def render_json(status: dict) -> str:
-    return json.dumps(status, indent=2, sort_keys=True)
+def render_json(data) -> str:
+    return json.dumps(data, indent=2, sort_keys=True)
+
+
+# -- `batchd status --history`
+
+def gather_history(runtime, count: int) -> list:
+    """The last `count` batches from their records, newest first, as plain data. A batch still open has no
+    close: its duration and rate run to now, on the store's clock."""
+    store = runtime.store
+    store.open(runtime.layout)
+    now = store.now()
+    return [history_entry(record, now) for record in store.recent_batches(count)]
+
+
+def history_entry(record: BatchRecord, now) -> dict:
+    """A batch's line of the history; a record table of the user's own may leave update_time NULL: no close
+    known, no duration."""
+    closed = record.update_time if record.is_done else None
+    end = closed if record.is_done else now
+    seconds = max(0.0, (end - record.batch_date).total_seconds()) if end is not None else None
+    settled = record.done_count + record.fail_count
+    return {"id": record.id, "opened": record.batch_date.isoformat(sep=" "),
+            "closed": closed.isoformat(sep=" ") if closed else None, "is_done": bool(record.is_done),
+            "duration_seconds": seconds, "done": record.done_count, "failed": record.fail_count,
+            "total": record.total_count, "items": record.counters.get("item/stored") if record.stats else None,
+            "rate": settled / seconds if seconds else None}
+
+
+HISTORY_COLUMNS = ("batch", "opened", "closed", "duration", "done", "failed", "total", "items", "rate")
+
+
+def render_history(entries: list) -> str:
+    """One line per batch under a header, columns aligned; a blank where a figure is unknown."""
+    if not entries:
+        return "no batch yet (the master opens the first one)"
+    rows = [HISTORY_COLUMNS] + [_history_row(entry) for entry in entries]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(HISTORY_COLUMNS))]
+    text_columns = (1, 2)       # the dates read left to right; figures line up on their right
+    return "\n".join("  ".join(cell.ljust(width) if i in text_columns else cell.rjust(width)
+                               for i, (cell, width) in enumerate(zip(row, widths))).rstrip() for row in rows)
+
+
+def _history_row(entry: dict) -> tuple:
+    def blank_or(value, shown) -> str:
+        return "" if value is None else shown(value)
+    return (str(entry["id"]), entry["opened"], entry["closed"] or ("" if entry["is_done"] else "(running)"),
+            blank_or(entry["duration_seconds"], duration), str(entry["done"]), str(entry["failed"]), str(entry["total"]),
+            blank_or(entry["items"], str), blank_or(entry["rate"], lambda rate: f"{rate:.1f}/s"))

@@ -49,6 +49,7 @@ from .pipeline import Pipeline, TaskRun, count_nothing
 from .ports import (BatchCounters, BatchStore, BatchTally, HostRates, LeaseQueue, NamespaceRecord, SeenFilter,
                     WakeChannel, claim_namespace)
 from .schedule import is_due
+from .alerts import Alerts
 from .stats import BatchStats, StatsFlusher
 from .systemd import set_thread_role, task_log_fields
 from .threads import Heart, check_in, guard, start_thread
@@ -173,6 +174,7 @@ class Worker:
         self.stats = BatchStats() if metrics is None else metrics.batch_stats()
         self.stats_flusher = StatsFlusher(self.stats, counters, self.token_prefix, settings.STATS_FLUSH_INTERVAL)
         self._overridden_hooks = overridden_hooks(spider)
+        self.alerts = Alerts(settings, leases.namespace)       # items dumped, from the lander
         self.prefetch = LeasePrefetch(leases, self.lease_seconds, self._next_token, self.ledger.free_slots)
         # The master is woken to refill once half the queue is leased: its refill of that half (about 10 us
         # a task) is done before workers lease the other half unless they outrun the master itself. At a
@@ -237,7 +239,7 @@ class Worker:
         table, kind = self.layout.item_destination
         self.pipeline = Pipeline(self.store, self.leases, self.tally, self.ledger, self.settings, table, kind,
                                  self.watch, on_written=self._after_write_back, count=self._count,
-                                 stats_flusher=self.stats_flusher)
+                                 stats_flusher=self.stats_flusher, alerts=self.alerts)
         self._pipeline.start()
         keeper_stop = threading.Event()
         keeper = start_thread(self._keep_leases, "batchd-keeper", keeper_stop)
@@ -315,6 +317,7 @@ class Worker:
             self._downloader.close()
         self._give_back_leases()
         self._flush_stats_at_stop()
+        self.alerts.close()
         if landed and not abandon:
             totals = self.ledger.totals()
             log.info("%s stopped: %d tasks done, %d failed, %d items stored", self.name,

@@ -10,7 +10,8 @@ write-backs (tally included) without crawling.
 import threading
 import time
 
-from batchd.errors import BatchdError
+import batchd
+from batchd.errors import BackendUnavailable, BatchdError
 from batchd.downloader import Downloader
 from batchd.lifecycle import StopFlag
 from batchd.middleware import RetryMiddleware
@@ -49,6 +50,26 @@ def stays_true(predicate, seconds, interval=0.05, message="condition", explain=N
         if left <= 0:
             return
         time.sleep(min(interval, left))
+
+
+class RefusingMemoryStore(batchd.MemoryBatchStore):
+    """The memory store with an outage of its own: while `down` is set it stores nothing and answers no
+    ping, as a database that went away would (the memory store has no server to stop)."""
+
+    def __init__(self, rows):
+        super().__init__(rows)
+        self.down = threading.Event()
+
+    def _check_up(self):
+        if self.down.is_set():
+            raise BackendUnavailable("memory store down (the test's outage)", self.backend_name)
+
+    def ping(self):
+        self._check_up()
+
+    def save_items(self, table, kind, rows):
+        self._check_up()
+        super().save_items(table, kind, rows)
 
 
 def make_master(backend, **settings):

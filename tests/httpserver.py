@@ -28,6 +28,8 @@ ignored, before the route answers):
   /json              {"ok": true, "items": [1, 2, 3]} as application/json.
   /set-cookie?name=value[&...]
                      200 with one Set-Cookie header per query parameter.
+  /hook[/<name>]     a webhook receiver: the request's body is kept (site.received(path), in the
+                     order they came), then 204.
   /echo              200 JSON describing the request: "method", "path" (with the query),
                      "headers" (names lower-cased), "body" (decoded as UTF-8) and
                      "client_port" (which connection carried it: pooled clients reuse one).
@@ -266,6 +268,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.reply(200, b"cookies set", "text/plain", [("Set-Cookie", f"{name}={value}; Path=/")
                                                        for name, value in self.query.items()])
 
+    def hook(self):
+        self.server.site.receive(urlsplit(self.path).path, self.body)
+        self.reply(204, b"", "text/plain")
+
     def echo(self):
         description = {
             "method": self.command,
@@ -380,6 +386,7 @@ _ROUTES = [
     (re.compile(r"/json"), _Handler.json_document),
     (re.compile(r"/set-cookie"), _Handler.set_cookie),
     (re.compile(r"/echo"), _Handler.echo),
+    (re.compile(r"/hook(?:/[^/]+)?"), _Handler.hook),
     (re.compile(r"/enc/([^/]+)"), _Handler.encoding),
     (re.compile(r"/drop"), _Handler.drop),
     (re.compile(r"/bytes/(\d+)"), _Handler.some_bytes),
@@ -504,6 +511,7 @@ class TestSite(_Served):
         self._hits = Counter()
         self._hits_lock = threading.Lock()
         self.hit_times = []          # (time.monotonic(), path) of every hit, in order
+        self._bodies = []            # (path, body) of every request to /hook, in order
         self._in_flight = self.most_in_flight = 0
         self.robots_txt = None       # what /robots.txt answers (None: 404), with robots_status
         self.robots_status = 200
@@ -540,6 +548,15 @@ class TestSite(_Served):
         finally:
             with self._hits_lock:
                 self._in_flight -= 1
+
+    def receive(self, path, body):
+        with self._hits_lock:
+            self._bodies.append((path, body))
+
+    def received(self, path="/hook"):
+        """The JSON bodies sent to a /hook path, in the order they came."""
+        with self._hits_lock:
+            return [json.loads(body) for where, body in self._bodies if where == path]
 
     def hits(self, path):
         with self._hits_lock:

@@ -16,7 +16,7 @@ from batchd.loader import load_spider_class
 from batchd.failed_items import FailedItemsFile
 from batchd.model import ItemRow
 from batchd.task import TaskState
-from harness import wait_for
+from harness import batch_done, wait_for
 from procs import HERE, ROOT
 from spiders.seed import CrawlTask
 from supervised import (DAEMON_SETTINGS, SEED, alive, batchd_command, children_of, lines_with, masters_of,
@@ -126,6 +126,31 @@ def test_status_with_the_database_unreachable_shows_what_redis_knows_and_exits_6
     assert "queue    0 waiting, 0 leased" in result.stdout
     proc.send(signal.SIGTERM)
     assert proc.wait(30) == 0
+
+
+def test_status_history_lists_the_batches_from_their_records(mysql_backend, site, procs):
+    mysql_backend.create_tasks([site.url(f"/page/{n}") for n in range(1, 4)])
+    none_yet = batchd("status", SEED, "--history", backend=mysql_backend)
+    assert (none_yet.returncode, none_yet.stdout.strip()) == (0, "no batch yet (the master opens the first one)")
+    proc = start_batchd(procs, mysql_backend, "run", "--workers", "1")
+    wait_for(lambda: batch_done(mysql_backend), message="batch 1 closed")
+    assert batchd("open-batch", SEED, backend=mysql_backend).returncode == 0
+    wait_for(lambda: len(mysql_backend.records()) == 2 and batch_done(mysql_backend), message="batch 2 closed")
+    proc.send(signal.SIGTERM)
+    assert proc.wait(30) == 0
+    newest, oldest = json.loads(batchd("status", SEED, "--history", "--json", backend=mysql_backend).stdout)
+    assert [(e["id"], e["done"], e["failed"], e["total"], e["items"]) for e in (newest, oldest)] == [
+        (2, 3, 0, 3, 3), (1, 3, 0, 3, 3)]
+    text = batchd("status", SEED, "--history", "1", backend=mysql_backend)
+    header, line = text.stdout.splitlines()
+    assert text.returncode == 0 and header.split() == ["batch", "opened", "closed", "duration", "done", "failed",
+                                                       "total", "items", "rate"]
+    assert line.split()[0] == "2" and line.split()[6:10] == ["3", "0", "3", "3"]     # (a date is two words)
+    refused = batchd("status", SEED, "--history", "0", backend=mysql_backend)
+    assert refused.returncode == 2 and "--history: 0: must be 1 or more" in refused.stderr
+    down = batchd("status", SEED, "--history", backend=mysql_backend,
+                  env={"BATCHD_MYSQL_URL": "mysql://root@127.0.0.1:1/x"})
+    assert down.returncode == 69 and "unreachable" in one_error_line(down)
 
 
 def snapshot_shows(backend, **fields) -> bool:

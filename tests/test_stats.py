@@ -18,7 +18,7 @@ from batchd.backends.mysql_redis.redis_ports import RedisCounters, connect_redis
 from batchd.errors import BackendUnavailable
 from batchd.stats import BatchStats, StatsFlusher, report
 from batchd.task import TaskState
-from harness import InProcessBatch, batch_done, create_old_record_table, make_master, wait_for
+from harness import InProcessBatch, RefusingMemoryStore, batch_done, create_old_record_table, make_master, wait_for
 from servers import PrivateRedis
 from spiders.seed import CrawlTask
 from taskdb import MemoryBackend, SqliteBackend
@@ -33,26 +33,6 @@ class LateTasksWait(CrawlTask):
         if task["id"] >= WAITING_FROM:
             GATE.wait(60)
         yield from super().parse(request, response, task)
-
-
-class RefusingMemoryStore(batchd.MemoryBatchStore):
-    """The memory store with an outage of its own: while `down` is set it stores nothing and answers no
-    ping, as a database that went away would (the memory store has no server to stop)."""
-
-    def __init__(self, rows):
-        super().__init__(rows)
-        self.down = threading.Event()
-
-    def _check_up(self):
-        if self.down.is_set():
-            raise BackendUnavailable("memory store down (the test's outage)", self.backend_name)
-
-    def ping(self):
-        self._check_up()
-
-    def save_items(self, table, kind, rows):
-        self._check_up()
-        super().save_items(table, kind, rows)
 
 
 # -- the collector

@@ -284,15 +284,20 @@ class SqlBatchStore(BatchStore):
 
     # -- batches
     def last_batch(self) -> Optional[BatchRecord]:
+        records = self.recent_batches(1)
+        return records[0] if records else None
+
+    def recent_batches(self, count: int) -> list:
         names = ", ".join(self.quote(c) for c in RECORD_FIELDS)
         rows = self.fetch(f"SELECT {names} FROM {self.quote(self.opened_layout.record_table)} "
-                          f"ORDER BY {self.quote('id')} DESC LIMIT 1", dicts=True)
-        if not rows:
-            return None
-        record = rows[0]
-        record["batch_date"] = self.time_from_db(record["batch_date"])
-        record["is_done"] = bool(record["is_done"])
-        return BatchRecord(**record)
+                          f"ORDER BY {self.quote('id')} DESC LIMIT {self.placeholder}", [count], dicts=True)
+        return [self._record(row) for row in rows]
+
+    def _record(self, row: dict) -> BatchRecord:
+        row["batch_date"] = self.time_from_db(row["batch_date"])
+        row["update_time"] = self.time_from_db(row["update_time"]) if row["update_time"] is not None else None
+        row["is_done"] = bool(row["is_done"])
+        return BatchRecord(**row)
 
     def insert_batch(self, interval: int, interval_unit: str, total: int) -> BatchRecord:
         now, now_values = self.now_term()

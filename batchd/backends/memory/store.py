@@ -95,10 +95,15 @@ class MemoryBatchStore(BatchStore):
         with self._lock:
             return self._batches[-1] if self._batches else None
 
+    def recent_batches(self, count: int) -> list:
+        with self._lock:
+            return self._batches[::-1][:count]
+
     def insert_batch(self, interval: int, interval_unit: str, total: int) -> BatchRecord:
         with self._lock:
-            record = BatchRecord(id=len(self._batches) + 1, batch_date=self.now(), total_count=total,
-                                 interval=interval, interval_unit=interval_unit, reset_cursor=reset_cursor(None, 0))
+            now = self.now()
+            record = BatchRecord(id=len(self._batches) + 1, batch_date=now, total_count=total, interval=interval,
+                                 interval_unit=interval_unit, reset_cursor=reset_cursor(None, 0), update_time=now)
             self._batches.append(record)
             return record
 
@@ -115,6 +120,7 @@ class MemoryBatchStore(BatchStore):
             record = self._batch(batch_id)
             record.total_count, record.done_count = progress.total, progress.done
             record.fail_count, record.is_done = progress.failed, is_done
+            record.update_time = self.now()
 
     def record_stats(self, batch_id: int, counters: dict) -> None:
         with self._lock:
