@@ -236,6 +236,8 @@ def dumped(caplog) -> dict:
     tables: dict = {}
     for line in (r.getMessage() for r in caplog.records if "written to" in r.getMessage()):
         found = re.match(r"(\d+) items of \d+ tasks for `(\w+)` written to", line)
+        if found is None:
+            continue            # the items_dumped alert says it too, in other words
         tables[found.group(2)] = tables.get(found.group(2), 0) + int(found.group(1))
     return tables
 
