@@ -42,7 +42,7 @@ def test_workers_stopped_mid_batch_raise_one_stall_alert(backend, site, caplog):
             assert alerts_of(site, "stall") == []
             batch.stop("worker")
             stall, = wait_for(lambda: alerts_of(site, "stall"), message="the stall alert on the webhook")
-            stays_true(lambda: len(alerts_of(site, "stall")) == 1, 1.5, message="one stall alert per batch")
+            stays_true(lambda: len(alerts_of(site, "stall")) == 1, 1.0, message="one stall alert per batch")
             namespace = batch.loops[0][3].leases.namespace           # (the master's)
     assert (stall["namespace"], stall["batch"], stall["total"], stall["host"]) == (namespace, 1, 30,
                                                                                  socket.gethostname())

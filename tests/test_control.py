@@ -33,7 +33,7 @@ def test_a_paused_namespace_finishes_what_it_holds_and_takes_nothing_until_resum
         assert "paused: no task is claimed or leased" in control.pause(runtime)
         wait_for(lambda: runtime.backend.leases.leased_count() == 0, message="the tasks in hand written back")
         held = counts(backend)
-        stays_true(lambda: counts(backend) == held, 1.5, message="nothing moves while paused")
+        stays_true(lambda: counts(backend) == held, 1.0, message="nothing moves while paused")
         assert held.get(D, 0) < 30 and not runtime.backend.leases.leased_count()
         status = gather_status(runtime)
         assert status["paused_since"] is not None and "PAUSED   since" in render_status(status)
@@ -70,7 +70,7 @@ def test_open_batch_opens_the_next_now_and_refuses_while_one_is_open(backend, si
 
 
 def test_open_batch_force_closes_the_open_one_as_it_stands(backend, site, caplog):
-    backend.create_tasks([site.url(f"/slow?seconds=0.2&n={n}") for n in range(20)])
+    backend.create_tasks([site.url(f"/slow?seconds=0.1&n={n}") for n in range(12)])
     factory = spider_factory(backend, CrawlTask, SPIDER_THREAD_COUNT=1)
     runtime = factory().runtime
     with caplog.at_level(logging.WARNING, logger="batchd"), InProcessBatch(factory):
@@ -78,10 +78,10 @@ def test_open_batch_force_closes_the_open_one_as_it_stands(backend, site, caplog
         said = control.open_batch(runtime, force=True)
         assert said.startswith("batch 1 closed as it stood; batch 2 opened"), said
         first = backend.records()[0]
-        assert first["is_done"] and first["done_count"] < 20
+        assert first["is_done"] and first["done_count"] < 12
         wait_for(lambda: len(backend.records()) == 2 and backend.records()[-1]["is_done"], timeout=60,
                  message="batch 2 done")
-    assert backend.records()[-1]["done_count"] == 20
+    assert backend.records()[-1]["done_count"] == 12
     assert "closed by batchd open-batch --force" in caplog.text
 
 
