@@ -4,13 +4,13 @@ __version__ = "0.1.0"
 from .config import Settings
 from .errors import BackendUnavailable, BatchdError, ConfigError, ExitCode, MasterLockHeld
 from .http import Request, RequestFailed, Response
-from .item_class import Field, Item, UndeclaredField
+from .item import Field, Item, UndeclaredField
 from .backends.memory.store import MemoryBatchStore
 from .backends.mysql_redis.mysql import MysqlBatchStore
 from .backends.sqlite.store import SqliteBatchStore
-from .middleware import ChainContext, DownloaderMiddleware
+from .download.chain import ChainContext, DownloaderMiddleware
 from .model import BatchRecord, ItemRow, Progress, TaskLayout
-from .ports import BatchStore
+from .backends.ports import BatchStore
 from .runtime import Runtime
 from .spider import BatchSpider
 from .task import TaskState

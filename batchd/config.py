@@ -136,10 +136,10 @@ class Settings:
     ROBOTSTXT_OBEY: bool = setting(False, "check each request against its site's robots.txt (read once per batch); "
                                           "a disallowed one fails at once")
     DOWNLOADER_MIDDLEWARES: tuple = setting(
-        ("batchd.middleware.RetryMiddleware", "batchd.robots.RobotsTxtMiddleware",
-         "batchd.throttle.AutoThrottleMiddleware", "batchd.proxies.ProxyMiddleware",
-         "batchd.middleware.RateLimitMiddleware", "batchd.politeness.PolitenessMiddleware",
-         "batchd.middleware.StatsMiddleware", "batchd.metrics.FetchLatencyMiddleware"),
+        ("batchd.download.chain.RetryMiddleware", "batchd.download.middlewares.robots.RobotsTxtMiddleware",
+         "batchd.download.middlewares.throttle.AutoThrottleMiddleware", "batchd.download.middlewares.proxies.ProxyMiddleware",
+         "batchd.download.chain.RateLimitMiddleware", "batchd.download.middlewares.politeness.PolitenessMiddleware",
+         "batchd.download.chain.StatsMiddleware", "batchd.supervisor.metrics.FetchLatencyMiddleware"),
         "the downloader middleware chain, outermost first: dotted paths of batchd.DownloaderMiddleware classes")
     # -- items
     ITEM_FLUSH_SIZE: int = setting(500, "items per flush, at most", 1, 100_000)

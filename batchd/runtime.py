@@ -17,22 +17,22 @@ import signal
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from . import failures
+from .cli import failures
 from .backends import open_backend, open_store
 from .config import Settings, load_settings
 from .errors import BatchdError, ConfigError
-from .lifecycle import StopFlag
-from .master import Master
+from .process.lifecycle import StopFlag
+from .master.patrol import Master
 from .model import TaskLayout
-from .pipeline import count_nothing
-from .ports import Backend, BatchStore
-from .systemd import set_thread_role, setup_logging
+from .worker.pipeline import count_nothing
+from .backends.ports import Backend, BatchStore
+from .process.systemd import set_thread_role, setup_logging
 from .task import mark_move
-from .threads import start_thread
-from .worker import Worker
+from .process.threads import start_thread
+from .worker.worker import Worker
 
 if TYPE_CHECKING:
-    from .spider import BatchSpider  # (spider.py imports this module)
+    from .spider import BatchSpider
 
 log = logging.getLogger("batchd")
 

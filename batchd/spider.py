@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, TypeVar
 
 from .config import Settings
 from .http import Produced, Request, Response
-from .ports import BatchStore
+from .backends.ports import BatchStore
 from .runtime import Runtime, run_entry
 
 log = logging.getLogger("batchd")

@@ -23,8 +23,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TESTS = os.path.join(os.path.dirname(HERE), "tests")
 sys.path.insert(0, TESTS)
 
-from batchd.backends import store_from_url  # noqa: E402
-from batchd.model import TaskLayout  # noqa: E402
+from batchd.backends import store_from_url
+from batchd.model import TaskLayout
 from httpserver import TestSite  # noqa: E402
 
 MYSQL_PORT = 3306

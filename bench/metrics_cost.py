@@ -33,9 +33,9 @@ def measure() -> dict:
     import requests
 
     from batchd.http import Request, Response
-    from batchd.metrics import FetchLatencyMiddleware, WorkerMetrics
-    from batchd.middleware import MiddlewareChain, StatsMiddleware
-    from batchd.stats import BatchStats
+    from batchd.supervisor.metrics import FetchLatencyMiddleware, WorkerMetrics
+    from batchd.download.chain import MiddlewareChain, StatsMiddleware
+    from batchd.process.stats import BatchStats
 
     request = Request("http://127.0.0.1/page/1")
     raw = requests.models.Response()

@@ -31,7 +31,7 @@ What it does:
      transaction (BEGIN IMMEDIATE to COMMIT: what the workers' write-backs wait behind);
    - patrol time p50 / p99 / max (Master.patrol, timed in the master process), for the steady phase;
      the patrols during the reset and, when the master has them, the reset's chunks
-     (Master.advance_walk or batchd.walks.ResetWalk.step) apart;
+     (Master.advance_walk or batchd.master.walks.ResetWalk.step) apart;
    - write-back latency (each store.move of the simulator) p50 / p99, during the reset and steady;
    - the first lease after the batch opened (the master's `batch N opened` line);
    - the master's RSS (VmRSS, sampled every second): at start, peak, at the end.
@@ -66,9 +66,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TESTS = os.path.join(os.path.dirname(HERE), "tests")
 sys.path.insert(0, TESTS)
 
-from batchd.backends import store_from_url  # noqa: E402
-from batchd.model import TaskLayout  # noqa: E402
-from batchd.spider import BatchSpider  # noqa: E402
+from batchd.backends import store_from_url
+from batchd.model import TaskLayout
+from batchd.spider import BatchSpider
 from servers import PrivateMariaDB, PrivateRedis  # noqa: E402
 
 LAYOUT = TaskLayout(table="crawl_task")      # the seed's table, batchd's default columns
@@ -94,7 +94,7 @@ RESET_WALKED = re.compile(r"^batch (\d+) reset: (\d+) rows walked, (\d+) set bac
 RESET_BEFORE_OPEN = re.compile(r"^batch (\d+) opened at .*: (\d+) tasks \((\d+) reset\)$")
 
 # One chunk of the reset, where the master has such a step: timed when present.
-WALK_STEPS = (("batchd.master", "Master", "advance_walk"), ("batchd.walks", "ResetWalk", "step"))
+WALK_STEPS = (("batchd.master.patrol", "Master", "advance_walk"), ("batchd.master.walks", "ResetWalk", "step"))
 
 
 class ScaleSpider(BatchSpider):
@@ -493,8 +493,8 @@ def time_sqlite_statements(watch: PhaseWatch, statements: Longest, transactions:
 
 
 def master_process(run: RunDir) -> None:
-    from batchd.lifecycle import StopFlag
-    from batchd.master import Master
+    from batchd.process.lifecycle import StopFlag
+    from batchd.master.patrol import Master
     from batchd.runtime import Runtime
     config = run.read_json("config.json")
     logging.basicConfig(filename=run.file("master.log"), level=logging.INFO,
@@ -571,7 +571,7 @@ def write_back(backend, held: list, log: WriteBacks) -> None:
 def simulator_process(run: RunDir) -> None:
     """Leases and writes back at most --writeback-rate tasks/s, in rounds every TICK seconds; a round the
     queue leaves short is not made up later, so the rate achieved says when the queue ran dry."""
-    from batchd.lifecycle import StopFlag
+    from batchd.process.lifecycle import StopFlag
     from batchd.runtime import Runtime
     config = run.read_json("config.json")
     logging.basicConfig(filename=run.file("simulator.log"), level=logging.INFO,

@@ -12,9 +12,9 @@ import time
 
 import batchd
 from batchd.errors import BackendUnavailable, BatchdError
-from batchd.downloader import Downloader
-from batchd.lifecycle import StopFlag
-from batchd.middleware import RetryMiddleware
+from batchd.download.downloader import Downloader
+from batchd.process.lifecycle import StopFlag
+from batchd.download.chain import RetryMiddleware
 from batchd.task import TaskState, settling_move
 
 

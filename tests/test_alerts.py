@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from batchd.alerts import Alerts
+from batchd.process.alerts import Alerts
 from batchd.config import Settings, load_settings
 from batchd.errors import ConfigError
-from batchd.lifecycle import StopFlag
+from batchd.process.lifecycle import StopFlag
 from batchd.model import Progress
 from batchd.task import TaskState
 from harness import (InProcessBatch, RefusingMemoryStore, batch_done, make_master, spider_factory, stays_true,

@@ -18,7 +18,7 @@ from collections import Counter
 import pytest
 
 from batchd.task import TaskState
-from batchd.worker import worker_token_prefix
+from batchd.worker.worker import worker_token_prefix
 from chaos import ChaosBatch
 from harness import wait_for
 from httpserver import FLAP_FAULTS, TestSite, flap_fault

@@ -10,10 +10,10 @@ import sys
 
 import pytest
 
-from batchd.cli import VERBS, main
+from batchd.cli.main import VERBS, main
 from batchd.errors import ConfigError
-from batchd.loader import load_spider_class
-from batchd.failed_items import FailedItemsFile
+from batchd.supervisor.loader import load_spider_class
+from batchd.worker.dumps import FailedItemsFile
 from batchd.model import ItemRow
 from batchd.task import TaskState
 from harness import batch_done, wait_for
@@ -178,7 +178,7 @@ def test_check_reports_each_item_and_fails_on_any(mysql_backend):
     assert "OK    downloader  middlewares RetryMiddleware > StatsMiddleware" in good.stdout
 
     bad_chain = batchd("check", SEED, backend=mysql_backend,
-                       env={"BATCHD_DOWNLOADER_MIDDLEWARES": '["batchd.middleware.RetryMiddleware", "nowhere.Retry"]'})
+                       env={"BATCHD_DOWNLOADER_MIDDLEWARES": '["batchd.download.chain.RetryMiddleware", "nowhere.Retry"]'})
     assert bad_chain.returncode == 78
     assert "FAIL  downloader  DOWNLOADER_MIDDLEWARES: cannot import 'nowhere.Retry'" in bad_chain.stdout
 

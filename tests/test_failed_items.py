@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 
-from batchd.failed_items import REFUSALS_LOGGED, FailedItemsFile, ReplayResult
+from batchd.worker.dumps import REFUSALS_LOGGED, FailedItemsFile, ReplayResult
 from batchd.model import COLUMNS_ITEM_KIND, DEFAULT_ITEM_KIND, ItemRow
 from servers import fill_disk
 from spiders.seed import CrawlTask

@@ -1,4 +1,4 @@
-"""batchd.http and batchd.downloader against a real local HTTP server (tests/httpserver.py)."""
+"""batchd.http and batchd.download.downloader against a real local HTTP server (tests/httpserver.py)."""
 import json
 import logging
 import re
@@ -13,9 +13,9 @@ import requests
 
 from batchd.config import Settings
 from batchd.http import Request, RequestFailed, Response
-from batchd.threads import guard, start_thread
+from batchd.process.threads import guard, start_thread
 from tests.harness import retrying_downloader, wait_for
-from batchd.worker import downloader_for
+from batchd.worker.worker import downloader_for
 from tests.httpserver import (BOMB_DECODED, COMPRESSED_CASES, COMPRESSIBLE_PAGE, ENCODING_CASES, TestSite, gzip_bomb,
                               self_signed_certificate)
 

@@ -9,7 +9,7 @@ import pytest
 
 import batchd
 from batchd.errors import ConfigError
-from batchd.failed_items import FailedItemsFile
+from batchd.worker.dumps import FailedItemsFile
 from batchd.model import COLUMNS_ITEM_KIND, ItemRow
 from batchd.task import TaskState
 from harness import InProcessBatch, batch_done, wait_for

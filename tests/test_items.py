@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 
-from batchd.failed_items import FailedItemsFile
+from batchd.worker.dumps import FailedItemsFile
 from batchd.model import ItemRow
 from batchd.task import TaskState
 from taskdb import bring_back

@@ -11,10 +11,10 @@ import sys
 import pytest
 import requests
 
-from batchd.metrics import FetchLatencyMiddleware, SupervisorCollector, WorkerMetrics
-from batchd.middleware import ChainContext, StatsMiddleware, chain_from_settings
+from batchd.supervisor.metrics import FetchLatencyMiddleware, SupervisorCollector, WorkerMetrics
+from batchd.download.chain import ChainContext, StatsMiddleware, chain_from_settings
 from batchd.config import Settings
-from batchd.systemd import JournalFields
+from batchd.process.systemd import JournalFields
 from batchd.task import TaskState
 from harness import InProcessBatch, spider_factory, wait_for
 from procs import HERE, ROOT

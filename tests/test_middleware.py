@@ -7,16 +7,16 @@ import requests
 
 import batchd as mw
 from batchd.config import Settings
-from batchd.downloader import Downloader
+from batchd.download.downloader import Downloader
 from batchd.errors import ConfigError
 from batchd.http import Request, RequestFailed, Response
-from batchd.middleware import (ChainContext, DownloaderMiddleware, RateLimitMiddleware, RetryMiddleware,
-                               StatsMiddleware, chain_from_settings)
-from batchd.politeness import Politeness, PolitenessMiddleware
-from batchd.proxies import ProxyMiddleware
-from batchd.robots import RobotsTxtMiddleware
+from batchd.download.chain import (ChainContext, DownloaderMiddleware, RateLimitMiddleware, RetryMiddleware,
+                                   StatsMiddleware, chain_from_settings)
+from batchd.download.middlewares.politeness import Politeness, PolitenessMiddleware
+from batchd.download.middlewares.proxies import ProxyMiddleware
+from batchd.download.middlewares.robots import RobotsTxtMiddleware
 from batchd.task import TaskState
-from batchd.throttle import AutoThrottleMiddleware
+from batchd.download.middlewares.throttle import AutoThrottleMiddleware
 from harness import Counter, InProcessBatch, retrying_downloader, settle, spider_factory, wait_for
 from spiders.seed import CrawlTask
 
@@ -197,7 +197,7 @@ class EchoSpider(CrawlTask):
 
 def test_a_spiders_middleware_runs_in_the_workers_chain_and_a_chain_without_retries_retries_nothing(backend, site):
     backend.create_tasks([site.url("/echo"), site.url("/flaky/f?fail=1&status=503")])
-    chain = ("spiders.middlewares.TokenMiddleware", "batchd.middleware.StatsMiddleware")
+    chain = ("spiders.middlewares.TokenMiddleware", "batchd.download.chain.StatsMiddleware")
     assert settle(backend, EchoSpider, DOWNLOADER_MIDDLEWARES=chain) == {1: D, 2: F}
     assert [item["title"] for item in backend.items()] == ["from-middleware"]
     assert site.hits("/flaky/f") == 1

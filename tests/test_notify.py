@@ -8,12 +8,12 @@ import signal
 import statistics
 import time
 
-from batchd.child import ChildSpec
+from batchd.supervisor.child import ChildSpec
 from batchd.config import Settings
-from batchd.ledger import LedgerBlock
-from batchd.loader import SpiderSource
-from batchd.supervisor import KILL_GRACE, Child, Plan, Supervisor
-from batchd.systemd import Notifier, watchdog_usec
+from batchd.process.ledger import LedgerBlock
+from batchd.supervisor.loader import SpiderSource
+from batchd.supervisor.supervisor import KILL_GRACE, Child, Plan, Supervisor
+from batchd.process.systemd import Notifier, watchdog_usec
 from harness import wait_for
 from supervised import NotifySocket, children_of, lines_with, slow_urls, start_batchd, workers_of
 

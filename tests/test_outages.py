@@ -120,7 +120,7 @@ def test_a_backend_that_answers_probes_but_refuses_work_stays_one_quiet_outage(c
     try again (once per probe period, not in a spin), and only a real call that works ends the outage;
     a backend flapping right after it came back is the same story, told once."""
     from batchd.errors import BackendUnavailable
-    from batchd.outages import PROBE_EVERY, OutageWatch
+    from batchd.process.outages import PROBE_EVERY, OutageWatch
     watch = OutageWatch({"MySQL": lambda: None})     # the probe always answers
     refused = BackendUnavailable("MySQL db unreachable: the server is read-only", "MySQL")
     never, tries, started = threading.Event(), 0, time.monotonic()

@@ -5,7 +5,7 @@ from datetime import datetime
 
 import pytest
 
-from batchd.lifecycle import StopFlag
+from batchd.process.lifecycle import StopFlag
 from batchd.schedule import next_due
 from batchd.model import BatchRecord
 from batchd.task import TaskState

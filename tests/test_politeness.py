@@ -4,9 +4,9 @@ host on its own; measured at the local site (tests/httpserver.py)."""
 import threading
 
 from batchd.config import Settings
-from batchd.downloader import Downloader
+from batchd.download.downloader import Downloader
 from batchd.http import Request
-from batchd.politeness import Politeness, PolitenessMiddleware, politeness_for
+from batchd.download.middlewares.politeness import Politeness, PolitenessMiddleware, politeness_for
 from batchd.task import TaskState
 
 from harness import InProcessBatch, wait_for

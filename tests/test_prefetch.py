@@ -2,7 +2,7 @@
 import itertools
 
 from batchd.backends.memory.ports import LocalQueue
-from batchd.prefetch import PREFETCH_MOST, LeasePrefetch
+from batchd.worker.prefetch import PREFETCH_MOST, LeasePrefetch
 from harness import wait_for
 
 

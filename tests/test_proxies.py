@@ -9,7 +9,7 @@ import pytest
 from batchd.config import Settings
 from batchd.errors import ConfigError
 from batchd.http import Request
-from batchd.proxies import ProxyMiddleware, ProxyPool, proxy_pool
+from batchd.download.middlewares.proxies import ProxyMiddleware, ProxyPool, proxy_pool
 from batchd.task import TaskState
 from harness import InProcessBatch, retrying_downloader, wait_for
 from httpserver import TestProxy

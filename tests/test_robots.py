@@ -7,13 +7,13 @@ import threading
 import pytest
 
 from batchd.config import Settings, load_settings
-from batchd.downloader import Downloader
+from batchd.download.downloader import Downloader
 from batchd.http import Request, RequestFailed
-from batchd.middleware import MiddlewareChain, sleep_without_stop
-from batchd.robots import RobotsTxtMiddleware
-from batchd.starter import CONFIG_FILE, write_starter
+from batchd.download.chain import MiddlewareChain, sleep_without_stop
+from batchd.download.middlewares.robots import RobotsTxtMiddleware
+from batchd.cli.starter import CONFIG_FILE, write_starter
 from batchd.task import TaskState
-from batchd.worker import downloader_for
+from batchd.worker.worker import downloader_for
 from harness import Counter, settle, wait_for
 from spiders.seed import CrawlTask
 

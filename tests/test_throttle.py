@@ -6,11 +6,11 @@ import logging
 import pytest
 
 from batchd.config import Settings
-from batchd.downloader import Downloader
+from batchd.download.downloader import Downloader
 from batchd.errors import ConfigError
 from batchd.http import Request, RequestFailed
-from batchd.middleware import ChainContext
-from batchd.throttle import AutoThrottleMiddleware
+from batchd.download.chain import ChainContext
+from batchd.download.middlewares.throttle import AutoThrottleMiddleware
 
 
 class Throttled:

@@ -14,10 +14,10 @@ import tomllib
 import pytest
 
 import batchd
-from batchd.cli import VERBS, build_parser, config_files
+from batchd.cli.main import VERBS, build_parser, config_files
 from batchd.config import Settings, declared_default, load_settings
 from batchd.errors import ExitCode
-from batchd.supervisor import KILL_GRACE
+from batchd.supervisor.supervisor import KILL_GRACE
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 UNITS = os.path.join(ROOT, "systemd")
@@ -252,9 +252,9 @@ def test_man_page_names_every_option(verb):
 
 
 def test_settings_man_page_has_an_entry_per_setting_and_renders_without_warnings(tmp_path):
-    """batchd.toml(5) as debian/rules writes it (`python3 -m batchd.manpage`): every declared setting
+    """batchd.toml(5) as debian/rules writes it (`python3 -m batchd.cli.manpage`): every declared setting
     with its default and values, the files and the environment, and neither groff nor man complains."""
-    page = subprocess.run([sys.executable, "-m", "batchd.manpage"], capture_output=True, text=True, check=True,
+    page = subprocess.run([sys.executable, "-m", "batchd.cli.manpage"], capture_output=True, text=True, check=True,
                           env={**os.environ, "SOURCE_DATE_EPOCH": "1796299200"}).stdout
     assert page.startswith('.TH BATCHD.TOML 5 "2026-12-03" "batchd ')
     sections = re.findall(r"^\.SH (.+)$", page, re.MULTILINE)

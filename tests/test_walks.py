@@ -5,9 +5,9 @@ import time
 
 import pytest
 
-from batchd.lifecycle import StopFlag
+from batchd.process.lifecycle import StopFlag
 from batchd.task import Move, TaskState
-from batchd.walks import CHUNK_SECONDS, ChunkPacer
+from batchd.master.walks import CHUNK_SECONDS, ChunkPacer
 from harness import create_old_record_table, make_master, patrol_until, wait_for, work_off
 
 P, D, R, F = TaskState.PENDING, TaskState.DONE, TaskState.PROCESSING, TaskState.FAILED
@@ -82,7 +82,7 @@ def test_an_old_record_table_gets_the_reset_cursor_column(shared_backend):
 def thousands(backend, monkeypatch):
     """3,000 tasks, and a master that walks one chunk per patrol (not WALK_BUDGET seconds of them)."""
     backend.create_tasks([f"http://x.invalid/{i}" for i in range(3000)])
-    monkeypatch.setattr("batchd.master.WALK_BUDGET", 0)
+    monkeypatch.setattr("batchd.master.patrol.WALK_BUDGET", 0)
     return backend
 
 

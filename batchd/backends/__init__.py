@@ -16,7 +16,7 @@ from typing import Optional
 
 from ..config import redact_url
 from ..errors import ConfigError
-from ..ports import Backend, BatchStore, SupervisorPorts
+from .ports import Backend, BatchStore, SupervisorPorts
 
 SQLITE_PREFIX = "sqlite:///"
 MYSQL_SCHEMES = ("mysql", "mariadb")

@@ -43,7 +43,7 @@ from ..errors import ConfigError
 from ..task import Move, TaskState
 from ..model import (COLUMNS_ITEM_KIND, BatchRecord, FailureGroup, FailureQuery, ItemRow, Progress, TaskFailure,
                      TaskLayout, reset_cursor)
-from ..ports import BatchStore
+from .ports import BatchStore
 
 log = logging.getLogger("batchd.store")
 

@@ -3,7 +3,7 @@ the master and the worker run as threads of it."""
 import threading
 import weakref
 
-from ...ports import Backend
+from ..ports import Backend
 from .ports import LocalQueue
 from .store import MemoryBatchStore
 

@@ -16,7 +16,7 @@ from ...codec import plain_json
 from ...errors import ConfigError
 from ...model import (BatchRecord, FailureGroup, FailureQuery, ItemRow, Progress, TaskFailure, TaskLayout,
                       reset_cursor, task_key)
-from ...ports import BatchStore
+from ..ports import BatchStore
 from ...task import Move, TaskState
 
 

@@ -2,10 +2,10 @@
 of the user's own), every queue-side port in Redis, so that masters and workers on any number of
 hosts share them."""
 from ...errors import ConfigError
-from ...ports import Backend, BatchStore, SupervisorPorts
+from ..ports import Backend, BatchStore, SupervisorPorts
 from .mysql import MysqlBatchStore
-from .redis_ports import (RedisCounters, RedisHostRates, RedisLeaseQueue, RedisMasterLocks, RedisNamespaceRecord, RedisSeenFilter,
-                          RedisStatusBoard, RedisTally, RedisWake, connect_redis)
+from .redis_ports import (RedisCounters, RedisHostRates, RedisLeaseQueue, RedisMasterLocks, RedisNamespaceRecord,
+                          RedisSeenFilter, RedisStatusBoard, RedisTally, RedisWake, connect_redis)
 
 
 def open_store(url: str, setting: str = "MYSQL_URL") -> MysqlBatchStore:

@@ -31,7 +31,7 @@ from typing import Any, Iterable, Optional, Sequence, Union
 
 from ...config import redact_url
 from ...errors import BackendUnavailable, ConfigError
-from ...threads import guard
+from ...process.threads import guard
 from ...codec import decode_task, encode_task
 from ...model import Lease, task_key
 

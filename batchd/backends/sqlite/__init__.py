@@ -1,6 +1,6 @@
 """The SQLite backend: the task table, the batch record, the items and every queue-side port in one
 file (no MySQL, no Redis), for the master and the workers of one host."""
-from ...ports import Backend, SupervisorPorts
+from ..ports import Backend, SupervisorPorts
 from .file import SqliteFile
 from .ports import (SqliteCounters, SqliteLeaseQueue, SqliteMasterLocks, SqliteNamespaceRecord, SqliteSeenFilter,
                     SqliteStatusBoard, SqliteTally, SqliteWake, create_schema)

@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 from typing import Sequence
 
 from ...errors import BackendUnavailable, ConfigError
-from ...threads import guard
+from ...process.threads import guard
 
 BUSY_TIMEOUT = 30.0
 MIN_SQLITE = (3, 35, 0)

@@ -1,0 +1,1 @@
+"""The batchd command, one module per verb group."""

@@ -1,0 +1,421 @@
+"""The downloader: one Request in, a 2xx Response or RequestFailed out.
+
+`Downloader.fetch` runs each attempt through the middleware chain (batchd/middleware.py): retries,
+proxies, rate limits and politeness are links of it. Innermost, the spider's download_midware changes
+the request, one attempt sends it, and the spider's validate judges a 2xx page. What the chain ends
+with is judged here: a 2xx Response is returned, anything else fails with `RequestFailed`.
+
+Two limits hold every attempt, redirects included. DOWNLOAD_TIMEOUT bounds the whole
+response, where requests' timeout only bounds the wait for each read: one thread per
+Downloader (`_DeadlineWatch`) shuts down the socket of a download past its deadline, and
+the attempt fails with `DownloadTimeout`, retried like any timeout. DOWNLOAD_MAXSIZE bounds
+the decoded body: a larger Content-Length fails before the body is read, and the body is
+read and decompressed in pieces (batchd/bodies.py), so that a compression bomb fails with
+`ResponseTooLarge` (not retried) once it has produced DOWNLOAD_MAXSIZE bytes.
+
+Cookies live as long as a task: the session of a thread keeps those the site sets across the
+requests of one task, and `forget_cookies()` drops them when the thread takes its next task.
+"""
+import logging
+import os
+import random
+import socket
+import threading
+import time
+from functools import cache, partial
+from typing import TYPE_CHECKING, Optional
+from urllib.parse import urlsplit
+
+import requests
+import urllib3.exceptions
+from requests.adapters import HTTPAdapter
+from requests.exceptions import InvalidSchema, InvalidURL, MissingSchema, SSLError
+
+from .bodies import ACCEPT_ENCODING, BodyReader, hooks_with
+from ..http import Request, RequestFailed, Response
+from .chain import TRANSIENT_ERRORS, MiddlewareChain, PageRejected, RetryMiddleware
+from ..process.threads import check_in, guard, start_thread
+
+log = logging.getLogger("batchd")
+
+MALFORMED_URL_ERRORS = (MissingSchema, InvalidSchema, InvalidURL)
+
+WATCH_IDLE_TICK = 5.0          # the deadline thread looks at least this often, so it can check in
+WATCH_RECUT = 0.2              # a download cut while it had no socket (still connecting) is cut again this often
+CHECK_IN_SLACK = 5.0           # beyond a promised wait: scheduling delays on a loaded machine
+ORIGINS_REMEMBERED = 10000     # origins whose proxies from the environment are kept
+
+
+class DownloadTimeout(requests.Timeout):
+    """The whole response did not arrive within DOWNLOAD_TIMEOUT: retried like any timeout."""
+
+
+def _judged(accept, request, response):
+    """The response, or PageRejected if `accept` returns False or raises."""
+    try:
+        verdict = accept(request, response)
+    except Exception as exc:    # raising is one of the two ways validate() rejects a page
+        return PageRejected(response, f"{type(exc).__name__}: {_one_line(exc)}")
+    return PageRejected(response, "") if verdict is False else response
+
+
+class Downloader:
+    """Fetches requests over one pooled requests.Session per thread, each attempt through the middleware
+    chain, within `download_timeout` seconds and `maxsize` decoded bytes."""
+
+    def __init__(self, timeout=30.0, pool_size=10, headers=None, download_timeout=180.0,
+                 maxsize=64 * 1024 * 1024, user_agents=None, max_redirects=20, warnsize=0, verify=True,
+                 middlewares: Optional[list] = None):
+        """`headers` go with every request; `user_agents`: the User-Agent (several: one at random per
+        request; none: batchd's own); `warnsize`: bytes of a body past which a warning names it (0:
+        never); `verify`: check certificates (False, or a CA bundle's path); `middlewares`: the chain,
+        outermost first (None: retries as SPIDER_MAX_RETRY_TIMES's default; `use()` sets it later)."""
+        self.timeout = timeout
+        self.pool_size = pool_size
+        self.headers = dict(headers or {})
+        self.download_timeout = download_timeout
+        self.maxsize = maxsize
+        self.user_agents = tuple(user_agents or (_user_agent(),))
+        self.max_redirects = max_redirects
+        self.warnsize = warnsize
+        self.verify = verify
+        self.chain = MiddlewareChain([RetryMiddleware()] if middlewares is None else middlewares)
+        if verify is False:
+            # The worker said it once at its start; urllib3 would say it again for every request.
+            urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+        self._deadlines = _DeadlineWatch()
+        self._local = threading.local()
+        self._sessions: list = []
+        self._sessions_lock = threading.Lock()
+        self._proxies_by_origin: dict = {}     # what the environment says for each origin, read once
+
+    def use(self, chain: MiddlewareChain) -> None:
+        self.chain = chain
+
+    def fetch(self, request, prepare=None, accept=None):
+        """The 2xx Response for `request`, or RequestFailed. `prepare(request)`, before each attempt,
+        returns the Request to send (None: the same); `accept(request, response)` returning False or
+        raising rejects a 2xx page, which the retry middleware then retries like a 503."""
+        send = partial(self._send_judged, prepare=prepare, accept=accept)
+        attempts, current = 0, request
+        while True:
+            attempts += 1
+            outcome = self.chain.attempt(current, send)
+            if isinstance(outcome, Request):
+                current = outcome           # a Request: the chain's next attempt
+                continue
+            if _succeeded(outcome):
+                return outcome
+            raise _failed(request, outcome, attempts)
+
+    def download_once(self, request) -> Response:
+        """One attempt at `request`, outside the chain: a Response whatever its status, or the error."""
+        with guard.waiting(self._attempt_bound(request)):
+            return self._attempt(request)
+
+    def forget_cookies(self) -> None:
+        """This thread takes another task: the cookies the sites set for the last one stay behind."""
+        session = getattr(self._local, "session", None)
+        if session is not None:
+            session.cookies.clear()
+
+    def batch_started(self, batch_id) -> None:
+        self.chain.batch_started(batch_id)
+
+    def _send_judged(self, request, prepare, accept):
+        """The innermost step of an attempt: the spider's download_midware, the send, its validate."""
+        sent = (prepare(request) or request) if prepare else request
+        response = self.download_once(sent)
+        if accept is not None and _succeeded(response):
+            verdict = _judged(accept, sent, response)
+            if isinstance(verdict, PageRejected):
+                raise verdict
+        return response
+
+    def _attempt_bound(self, request):
+        """Seconds one attempt may block a (guarded) thread: its deadline, or a connect that
+        outlasts it (a socket still connecting cannot be cut), and some slack."""
+        timeout = self.timeout if request.timeout is None else request.timeout
+        connect = timeout[0] if isinstance(timeout, tuple) else timeout
+        return max(self.download_timeout, connect or 0.0) + WATCH_RECUT + CHECK_IN_SLACK
+
+    def _attempt(self, request):
+        """A Response, whatever its status; a transient exception raised as it is (the retry middleware
+        judges it); RequestFailed for an error no retry heals."""
+        started = time.monotonic()
+        try:
+            raw, body = self._send(request)
+        except MALFORMED_URL_ERRORS as exc:
+            raise RequestFailed(request, exc, f"invalid URL: {request.url!r} ({_one_line(exc)})", 1) from exc
+        except SSLError as exc:
+            # A certificate that fails verification will fail the same way in a few seconds.
+            raise RequestFailed(request, exc, _failure_reason(exc, 1), 1) from exc
+        except requests.TooManyRedirects as exc:
+            raise RequestFailed(request, exc, f"more than REDIRECT_MAX_TIMES ({self.max_redirects}) redirects",
+                                1) from exc
+        except TRANSIENT_ERRORS:
+            raise
+        except requests.RequestException as exc:  # too large, bad header values...
+            raise RequestFailed(request, exc, _failure_reason(exc, 1), 1) from exc
+        response = Response(raw, request, body)
+        response.elapsed = time.monotonic() - started
+        return response
+
+    def _send(self, request):
+        """(requests' final response, its decoded body), or DownloadTimeout past the deadline."""
+        session = self._session()
+        download = self._deadlines.begin(self.download_timeout)
+        _in_flight.download = download
+        reader = BodyReader(download, self.maxsize if request.maxsize is None else request.maxsize)
+        try:
+            raw = session.request(
+                request.method, request.url, params=request.params, data=request.data,
+                json=request.json, headers=self._headers_for(request), cookies=request.cookies,
+                timeout=self.timeout if request.timeout is None else request.timeout,
+                allow_redirects=request.allow_redirects, proxies=self._proxies_for(request),
+                verify=request.verify, auth=request.auth,
+                **{**request.kwargs, "stream": True, "hooks": hooks_with(reader, request.kwargs.get("hooks"))})
+        except Exception as exc:
+            if download.expired and not isinstance(exc, DownloadTimeout):
+                raise download.overdue() from exc  # whatever the cut socket made the read raise
+            raise
+        finally:
+            _in_flight.download = None
+            self._deadlines.end(download)
+        if download.expired:
+            raise download.overdue()
+        if self.warnsize and len(reader.body) > self.warnsize:
+            log.warning("%s: a body of %d bytes, over DOWNLOAD_WARNSIZE (%d)", request.url, len(reader.body),
+                        self.warnsize)
+        return raw, reader.body
+
+    def _headers_for(self, request):
+        """The request's headers, with one of several User-Agents picked for it unless it has its own."""
+        if len(self.user_agents) == 1 or any(name.lower() == "user-agent" for name in request.headers or ()):
+            return request.headers
+        return {"User-Agent": random.choice(self.user_agents), **(request.headers or {})}
+
+    def _session(self):
+        session = getattr(self._local, "session", None)
+        if session is None:
+            session = self._new_session()
+            self._local.session = session
+            with self._sessions_lock:
+                self._sessions.append(session)
+        return session
+
+    def _proxies_for(self, request):
+        """The request's own proxy (its own, or the proxy middleware's) or proxies, else the environment's
+        for its origin (HTTP_PROXY, NO_PROXY...), read once per origin: the sessions do not read the
+        environment on every request (trust_env off)."""
+        if request.proxy:
+            return {"http": request.proxy, "https": request.proxy}
+        if request.proxies is not None:
+            return request.proxies
+        parts = urlsplit(request.url)
+        origin = f"{parts.scheme}://{parts.netloc}"
+        proxies = self._proxies_by_origin.get(origin)
+        if proxies is None:
+            if len(self._proxies_by_origin) >= ORIGINS_REMEMBERED:     # a crawl of many hosts: memory stays flat
+                self._proxies_by_origin.clear()
+            proxies = self._proxies_by_origin[origin] = requests.utils.get_environ_proxies(origin)
+        return proxies
+
+    def _new_session(self):
+        session = requests.Session()
+        # With trust_env, requests reads the environment (proxies, ~/.netrc, CA bundle) again for every
+        # request: about 4 % of a worker's CPU. Proxies are read once per origin (_proxies_for), the CA
+        # bundle here; ~/.netrc is not read (give a Request its auth).
+        session.trust_env = False
+        session.verify = self.verify if self.verify is not True else \
+            os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or True
+        session.max_redirects = self.max_redirects
+        adapter = _TrackingAdapter(pool_connections=self.pool_size, pool_maxsize=self.pool_size)
+        session.mount("http://", adapter)
+        session.mount("https://", adapter)
+        session.headers["User-Agent"] = self.user_agents[0]
+        session.headers.update(self.headers)
+        session.headers["Accept-Encoding"] = ACCEPT_ENCODING    # what bodies.py decodes, whatever the settings say
+        return session
+
+    def close(self):
+        """Close every session this downloader opened, its middlewares, and stop its deadline thread; a
+        later fetch opens fresh sessions."""
+        with self._sessions_lock:
+            sessions, self._sessions = self._sessions, []
+            self._local = threading.local()
+        for session in sessions:
+            session.close()
+        self.chain.close()
+        self._deadlines.stop()
+
+
+# --- the deadline ----------------------------------------------------------------------
+
+_in_flight = threading.local()  # .download: the attempt this thread is making, for _TrackedPool
+
+
+class _Download:
+    """One attempt in flight, as the deadline thread sees it."""
+
+    __slots__ = ("seconds", "deadline", "connection", "expired")
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+        self.deadline = time.monotonic() + seconds
+        self.connection = None  # the urllib3 connection it is on, set by _TrackedPool
+        self.expired = False
+
+    def cut(self):
+        """Past the deadline: make the read the attempt is blocked in, if any, return at once."""
+        self.expired = True
+        sock = getattr(self.connection, "sock", None)
+        if isinstance(sock, socket.socket):
+            try:
+                # socket.socket's own shutdown, not SSLSocket's: that one also drops the TLS
+                # object the reading thread is using.
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+            except OSError:
+                pass  # closed meanwhile: the attempt has failed already
+
+    def overdue(self):
+        return DownloadTimeout(f"download took longer than DOWNLOAD_TIMEOUT ({self.seconds:g} s)")
+
+
+class _DeadlineWatch:
+    """The one thread of a Downloader that cuts off the downloads past their deadline.
+
+    A thread blocked in a socket read cannot be interrupted from inside, and requests' timeout
+    starts again with every byte received: this thread shuts down the socket of a download past
+    its deadline, so that its read returns at once. A download only adds itself to a set and
+    removes itself, under a lock; the thread wakes early only for a deadline nearer than its plan."""
+
+    def __init__(self):
+        self._changed = threading.Condition()
+        self._downloads = set()
+        self._thread = None
+        self._stop = threading.Event()     # the running thread's own stop flag (a new one per thread)
+        self._next_look = 0.0    # when the thread will look next
+
+    def begin(self, seconds):
+        download = _Download(seconds)
+        with self._changed:
+            if self._thread is None or not self._thread.is_alive():  # first use, closed, or forked
+                self._start()
+            self._downloads.add(download)
+            if download.deadline < self._next_look:
+                self._changed.notify_all()
+        return download
+
+    def end(self, download):
+        """From now on the download's connections are never cut: they may serve the next request."""
+        with self._changed:
+            self._downloads.discard(download)
+
+    def stop(self):
+        with self._changed:
+            thread, self._thread = self._thread, None
+            if thread is None:
+                return
+            self._stop.set()
+            self._changed.notify_all()
+        thread.join(CHECK_IN_SLACK)
+
+    def _start(self):
+        self._stop = threading.Event()
+        self._next_look = 0.0  # the new thread looks at once
+        self._thread = start_thread(self._watch, "batchd-deadlines", self._stop)
+
+    def _watch(self, stop):
+        with self._changed:
+            while not stop.is_set():
+                now = time.monotonic()
+                for download in self._downloads:
+                    if download.deadline <= now:
+                        download.cut()
+                self._next_look = self._plan_next_look(now)
+                check_in(within=self._next_look - now + CHECK_IN_SLACK)
+                self._changed.wait(self._next_look - now)
+
+    def _plan_next_look(self, now):
+        soonest = now + WATCH_IDLE_TICK
+        for download in self._downloads:
+            # A download cut while still connecting had no socket to shut: cut it again soon.
+            soonest = min(soonest, now + WATCH_RECUT if download.expired else download.deadline)
+        return soonest
+
+
+# What _TrackedPool is mixed into, for the type checker; a plain mixin at run time.
+if TYPE_CHECKING:
+    from urllib3.connectionpool import HTTPConnectionPool as _PoolBase
+else:
+    _PoolBase = object
+
+
+class _TrackedPool(_PoolBase):
+    """Mixed into urllib3's pool classes: tells the attempt in flight on this thread which
+    connection it was handed, so that the deadline thread can cut that connection's socket."""
+
+    def _get_conn(self, timeout=None):
+        connection = super()._get_conn(timeout=timeout)
+        download = getattr(_in_flight, "download", None)
+        if download is not None:
+            download.connection = connection
+        return connection
+
+
+@cache
+def _tracked(pool_class):
+    if issubclass(pool_class, _TrackedPool):
+        return pool_class
+    return type(f"Tracked{pool_class.__name__}", (_TrackedPool, pool_class), {})
+
+
+def _track_connections(manager):
+    """`manager` (urllib3's PoolManager, ProxyManager or SOCKSProxyManager), its new pools tracked."""
+    manager.pool_classes_by_scheme = {scheme: _tracked(pool_class)
+                                      for scheme, pool_class in manager.pool_classes_by_scheme.items()}
+    return manager
+
+
+class _TrackingAdapter(HTTPAdapter):
+    def init_poolmanager(self, *args, **kwargs):
+        super().init_poolmanager(*args, **kwargs)
+        _track_connections(self.poolmanager)
+
+    def proxy_manager_for(self, proxy, **proxy_kwargs):
+        return _track_connections(super().proxy_manager_for(proxy, **proxy_kwargs))
+
+
+def _succeeded(outcome):
+    return isinstance(outcome, Response) and 200 <= outcome.status_code < 300
+
+
+def _failed(request, outcome, attempts):
+    """RequestFailed for `request` from what its last attempt ended with."""
+    if isinstance(outcome, RequestFailed):
+        return RequestFailed(request, outcome.response_or_exception, outcome.reason, attempts)
+    if isinstance(outcome, PageRejected):
+        return RequestFailed(request, outcome.response, _failure_reason(outcome, attempts), attempts)
+    return RequestFailed(request, outcome, _failure_reason(outcome, attempts), attempts)
+
+
+def _failure_reason(outcome, attempts):
+    after = f" after {attempts} attempts" if attempts > 1 else ""
+    if isinstance(outcome, PageRejected):
+        return f"{outcome}{after}"
+    if isinstance(outcome, Response):
+        return f"HTTP {outcome.status_code}{after}"
+    return f"{type(outcome).__name__}{after}: {_one_line(outcome)}"
+
+
+def _one_line(exc):
+    return " ".join(str(exc).split())
+
+
+def _user_agent():
+    try:
+        from batchd import __version__
+    except ImportError:
+        return "batchd"
+    return f"batchd/{__version__}"

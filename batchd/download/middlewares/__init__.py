@@ -1,0 +1,1 @@
+"""batchd's own downloader middlewares, one file each (DOWNLOADER_MIDDLEWARES names them by dotted path)."""

@@ -1,0 +1,528 @@
+"""The master: the batch lifecycle of one namespace, one patrol at a time.
+
+A patrol (every BATCH_MONITOR_INTERVAL s, sooner when a worker wakes the master, at once while a
+walk of the table is under way):
+1. open a new batch when due and the last one has finished: open its record, then reset every
+   task in primary-key chunks (batchd/walks.py), a few chunks per patrol, claiming the rows
+   already reset as it goes; a reset found unfinished is finished before anything else;
+2. reclaim: expired leases back to pending; processing rows no queue knows, once stale;
+3. refill: claim pending tasks (at most BATCH_PUSH_LIMIT in the queue) and push them;
+4. progress: from the batch's tally (settled tasks, counted by their write-backs) and the queue,
+   never by counting rows: refresh the batch record, log `批次进度 X/Y`;
+5. close: once the queue runs dry and the state index shows no unsettled row, count the table
+   chunk by chunk and write those exact figures, the batch's counters (batchd/stats.py), `is_done=1`
+   and the `<ns>:batch_done` flag; log the counters in one line.
+
+Alerts (batchd/alerts.py): a stall and the failure ratio at each progress check, the failure ratio
+again at the close, an overdue batch at the patrol that finds it.
+
+Only the holder of the namespace's master lock patrols; the lock is renewed by a
+thread of its own so that a long reset or a slow query never lets it lapse.
+
+Outages are waited out (batchd/outages.py): for ever by a resident master; in once mode,
+unreachable at start is final (exit 69), an outage later for up to OUTAGE_TIMEOUT.
+"""
+import collections
+import logging
+import os
+import socket
+import threading
+import time
+from datetime import datetime
+from typing import Callable, Optional
+
+from ..cli import failures
+from ..process.alerts import Alerts
+from ..config import Settings
+from ..errors import BackendUnavailable, ConfigError, MasterLockHeld
+from ..process.lifecycle import StopFlag
+from ..model import BatchRecord, Progress, TaskLayout
+from ..process.outages import OutageWatch, retry_through_outages
+from ..backends.ports import (BatchCounters, BatchStore, BatchTally, LeaseQueue, MasterLocks, NamespaceRecord,
+                              WakeChannel, claim_namespace)
+from ..schedule import is_due, next_due
+from ..process.stats import report
+from ..task import Move
+from ..process.threads import Heart, check_in, start_thread
+from .walks import CHUNK_SECONDS, CountWalk, ResetWalk
+
+log = logging.getLogger("batchd.master")
+
+WAKE_GAP = 0.1          # seconds between two patrols triggered by wake-ups
+LOCK_POLL = 2.0
+RATE_WINDOW = 120.0     # seconds of progress samples behind the rate and the ETA
+ORPHAN_SCAN_LIMIT = 10000
+WALK_BUDGET = 0.15      # seconds of a walk (the reset, a reconciliation) in one patrol
+RESET_REPORT_EVERY = 10.0   # seconds between two lines on a reset under way
+
+
+class LockKeeper:
+    """Renews the master lock every third of its TTL; `lost` is set the moment a renewal fails."""
+
+    def __init__(self, lock, ttl: float):
+        self.lock, self.ttl = lock, ttl
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    def start(self) -> None:
+        self._thread = start_thread(self._renew_loop, "batchd-master-lock")
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        try:
+            self.lock.release()
+        except (BackendUnavailable, ConfigError):
+            pass   # it expires on its own
+
+    def _renew_loop(self) -> None:
+        while True:
+            check_in(within=self.ttl / 3 + 1)
+            if self._stop.wait(self.ttl / 3):
+                return
+            try:
+                if self.lock.renew():
+                    continue
+                log.error("the master lock was lost (taken over after a stall?); patrols stop")
+            except BackendUnavailable as e:
+                log.error("cannot renew the master lock: %s; patrols stop until it is held again", e)
+            self.lost.set()
+            return
+
+
+class ProgressRate:
+    """Settled tasks per second over the last RATE_WINDOW seconds, and the ETA it gives."""
+
+    def __init__(self):
+        self.samples: collections.deque = collections.deque()
+
+    def add(self, settled: int) -> None:
+        now = time.monotonic()
+        self.samples.append((now, settled))
+        while self.samples and now - self.samples[0][0] > RATE_WINDOW:
+            self.samples.popleft()
+
+    def clear(self) -> None:
+        self.samples.clear()
+
+    def per_second(self) -> float:
+        if len(self.samples) < 2:
+            return 0.0
+        (t0, s0), (t1, s1) = self.samples[0], self.samples[-1]
+        return max(0.0, (s1 - s0) / (t1 - t0)) if t1 > t0 else 0.0
+
+    def eta(self, remaining: int) -> str:
+        rate = self.per_second()
+        if remaining <= 0:
+            return "0s"
+        if rate <= 0:
+            return "unknown"
+        seconds = int(remaining / rate)
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+class Master:
+    def __init__(self, settings: Settings, layout: TaskLayout, store: BatchStore, leases: LeaseQueue,
+                 locks: MasterLocks, wake: WakeChannel, namespaces: NamespaceRecord, tally: BatchTally,
+                 counters: BatchCounters, owner: Optional[str] = None):
+        self.settings, self.layout, self.store = settings, layout, store
+        self.leases, self.locks, self.wake, self.namespaces, self.tally = leases, locks, wake, namespaces, tally
+        self.counters = counters
+        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}"
+        self.rate = ProgressRate()
+        self.last_progress: Optional[Progress] = None
+        self.batch: Optional[BatchRecord] = None
+        self._heartbeat: Callable = lambda: None
+        self._idle_announced: Optional[int] = None
+        self.watch = OutageWatch()
+        self._give_up_after: Optional[float] = None
+        self.served = False       # a patrol has run to its end (the supervisor respawns such a master at once)
+        self.reset: Optional[ResetWalk] = None     # the reset under way
+        self.count: Optional[CountWalk] = None     # the reconciliation under way
+        self._reported = 0.0                       # when the reset under way was last reported
+        self.paused_since: Optional[float] = None  # `batchd pause`: when (Unix time)
+        self.queue_length = 0                      # tasks in the queue after the last refill (for metrics)
+        self.alerts = Alerts(settings, leases.namespace)
+
+    # -- the loop the supervisor (or start_monitor()) runs
+    def run(self, stop: StopFlag, heartbeat: Callable = lambda: None, once: bool = False,
+            on_outages: Callable[[list], None] = lambda outages: None) -> None:
+        """`heartbeat` counts only while every thread makes progress; `on_outages` hears each change of
+        the backends that are down (a supervised child puts them in its ledger row, for STATUS=)."""
+        self._heartbeat = Heart(heartbeat, self.settings.CHILD_TIMEOUT / 2)
+        self.watch = OutageWatch({self.store.backend_name: self.store.ping, self.leases.backend_name: self.leases.ping},
+                                 listener=on_outages, beat=self._heartbeat)
+        self._give_up_after = self.settings.OUTAGE_TIMEOUT if once else None
+        try:
+            if self._start(stop, once):
+                self._patrol_while_master(stop, once)
+        finally:
+            self.alerts.close()
+
+    def _patrol_while_master(self, stop: StopFlag, once: bool) -> None:
+        while not stop.is_set():
+            keeper = self._take_lock(stop, once)
+            if keeper is None:
+                return
+            try:
+                if self._patrol_while_locked(stop, keeper, once):
+                    return
+            finally:
+                keeper.stop()
+
+    def _start(self, stop: StopFlag, once: bool) -> bool:
+        """Open the store and claim the namespace for it: in once mode an outage here is final (exit 69),
+        a resident master waits it out; False if stopped meanwhile."""
+        def start() -> bool:
+            self.store.open(self.layout)
+            claim_namespace(self.namespaces, self.store, self.layout, self.leases.namespace, "master")
+            return True
+        return start() if once else self._through_outages(start, stop) is not None
+
+    def _take_lock(self, stop: StopFlag, once: bool) -> Optional[LockKeeper]:
+        ttl = self.settings.MASTER_LOCK_TIMEOUT
+        lock = self.locks.master_lock(self.owner, ttl)
+        logged = False
+        while not stop.is_set():
+            if self._through_outages(lock.acquire, stop):
+                log.info("master of namespace %r (%s, lock TTL %.0f s)", self.leases.namespace,
+                         self.owner, ttl)
+                keeper = LockKeeper(lock, ttl)
+                keeper.start()
+                return keeper
+            holder = self._through_outages(self.locks.lock_holder, stop)
+            if once:
+                raise MasterLockHeld(f"another master holds namespace {self.leases.namespace!r} ({holder})")
+            if not logged:
+                log.info("waiting: %s is master of namespace %r", holder, self.leases.namespace)
+                logged = True
+            self._heartbeat()
+            stop.wait(LOCK_POLL)
+        return None
+
+    def _patrol_while_locked(self, stop: StopFlag, keeper: LockKeeper, once: bool) -> bool:
+        """Patrol until stopped, lock lost (False: take the lock again) or, in once mode, batch over."""
+        interval = self.settings.BATCH_MONITOR_INTERVAL
+        next_full = 0.0
+        while not stop.is_set() and not keeper.lost.is_set():
+            self._heartbeat()
+            full = time.monotonic() >= next_full
+            if full:
+                next_full = time.monotonic() + interval
+            finished = self._through_outages(lambda: self.patrol(stop, keeper, full), stop)
+            self.served = self.served or finished is not None
+            if once and finished:
+                return True
+            if not self.walking:
+                self._wait_for_next_patrol(stop, next_full)
+        return stop.is_set()
+
+    def _through_outages(self, action: Callable, stop: StopFlag):
+        return retry_through_outages(action, self.watch, stop, self._give_up_after)
+
+    def _wait_for_next_patrol(self, stop: StopFlag, next_full: float) -> None:
+        started = time.monotonic()
+        while not stop.is_set():
+            left = next_full - time.monotonic()
+            if left <= 0:
+                return
+            try:
+                woken = self.wake.wait_for_wake(min(left, 1.0))
+            except BackendUnavailable as e:
+                self.watch.failed(e)          # the patrol itself retries with backoff
+                woken = stop.wait(min(left, 1.0))
+            self._heartbeat()
+            if woken:      # a patrol now, but never two within WAKE_GAP: a burst of wake-ups is one
+                stop.wait(max(0.0, WAKE_GAP - (time.monotonic() - started)))
+                return
+
+    # -- one patrol
+    def patrol(self, stop: StopFlag, keeper: Optional[LockKeeper] = None, full: bool = True) -> bool:
+        """One patrol; True when the current batch has finished and no new one is due. While a walk of the
+        table is under way (a reset, a reconciliation) a patrol takes it WALK_BUDGET seconds further."""
+        batch = self.store.last_batch()
+        now = self.store.now()
+        self._note_pause(self.leases.paused_since())
+        asked = self.leases.take_open_request()
+        if asked is not None:
+            batch = self.open_on_request(batch, asked)
+        elif batch is None or (batch.is_done and self._due(batch, now) and self.paused_since is None):
+            batch = self.open_batch(batch)
+        elif self._due(batch, now) and not batch.is_done and full:
+            self.alerts.overdue(batch.id, next_due(batch, self.settings.BATCH_INTERVAL,
+                                                   self.settings.BATCH_INTERVAL_UNIT))
+        self.batch = batch
+        self._drop_stale_walks(batch)
+        if batch.is_done:
+            self._announce_idle(batch)
+            return True
+        going_on = _keep_going(stop, keeper)
+        if batch.resetting and not self.go_on_resetting(batch, going_on, full):
+            return False
+        self.reclaim()
+        claimed = self.refill(batch) if self.paused_since is None else 0
+        if self.count is not None or self._queue_dry(claimed):
+            if self.go_on_reconciling(batch, claimed, going_on):
+                return True
+        if full:
+            self.check_progress(batch)
+        return False
+
+    def _note_pause(self, since: Optional[float]) -> None:
+        """`batchd pause` / `resume`, said once each way: while paused nothing is claimed nor leased."""
+        if since == self.paused_since:
+            return
+        if since is not None:
+            log.warning("namespace %r paused since %s (batchd pause): no task is claimed or leased; what the "
+                        "workers hold is finished and written back", self.leases.namespace, wall_time(since))
+        else:
+            log.info("namespace %r resumed (batchd resume)", self.leases.namespace)
+        self.paused_since = since
+
+    def open_on_request(self, batch: Optional[BatchRecord], asked: str) -> BatchRecord:
+        """`batchd open-batch`: the next batch now, whatever the calendar says; with --force ("force") the
+        open one is closed first, as it stands."""
+        if batch is not None and not batch.is_done:
+            if asked != "force":
+                log.warning("batchd open-batch: batch %d is still open; nothing done (--force closes it first)",
+                            batch.id)
+                return batch
+            self.close_as_it_stands(batch)
+        log.info("batchd open-batch: the next batch opens now, whatever the calendar says")
+        return self.open_batch(batch)
+
+    def close_as_it_stands(self, batch: BatchRecord) -> None:
+        """Close an open batch with its tally's figures; the tasks not settled are crawled in the next."""
+        done, failed = self._settled(batch)
+        total = max(batch.total_count, done + failed)
+        progress = Progress(total=total, done=done, failed=failed, pending=total - done - failed, processing=0)
+        self.store.update_batch(batch.id, progress, is_done=True)
+        self.reset = self.count = None
+        batch.is_done, batch.done_count, batch.fail_count = True, done, failed
+        log.warning("batch %d closed by batchd open-batch --force: %d done, %d failed of %d; the %d others are "
+                    "crawled in the next batch", batch.id, done, failed, total, total - done - failed)
+
+    def _drop_stale_walks(self, batch: BatchRecord) -> None:
+        """Walks another master ended while this one had lost the lock are over here too."""
+        if self.reset is not None and not (batch.resetting and batch.id == self.reset.batch_id):
+            self.reset = None
+        if batch.is_done:
+            self.count = None
+
+    @property
+    def walking(self) -> bool:
+        """A walk of the table is under way: the next patrol comes at once."""
+        return self.reset is not None or self.count is not None
+
+    def next_due_text(self) -> str:
+        """When the next batch is due, on the store's clock ("" before the first batch)."""
+        if self.batch is None:
+            return ""
+        return f"{next_due(self.batch, self.settings.BATCH_INTERVAL, self.settings.BATCH_INTERVAL_UNIT):%Y-%m-%d %H:%M}"
+
+    def _announce_idle(self, batch: BatchRecord) -> None:
+        if self.last_progress is None:      # a master that starts idle: the record has the last batch's figures
+            self.last_progress = Progress(total=batch.total_count, done=batch.done_count, failed=batch.fail_count,
+                                          pending=0, processing=0)
+        if self._idle_announced != batch.id:
+            self._idle_announced = batch.id
+            log.info("no batch due: batch %d has finished; the next is due at %s", batch.id,
+                     next_due(batch, self.settings.BATCH_INTERVAL, self.settings.BATCH_INTERVAL_UNIT))
+
+    def _due(self, batch: BatchRecord, now: datetime) -> bool:
+        return is_due(batch, now, self.settings)
+
+    # -- opening a batch: the reset
+    def open_batch(self, last: Optional[BatchRecord]) -> BatchRecord:
+        """Clear the queue, open the record (its reset still to walk) and start the reset. The record keeps
+        the reset's cursor, so a master that dies mid-way leaves a batch whose reset the next one finishes."""
+        log.info("opening a new batch: resetting every task of `%s` to pending", self.layout.table)
+        self.leases.clear_batch()
+        expected = last.total_count if last is not None else 0
+        batch = self.store.insert_batch(self.settings.BATCH_INTERVAL, self.settings.BATCH_INTERVAL_UNIT, expected)
+        self.tally.set_settled(batch.id, 0, 0)
+        self.rate.clear()
+        self.reset = ResetWalk(self.store, self.settings.BATCH_RESET_CHUNK, batch, feeds=True)
+        self._reported = time.monotonic()
+        log.info("batch %d opened at %s: the reset walks `%s` in chunks of about %.0f ms; the queue is fed "
+                 "from the rows already reset", batch.id, batch.batch_date, self.layout.table, CHUNK_SECONDS * 1000)
+        return batch
+
+    def go_on_resetting(self, batch: BatchRecord, going_on: Callable[[], bool], full: bool) -> bool:
+        """Take the reset of `batch` WALK_BUDGET seconds further; True once it is over. A reset this master
+        began feeds the queue as it goes; one it found unfinished (the master that began it stopped) is
+        finished before anything else."""
+        walk = self.reset
+        if walk is None or walk.batch_id != batch.id or walk.after != batch.reset_position[0]:
+            walk = self.reset = ResetWalk(self.store, self.settings.BATCH_RESET_CHUNK, batch, feeds=False)
+            self._reported = time.monotonic()
+            log.info("batch %d: going on with its reset after id %r (%d rows walked by the master that began it); "
+                     "nothing is claimed until it is over", batch.id, walk.after, walk.walked)
+        walk.steps_for(WALK_BUDGET, going_on)
+        self._heartbeat()
+        if walk.finished:
+            self._finish_reset(batch, walk)
+            return True
+        if not going_on():
+            log.info("batch %d: reset stopped after %d rows; the next master goes on from id %r",
+                     batch.id, walk.walked, walk.after)
+            return False
+        self._report_reset(batch, walk)
+        if walk.may_claim() and self.paused_since is None:
+            self.reclaim()
+            self.refill(batch, upto=walk.after)
+            if full:
+                self.check_progress(batch, total=max(batch.total_count, walk.walked))
+        return False
+
+    def _finish_reset(self, batch: BatchRecord, walk: ResetWalk) -> None:
+        walk.finish()
+        batch.total_count, batch.reset_cursor = walk.walked, None
+        self.reset = None
+        seconds = time.monotonic() - walk.started
+        log.info("batch %d reset: %d rows walked, %d set back to pending, in %.1f s (%.0f rows/s, chunks of %s "
+                 "rows); %d tasks in the batch", batch.id, walk.walked_here, walk.moved, seconds, walk.rate(),
+                 walk.chunk_sizes(), walk.walked)
+
+    def _report_reset(self, batch: BatchRecord, walk: ResetWalk) -> None:
+        if time.monotonic() - self._reported >= RESET_REPORT_EVERY:
+            self._reported = time.monotonic()
+            log.info("batch %d resetting: %d rows walked (%.0f rows/s, chunks of %d rows)", batch.id, walk.walked,
+                     walk.rate(), walk.pacer.size)
+
+    # -- the batch under way
+    def reclaim(self) -> None:
+        expired = self.leases.reclaim_expired(ORPHAN_SCAN_LIMIT)
+        if expired:
+            moved = self.store.move(Move.REQUEUE, expired)
+            log.warning("reclaimed %d tasks whose lease expired (holder gone or stalled): %s",
+                        moved, _some(expired))
+        stale = self.store.stale_processing(self.settings.BATCH_LOST_TASK_STALE, ORPHAN_SCAN_LIMIT)
+        if stale:
+            known = self.leases.known([str(task_id) for task_id in stale])
+            orphans = [task_id for task_id in stale if str(task_id) not in known]
+            if orphans:
+                # Some may have been written back since they were read: the move skips those.
+                moved = self.store.move(Move.REQUEUE, orphans, older_than=self.settings.BATCH_LOST_TASK_STALE)
+                if moved:
+                    log.warning("reset %d tasks in processing that no queue holds (lost before their lease), "
+                                "among: %s", moved, _some(orphans))
+
+    def refill(self, batch: BatchRecord, upto=None) -> int:
+        """Claim what the queue has room for (none past id `upto` while the reset goes on); how many."""
+        self.queue_length = self.leases.pending_count()
+        room = self.settings.BATCH_PUSH_LIMIT - self.queue_length
+        if room <= 0:
+            return 0
+        rows = self.store.claim(room, upto)
+        if not rows:
+            return 0
+        id_field = self.layout.id_field
+        attempts = self.leases.count_attempts([row[id_field] for row in rows])
+        limit = self.settings.BATCH_TASK_MAX_ATTEMPTS
+        worn = [row[id_field] for row, n in zip(rows, attempts) if n > limit]
+        for task_id in worn:
+            log.error("task %s failed: leased %d times in batch %d without a write-back "
+                      "(BATCH_TASK_MAX_ATTEMPTS=%d)", task_id, limit, batch.id, limit)
+        if worn:
+            self.store.record_failures([failures.failure(
+                task_id, batch.id, f"leased {limit} times without a write-back (BATCH_TASK_MAX_ATTEMPTS={limit})",
+                attempts=limit) for task_id in worn])
+            self.tally.add_settled(batch.id, 0, self.store.move(Move.FINISH_FAILED, worn))
+        fresh = [row for row, n in zip(rows, attempts) if n <= limit]
+        self.leases.push(batch.id, fresh, id_field)
+        self.queue_length += len(fresh)
+        return len(rows)
+
+    def _queue_dry(self, claimed: int) -> bool:
+        """Nothing was left to claim and no task waits in the queue or under a lease."""
+        return claimed == 0 and self.leases.pending_count() == 0 and self.leases.leased_count() == 0
+
+    def check_progress(self, batch: BatchRecord, total: Optional[int] = None) -> Progress:
+        """The batch's figures from the tally and the queue (no row is counted), into the record and the log."""
+        done, failed = self._settled(batch)
+        in_flight = self.leases.pending_count() + self.leases.leased_count()
+        progress = Progress.from_counters(batch.total_count if total is None else total, done, failed, in_flight)
+        self.store.update_batch(batch.id, progress, is_done=False)
+        self._log_progress(batch, progress)
+        self.alerts.progress_checked(batch.id, progress, paused=self.paused_since is not None)
+        return progress
+
+    def _log_progress(self, batch: BatchRecord, progress: Progress) -> None:
+        self.rate.add(progress.settled)
+        self.last_progress = progress
+        paused = f"; paused since {wall_time(self.paused_since)}" if self.paused_since is not None else ""
+        log.info("批次进度 %d/%d  batch %d: done %d, failed %d, processing %d, pending %d; %.1f tasks/s, ETA %s%s",
+                 progress.settled, progress.total, batch.id, progress.done, progress.failed, progress.processing,
+                 progress.pending, self.rate.per_second(), self.rate.eta(progress.total - progress.settled), paused)
+
+    def _settled(self, batch: BatchRecord) -> tuple:
+        """(done, failed) of the batch from its tally; a tally lost with Redis is restored from the record."""
+        settled = self.tally.settled(batch.id)
+        if settled is None:
+            self.tally.restore_settled(batch.id, batch.done_count, batch.fail_count)
+            log.warning("batch %d: its tally of settled tasks was lost (Redis restarted empty?); restored from the "
+                        "batch record (%d done, %d failed) and reconciled with the table when the batch closes",
+                        batch.id, batch.done_count, batch.fail_count)
+            settled = self.tally.settled(batch.id) or (batch.done_count, batch.fail_count)
+        return settled
+
+    # -- closing a batch: the reconciliation
+    def go_on_reconciling(self, batch: BatchRecord, claimed: int, going_on: Callable[[], bool]) -> bool:
+        """The queue ran dry: when no row is left unsettled (the state index tells at once), count the table
+        chunk by chunk and close the batch with those exact figures; True once closed."""
+        if claimed:        # tasks came back (or were added): the batch is not over
+            self.count = None
+            return False
+        if self.count is None:
+            if self.store.unsettled_count():
+                return False
+            self.count = CountWalk(self.store, self.settings.BATCH_RESET_CHUNK)
+        self.count.steps_for(WALK_BUDGET, going_on)
+        self._heartbeat()
+        if not self.count.finished:
+            return False
+        counted, self.count = self.count, None
+        return self.close(batch, counted.rows, counted.done, counted.failed)
+
+    def close(self, batch: BatchRecord, total: int, done: int, failed: int) -> bool:
+        """Close the batch with the rows counted, unless some are not settled after all."""
+        if done + failed < total:
+            log.info("batch %d: %d tasks came back while it was counted; it goes on", batch.id, total - done - failed)
+            return False
+        tallied = self._settled(batch)
+        if tallied != (done, failed):
+            log.info("batch %d: the tally said %d done, %d failed; the table holds %d and %d (write-backs by "
+                     "holders that stopped before counting them)", batch.id, *tallied, done, failed)
+        progress = Progress(total=total, done=done, failed=failed, pending=0, processing=0)
+        # Every count of the batch's tasks was flushed before their write-back: the totals are complete now.
+        # Kept before is_done, so that a close an outage interrupts writes them on its next try.
+        counters = dict(sorted(self.counters.counts(batch.id).items()))
+        self.store.record_stats(batch.id, counters)
+        self.store.update_batch(batch.id, progress, is_done=True)
+        self.tally.set_settled(batch.id, done, failed)
+        self._log_progress(batch, progress)
+        batch.is_done, batch.total_count, batch.done_count, batch.fail_count = True, total, done, failed
+        self.leases.set_done(batch.id)
+        self._idle_announced = batch.id
+        log.info("batch %d finished: %d done, %d failed of %d; the next is due at %s", batch.id, done, failed, total,
+                 next_due(batch, self.settings.BATCH_INTERVAL, self.settings.BATCH_INTERVAL_UNIT))
+        log.info("%s", report(batch.id, counters))
+        self.alerts.check_failures(batch.id, done, failed)
+        return True
+
+
+def wall_time(unix: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(unix))
+
+
+def _keep_going(stop: StopFlag, keeper: Optional[LockKeeper]) -> Callable[[], bool]:
+    """Whether a walk may take another chunk: not stopped, and the master lock still ours."""
+    return lambda: not stop.is_set() and not (keeper is not None and keeper.lost.is_set())
+
+
+def _some(ids: list, shown: int = 10) -> str:
+    text = ", ".join(str(i) for i in ids[:shown])
+    return text + (f" (+{len(ids) - shown} more)" if len(ids) > shown else "")

@@ -1,0 +1,60 @@
+"""Leases taken ahead for a worker's fetch threads: several per round trip to the queue.
+
+A fetch thread that needs a task takes one this worker already leased; when none is left, it
+leases a few at once (LeaseQueue.lease_many, one round trip) and leaves the rest here for the
+next threads. How many: up to PREFETCH_MOST, fewer while the queue runs short (a worker must
+not sit on the batch's last tasks while others idle), and never more than the ledger has free
+slots for. While the queue is empty, a worker's idle threads share one look every EMPTY_RECHECK
+seconds, so they can poll often (a new batch starts at once) without a round trip each. A lease waiting here is renewed with the worker's others and given back at a stop,
+like any lease it holds: nothing about the guarantees changes, only the round trips.
+"""
+import collections
+import threading
+import time
+from typing import Callable, Optional
+
+from ..model import Lease
+from ..backends.ports import LeaseQueue
+
+PREFETCH_MOST = 8      # leases per round trip, at most
+SHARE_OF_QUEUE = 16    # while the queue is short, take at most 1/16 of what is left in it
+EMPTY_RECHECK = 0.05   # s: after the queue was found empty, the worker's idle threads look again this often
+
+
+class LeasePrefetch:
+    def __init__(self, leases: LeaseQueue, lease_seconds: float, next_token: Callable[[], str],
+                 free_slots: Callable[[], int]):
+        self.leases, self.lease_seconds = leases, lease_seconds
+        self._next_token, self._free_slots = next_token, free_slots
+        self._waiting: collections.deque = collections.deque()
+        self._lock = threading.Lock()
+        self._batch = 1          # how many the next round trip asks for
+        self._empty_until = 0.0  # idle threads polling meanwhile share the last answer: one round trip
+
+    def take(self) -> Optional[Lease]:
+        """A leased task for the calling thread (which holds a ledger slot for it), or None when the queue
+        is empty. Threads that come while one is leasing wait for it and take from what it brought."""
+        with self._lock:
+            if self._waiting:
+                return self._waiting.popleft()
+            if time.monotonic() < self._empty_until:
+                return None
+            wanted = max(1, min(self._batch, self._free_slots() + 1))
+            taken = self.leases.lease_many([self._next_token() for _ in range(wanted)], self.lease_seconds)
+            if not taken:
+                self._batch, self._empty_until = 1, time.monotonic() + EMPTY_RECHECK
+                return None
+            self._batch = max(1, min(PREFETCH_MOST, taken[-1].queue_left // SHARE_OF_QUEUE))
+            self._waiting.extend(taken[1:])
+            return taken[0]
+
+    def waiting(self) -> list:
+        """The leases no thread has taken yet (renewed with the others)."""
+        with self._lock:
+            return list(self._waiting)
+
+    def drain(self) -> list:
+        """The leases no thread will take now (the worker stops): to be given back."""
+        with self._lock:
+            drained, self._waiting = list(self._waiting), collections.deque()
+            return drained
