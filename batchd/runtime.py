@@ -17,7 +17,7 @@ import signal
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from .cli import failures
+from .cli import failed_tasks as failures
 from .backends import open_backend, open_store
 from .config import Settings, load_settings
 from .errors import BatchdError, ConfigError

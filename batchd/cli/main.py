@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from .. import __version__
-from . import control, failures
+from . import control, failed_tasks as failures
 from ..supervisor.child import probe
 from ..config import DEFAULT_CONFIG_FILE, ENV_CONFIG, INSTANCE_ROLES, Settings, check_identifier, load_settings
 from ..errors import BatchdError, ConfigError, ExitCode

@@ -31,7 +31,7 @@ import time
 from datetime import datetime
 from typing import Callable, Optional
 
-from ..cli import failures
+from ..cli import failed_tasks as failures
 from ..process.alerts import Alerts
 from ..config import Settings
 from ..errors import BackendUnavailable, ConfigError, MasterLockHeld

@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from ..cli import failures
+from ..cli import failed_tasks as failures
 from ..errors import BackendUnavailable, ConfigError
 from ..process.alerts import Alerts
 from .dumps import FailedItemsFile
