@@ -17,7 +17,8 @@ import signal
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from .cli import failed_tasks as failures
+from .settle import failures
+from .settle.settler import Settler
 from .backends import open_backend, open_store
 from .config import Settings, load_settings
 from .errors import BatchdError, ConfigError
@@ -137,12 +138,11 @@ class Runtime:
         if not self._store_opened:
             self.store.open(self.layout)
             self._store_opened = True
-        moved = self.store.move(mark_move(ok), [task_id])
         batch = self.store.last_batch()
-        if moved and batch is not None and not ok:
-            self.store.record_failures([failures.marked(task_id, batch.id)])
-        if moved and batch is not None:
-            self.backend.tally.add_settled(batch.id, moved if ok else 0, 0 if ok else moved)
+        batch_id = batch.id if batch is not None else None
+        failure = [failures.marked(task_id, batch_id)] if not ok and batch_id is not None else []
+        Settler(self.store, self.backend.tally).settle(mark_move(ok), batch_id, [task_id], failures=failure,
+                                                        held=False)
 
     def failure_reason(self, task_id, response_or_exception) -> Optional[str]:
         """The downloader's reason for the failure failed_request() was given (attempts, HTTP status...)."""

@@ -28,19 +28,23 @@ class Transition:
     name: str
     sources: tuple  # () means "from any state"
     target: TaskState
+    # What each row that really moved adds to its batch's tally of settled tasks (done, failed): the master's
+    # progress counts no row, it adds up these (batchd/settle/settler.py applies them).
+    tally: tuple = (0, 0)
 
 
 class Move(Enum):
     CLAIM = Transition("claim", (TaskState.PENDING,), TaskState.PROCESSING)
-    FINISH_DONE = Transition("finish done", (TaskState.PROCESSING,), TaskState.DONE)
-    FINISH_FAILED = Transition("finish failed", (TaskState.PROCESSING,), TaskState.FAILED)
+    FINISH_DONE = Transition("finish done", (TaskState.PROCESSING,), TaskState.DONE, tally=(1, 0))
+    FINISH_FAILED = Transition("finish failed", (TaskState.PROCESSING,), TaskState.FAILED, tally=(0, 1))
     REQUEUE = Transition("requeue", (TaskState.PROCESSING,), TaskState.PENDING)
     # update_task() called outside request processing (e.g. from the master's own code):
     # the user's explicit word on a task nobody has settled yet.
-    MARK_DONE = Transition("mark done", (TaskState.PENDING, TaskState.PROCESSING), TaskState.DONE)
-    MARK_FAILED = Transition("mark failed", (TaskState.PENDING, TaskState.PROCESSING), TaskState.FAILED)
+    MARK_DONE = Transition("mark done", (TaskState.PENDING, TaskState.PROCESSING), TaskState.DONE, tally=(1, 0))
+    MARK_FAILED = Transition("mark failed", (TaskState.PENDING, TaskState.PROCESSING), TaskState.FAILED,
+                             tally=(0, 1))
     # An operator's word (batchd requeue --failed): failed tasks of the open batch are crawled again.
-    REQUEUE_FAILED = Transition("requeue failed", (TaskState.FAILED,), TaskState.PENDING)
+    REQUEUE_FAILED = Transition("requeue failed", (TaskState.FAILED,), TaskState.PENDING, tally=(0, -1))
     RESET = Transition("reset", (), TaskState.PENDING)
 
     @property
@@ -50,6 +54,11 @@ class Move(Enum):
     @property
     def target(self):
         return self.value.target
+
+    def tally_of(self, moved: int) -> tuple:
+        """(done, failed) that `moved` rows of this move add to their batch's tally."""
+        done, failed = self.value.tally
+        return done * moved, failed * moved
 
     def allows(self, state) -> bool:
         return not self.sources or state in self.sources

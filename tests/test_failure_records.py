@@ -216,7 +216,7 @@ def test_requeue_gives_a_task_failed_for_its_attempts_fresh_ones(backend, site):
 
 def test_an_earlier_batch_shows_every_record_whatever_the_tasks_state_now():
     from batchd import MemoryBatchStore
-    from batchd.cli.failed_tasks import failure
+    from batchd.settle.failures import failure
 
     store = MemoryBatchStore([{"id": 1, "url": "http://x.invalid/1"}, {"id": 2, "url": "http://x.invalid/2"}])
     spider = CrawlTask(batch_store=store)

@@ -1,37 +1,21 @@
-"""Failure records: why each failed task failed, kept by the store in `<task_table>_failure`, and the
-operator's commands on them (`batchd failed`, `batchd requeue --failed`).
+"""The operator's commands on failure records (settle/failures.py makes them): `batchd failed` lists why
+the tasks of a batch failed, `batchd requeue --failed` sends them back to pending.
 
-A record is one row per task and batch; a later failure of the task in the same batch replaces it.
-Every path that fails a task makes one:
-
-    path                                         reason                                   also
-    a request failed for good (failed_request,   RequestFailed.reason: "HTTP 404",        url, status or error
-      or an errback calling update_task(False))    "ConnectionError after 4 attempts: ..."  class, attempts
-    an exception in the spider's code            "ValueError: its message"                url, error class
-    an item its destination cannot store         "BadItem: ...", or the database's refusal url / error class
-    TASK_TIMEOUT                                 "still being processed after ..."       url, TaskTimedOut
-    BATCH_TASK_MAX_ATTEMPTS (the master)         "leased N times without a write-back"    attempts (leases)
-    update_task(ok=False), no failure at hand    "marked failed by the spider"
-
-A worker's lander writes them with the write-back of the failed tasks, one upsert for every failed
-task of its turn, right before their move (pipeline.py); the master and update_task outside a worker
-write theirs beside their own move. The records stay when a task is requeued (history): listings
-show the tasks still failed unless asked for every record.
+The records stay when a task is requeued (history): listings show the tasks still failed unless asked for
+every record.
 """
 import dataclasses
 import json
 import re
-import socket
 from collections import Counter
 from typing import Optional
 
 from .control import wake_master
 from ..errors import BatchdError, ExitCode
-from ..http import RequestFailed, Response
-from ..model import CLASS_MOST, HOST_MOST, REASON_MOST, URL_MOST, BatchRecord, FailureGroup, FailureQuery, TaskFailure
+from ..model import BatchRecord, FailureGroup, FailureQuery
+from ..settle.settler import Settler
 from ..task import Move
 
-MARKED = "marked failed by the spider"
 REQUEUE_CHUNK = 500      # tasks moved back to pending per statement
 ATTEMPTS_TAIL = re.compile(r" after \d+ attempts")
 
@@ -40,44 +24,6 @@ class NoSuchBatch(BatchdError):
     """--batch names a batch that has not been opened."""
 
     exit_code = ExitCode.FAILURE
-
-
-# -- making records
-def failure(task_id, batch_id: int, reason: str, url: Optional[str] = None, status: Optional[int] = None,
-            error_class: Optional[str] = None, attempts: Optional[int] = None) -> TaskFailure:
-    """A record from this host, each text bounded to what the table keeps, the reason on one line."""
-    return TaskFailure(task_id=task_id, batch_id=batch_id, reason=_bounded(reason, REASON_MOST) or "(no reason)",
-                       url=url[:URL_MOST] if url else None, status=status,
-                       error_class=error_class[:CLASS_MOST] if error_class else None, attempts=attempts,
-                       host=socket.gethostname()[:HOST_MOST])
-
-
-def of_request(task_id, batch_id: int, failed: RequestFailed) -> TaskFailure:
-    """A request that failed for good: its URL, the downloader's reason, the response's status or the
-    exception's class, and its attempts."""
-    outcome = failed.response_or_exception
-    if isinstance(outcome, Response):
-        status, error_class = outcome.status_code, None
-    else:
-        status, error_class = None, type(outcome).__name__
-    return failure(task_id, batch_id, failed.reason, url=failed.request.url, status=status, error_class=error_class,
-                   attempts=failed.attempts)
-
-
-def of_exception(task_id, batch_id: int, error: BaseException, url: Optional[str] = None) -> TaskFailure:
-    name = type(error).__name__
-    message = str(error)
-    return failure(task_id, batch_id, f"{name}: {message}" if message else name, url=url, error_class=name)
-
-
-def marked(task_id, batch_id: int) -> TaskFailure:
-    """update_task(ok=False) with no failed request at hand: the spider's own word."""
-    return failure(task_id, batch_id, MARKED)
-
-
-def _bounded(text: str, most: int) -> str:
-    line = " ".join(str(text).split())
-    return line if len(line) <= most else line[:most - 1] + "…"
 
 
 # -- reading them
@@ -182,12 +128,11 @@ def requeue_failed(runtime, batch_id: Optional[int] = None, reason: Optional[str
     if asked != last.id or last.is_done:
         return _closed(asked)
     query, requeued, after = FailureQuery(asked, reason), 0, None
+    settler = Settler(store, backend.tally)
     while chunk := store.failures(query, after=after, limit=REQUEUE_CHUNK):
         ids = [record.task_id for record in chunk]
         backend.leases.forget_attempts(ids)     # before the move: a claim right after it counts from 1
-        moved = store.move(Move.REQUEUE_FAILED, ids)
-        if moved:
-            backend.tally.add_settled(asked, 0, -moved)
+        moved = settler.settle(Move.REQUEUE_FAILED, asked, ids)
         requeued, after = requeued + moved, ids[-1]
     if requeued:
         wake_master(runtime)

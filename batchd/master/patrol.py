@@ -31,7 +31,8 @@ import time
 from datetime import datetime
 from typing import Callable, Optional
 
-from ..cli import failed_tasks as failures
+from ..settle import failures
+from ..settle.settler import Settler
 from ..process.alerts import Alerts
 from ..config import Settings
 from ..errors import BackendUnavailable, ConfigError, MasterLockHeld
@@ -130,6 +131,7 @@ class Master:
         self.settings, self.layout, self.store = settings, layout, store
         self.leases, self.locks, self.wake, self.namespaces, self.tally = leases, locks, wake, namespaces, tally
         self.counters = counters
+        self.settler = Settler(store, tally)
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}"
         self.rate = ProgressRate()
         self.last_progress: Optional[Progress] = None
@@ -396,7 +398,7 @@ class Master:
     def reclaim(self) -> None:
         expired = self.leases.reclaim_expired(ORPHAN_SCAN_LIMIT)
         if expired:
-            moved = self.store.move(Move.REQUEUE, expired)
+            moved = self.settler.settle(Move.REQUEUE, None, expired)
             log.warning("reclaimed %d tasks whose lease expired (holder gone or stalled): %s",
                         moved, _some(expired))
         stale = self.store.stale_processing(self.settings.BATCH_LOST_TASK_STALE, ORPHAN_SCAN_LIMIT)
@@ -405,7 +407,8 @@ class Master:
             orphans = [task_id for task_id in stale if str(task_id) not in known]
             if orphans:
                 # Some may have been written back since they were read: the move skips those.
-                moved = self.store.move(Move.REQUEUE, orphans, older_than=self.settings.BATCH_LOST_TASK_STALE)
+                moved = self.settler.settle(Move.REQUEUE, None, orphans,
+                                            older_than=self.settings.BATCH_LOST_TASK_STALE)
                 if moved:
                     log.warning("reset %d tasks in processing that no queue holds (lost before their lease), "
                                 "among: %s", moved, _some(orphans))
@@ -427,10 +430,9 @@ class Master:
             log.error("task %s failed: leased %d times in batch %d without a write-back "
                       "(BATCH_TASK_MAX_ATTEMPTS=%d)", task_id, limit, batch.id, limit)
         if worn:
-            self.store.record_failures([failures.failure(
+            self.settler.settle(Move.FINISH_FAILED, batch.id, worn, failures=[failures.failure(
                 task_id, batch.id, f"leased {limit} times without a write-back (BATCH_TASK_MAX_ATTEMPTS={limit})",
                 attempts=limit) for task_id in worn])
-            self.tally.add_settled(batch.id, 0, self.store.move(Move.FINISH_FAILED, worn))
         fresh = [row for row, n in zip(rows, attempts) if n <= limit]
         self.leases.push(batch.id, fresh, id_field)
         self.queue_length += len(fresh)

@@ -34,7 +34,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from ..cli import failed_tasks as failures
+from ..settle import failures
+from ..settle.settler import Settler
 from ..errors import BackendUnavailable, ConfigError
 from ..process.alerts import Alerts
 from .dumps import FailedItemsFile
@@ -125,6 +126,7 @@ class Pipeline:
         self._flush_outage_since: Optional[float] = None   # the flush's groups share one ITEM_FLUSH_GIVE_UP
         self._thread: Optional[threading.Thread] = None
         self._columns = store.item_columns(item_table) if item_kind == COLUMNS_ITEM_KIND else None
+        self.settler = Settler(store, tally, counted=lambda done, failed: ledger.count(done=done, failed=failed))
 
     # -- called by the fetch threads
     def track(self, run: TaskRun) -> None:
@@ -462,25 +464,11 @@ class Pipeline:
             self._release_leases(unreleased)
             self.watch.ok(self.leases.backend_name)      # a write that worked: an outage still open is over
         for (outcome, batch_id), owned in _by_outcome_and_batch(r for r in runs if not r.lease_lost).items():
-            if outcome == TaskState.FAILED:     # why, first: a write-back retried after an outage writes it again
-                self.store.record_failures([r.failure for r in owned if r.failure is not None])
-            moved = self.store.move(settling_move(outcome), [r.task_id for r in owned])
+            self.settler.settle(settling_move(outcome), batch_id, [r.task_id for r in owned],
+                                failures=[r.failure for r in owned if r.failure is not None])
             self.watch.ok(self.store.backend_name)  # (and the replay of dumped items may start)
-            self._count_settled(outcome, batch_id, moved)
         self._forget(runs)
         return len(runs)
-
-    def _count_settled(self, outcome: TaskState, batch_id: int, moved: int) -> None:
-        """The rows the write-back really moved, into the batch's tally (the master's progress). A tally the
-        queue cannot take now is not worth holding the write-backs for: the master reconciles at close."""
-        if outcome == TaskState.PENDING or not moved:
-            return
-        try:
-            self.tally.add_settled(batch_id, moved if outcome == TaskState.DONE else 0,
-                                   moved if outcome == TaskState.FAILED else 0)
-        except BackendUnavailable as e:
-            log.warning("batch %d: %d settled tasks not counted in its tally (%s); the master counts them when the "
-                        "batch closes", batch_id, moved, e)
 
     def _release_leases(self, runs: list) -> None:
         owned = set(map(id, self.leases.release([r.lease for r in runs])))
@@ -497,9 +485,6 @@ class Pipeline:
                 self._writebacks.remove(run)
                 self._runs.discard(run)
                 self._free_slot_if_empty(run)
-                if not run.lease_lost:
-                    self.ledger.count(done=int(run.outcome == TaskState.DONE),
-                                      failed=int(run.outcome == TaskState.FAILED))
         self.on_written(runs)
 
 

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from contextlib import contextmanager
 from typing import Any, Callable, Optional
 
-from ..cli import failed_tasks as failures
+from ..settle import failures
 from ..config import Settings
 from ..errors import BackendUnavailable, BatchdError, ConfigError, ExitCode
 from ..download.downloader import Downloader
