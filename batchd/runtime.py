@@ -7,7 +7,8 @@ line or `settings=`), the task table's layout, the namespace, the backend's port
 master and workers built on them. The supervisor's children, the `batchd` command, `start()`
 and `start_monitor()` all go through a Runtime.
 
-    runtime = Runtime.of(spider)            # spider.runtime does the same, once
+    runtime = Runtime.create(SpiderClass, overrides)   # makes the spider and binds it (the supervisor's way)
+    runtime = Runtime.of(spider)            # a spider made by hand: spider.runtime does this, once
     runtime.master().run(stop)              # or runtime.worker(...).run(stop)
     runtime.settle(task_id, ok=True)        # update_task: through the gate of the worker holding it
 """
@@ -15,7 +16,7 @@ import contextlib
 import logging
 import signal
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import Any, Callable, Optional
 
 from .settle import failures
 from .settle.settler import Settler
@@ -30,10 +31,8 @@ from .backends.ports import Backend, BatchStore
 from .process.systemd import set_thread_role, setup_logging
 from .task import mark_move
 from .process.threads import start_thread
+from .spider import BatchSpider
 from .worker.worker import Worker
-
-if TYPE_CHECKING:
-    from .spider import BatchSpider
 
 log = logging.getLogger("batchd")
 
@@ -53,7 +52,31 @@ class Runtime:
            store: Optional[BatchStore] = None) -> "Runtime":
         """The spider's settings resolved in precedence order; `overrides` win, as the command line does."""
         settings = load_settings(type(spider).__custom_setting__, config_files=config_file, overrides=overrides)
-        return cls(spider, settings, store)
+        runtime = cls(spider, settings, store)
+        spider.bind(runtime)
+        return runtime
+
+    @classmethod
+    def create(cls, spider_class: type[BatchSpider], keep_alive: bool = True, overrides: Optional[dict] = None,
+               config_file=None) -> "Runtime":
+        """Make a spider of `spider_class` and its runtime, bound together, as Scrapy's crawler makes its spider."""
+        spider = spider_class(keep_alive=keep_alive)
+        return cls.of(spider, overrides, config_file)
+
+    @staticmethod
+    def run_entry(spider, body: Callable[["Runtime", StopFlag], None]) -> None:
+        """start() and start_monitor(): the spider's runtime, a loop with SIGTERM / SIGINT as warm then cold
+        stop; a BatchdError (a bad setting included) ends it with one log line and its exit code."""
+        stop = StopFlag()
+        try:
+            runtime = spider.runtime
+            setup_logging(runtime.settings.LOG_LEVEL)
+            with _signals_request(stop):
+                body(runtime, stop)
+        except BatchdError as e:
+            setup_logging()
+            log.error("%s", e)
+            raise SystemExit(int(e.exit_code)) from None
 
     # -- the ports, opened on first use so that errors surface as one line from where they are asked for
     @property
@@ -150,22 +173,7 @@ class Runtime:
                      if (reason := worker.failure_reason(task_id, response_or_exception)) is not None), None)
 
 
-def run_entry(spider, body: Callable[[Runtime, StopFlag], None]) -> None:
-    """start() and start_monitor(): the spider's runtime, a loop with SIGTERM / SIGINT as warm then cold
-    stop; a BatchdError (a bad setting included) ends it with one log line and its exit code."""
-    stop = StopFlag()
-    try:
-        runtime = spider.runtime
-        setup_logging(runtime.settings.LOG_LEVEL)
-        with _signals_request(stop):
-            body(runtime, stop)
-    except BatchdError as e:
-        setup_logging()
-        log.error("%s", e)
-        raise SystemExit(int(e.exit_code)) from None
-
-
-def layout_of(spider_class: "type[BatchSpider]", settings: Settings) -> TaskLayout:
+def layout_of(spider_class: type[BatchSpider], settings: Settings) -> TaskLayout:
     """The task table of a spider class and its columns, validated (ConfigError naming the culprit)."""
     if not spider_class.__task_table__:
         raise ConfigError(f"{spider_class.__name__} has no __task_table__")
@@ -187,3 +195,6 @@ def _signals_request(stop: StopFlag):
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+BatchSpider.runtime_class = Runtime      # the spider module imports nothing of the engine: it is told here

@@ -4,16 +4,20 @@ A spider names its task table and turns a task row into requests; its callbacks 
 (dicts, or batchd.Items) and further requests, and call `update_task` to settle the task. `start()` runs a
 worker, `start_monitor()` the master, both in this process; the `batchd` command runs the
 same loops under a supervisor. What they run in (settings, ports, master, workers) is the
-spider's Runtime (batchd/runtime.py).
+spider's Runtime (batchd/runtime.py), which makes and binds the spider as Scrapy's crawler does.
+
+This module imports nothing of the engine: the spider asks its runtime only what `SpiderRuntime`
+says, and `BatchSpider.runtime_class` is set by runtime.py itself when it is imported (batchd/__init__.py
+imports it, so it is there before any spider is made).
 """
 import logging
 import os
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, TypeVar, Union
+from typing import Any, Callable, ClassVar, Iterable, Mapping, Optional, Protocol, Sequence, TypeVar, Union
 
 from .config import Settings
 from .http import Produced, Request, Response
 from .backends.ports import BatchStore
-from .runtime import Runtime, run_entry
+from .model import TaskLayout
 
 log = logging.getLogger("batchd")
 
@@ -23,6 +27,30 @@ ConfigFiles = Union[str, os.PathLike[str], Sequence[Union[str, os.PathLike[str]]
 
 
 Hook = TypeVar("Hook", bound=Callable[..., Any])
+
+
+class SpiderRuntime(Protocol):
+    """What a spider asks of the runtime that runs it (batchd/runtime.py's Runtime)."""
+
+    settings: Settings
+    layout: TaskLayout
+
+    def settle(self, task_id: Any, ok: bool) -> None: ...
+
+    def failure_reason(self, task_id: Any, response_or_exception: Union[Response, Exception]) -> Optional[str]: ...
+
+    def run_worker(self, stop: Any, keep_alive: bool) -> None: ...
+
+    def run_master(self, stop: Any, once: bool) -> None: ...
+
+
+class RuntimeClass(Protocol):
+    """How a spider gets its runtime: made for it on first use, and the entry of start() / start_monitor()."""
+
+    def of(self, spider: "BatchSpider", overrides: Optional[dict[str, Any]] = None, config_file: ConfigFiles = None,
+           store: Optional[BatchStore] = None) -> SpiderRuntime: ...
+
+    def run_entry(self, spider: "BatchSpider", body: Callable[[Any, Any], None]) -> None: ...
 
 
 def _does_nothing(hook: Hook) -> Hook:
@@ -35,6 +63,7 @@ class BatchSpider:
     __task_table__: Optional[str] = None
     __item_table__: Optional[str] = None
     __custom_setting__: dict[str, Any] = {}
+    runtime_class: ClassVar[Optional[RuntimeClass]] = None     # batchd/runtime.py's Runtime, set there
 
     def __init__(self, keep_alive: bool = False, batch_store: Optional[BatchStore] = None,
                  settings: Optional[Mapping[str, Any]] = None, config_file: ConfigFiles = None) -> None:
@@ -43,7 +72,7 @@ class BatchSpider:
         self.keep_alive = keep_alive
         self._runtime_args: dict[str, Any] = {"overrides": dict(settings or {}), "config_file": config_file,
                                               "store": batch_store}
-        self._runtime: Optional[Runtime] = None
+        self._runtime: Optional[SpiderRuntime] = None
 
     # -- what the user writes
     def task_requests(self, task: dict[str, Any]) -> Requests:
@@ -87,11 +116,11 @@ class BatchSpider:
     def start(self) -> None:
         """Run a worker here: with keep_alive, until SIGTERM / SIGINT; without, until the queue is
         empty and the batch done. A MemoryBatchStore runs its master here too."""
-        run_entry(self, lambda runtime, stop: runtime.run_worker(stop, keep_alive=self.keep_alive))
+        self._engine().run_entry(self, lambda runtime, stop: runtime.run_worker(stop, keep_alive=self.keep_alive))
 
     def start_monitor(self, once: bool = False) -> None:
         """Run the master here: resident, or with once=True the current batch to completion."""
-        run_entry(self, lambda runtime, stop: runtime.run_master(stop, once))
+        self._engine().run_entry(self, lambda runtime, stop: runtime.run_master(stop, once))
 
     @property
     def settings(self) -> Settings:
@@ -99,12 +128,23 @@ class BatchSpider:
         return self.runtime.settings
 
     @property
-    def runtime(self) -> Runtime:
-        """What this spider runs in (batchd/runtime.py), made on first use: a configuration error
-        surfaces from whichever call asked first (start() turns it into one line and exit 78)."""
+    def runtime(self) -> SpiderRuntime:
+        """What this spider runs in (batchd/runtime.py), made on first use unless a Runtime made this spider
+        and bound it already: a configuration error surfaces from whichever call asked first (start() turns
+        it into one line and exit 78)."""
         if self._runtime is None:
-            self._runtime = Runtime.of(self, **self._runtime_args)
+            self._runtime = self._engine().of(self, **self._runtime_args)
         return self._runtime
+
+    def bind(self, runtime: SpiderRuntime) -> None:
+        """Called by the Runtime that made this spider, or was made for it."""
+        self._runtime = runtime
+
+    @classmethod
+    def _engine(cls) -> RuntimeClass:
+        if cls.runtime_class is None:
+            raise RuntimeError("batchd's runtime is not loaded: import batchd (not batchd.spider alone)")
+        return cls.runtime_class
 
 
 def _failure_reason(response_or_exception: Union[Response, Exception]) -> str:

@@ -111,7 +111,6 @@ def build_runtime(source: SpiderSource, keep_alive: bool = True) -> Runtime:
     """Import the class, make the spider and its runtime on the settings the source names. A class without
     a valid __task_table__, or settings that name no store or a bad one, raise their ConfigError here,
     not mid-loop (the store object is made, not yet connected: batchd/backends/ picks it)."""
-    spider_class = load_spider_class(source.path)
-    spider = spider_class(keep_alive=keep_alive, settings=source.overrides, config_file=list(source.config_files))
-    spider.runtime.store
-    return spider.runtime
+    runtime = Runtime.create(load_spider_class(source.path), keep_alive, source.overrides, list(source.config_files))
+    runtime.store
+    return runtime
