@@ -235,3 +235,21 @@ def test_the_batch_record_counts_what_the_chain_saw(backend, site):
     assert stats["downloader/response_status_count/404"] == 1
     assert stats["retry/reason_count/HTTP 503"] == 2
     assert stats["item/stored"] == 2 and stats["downloader/response_bytes"] > 0
+
+
+def test_the_paths_batchds_links_had_before_the_layout_by_role_still_load(caplog):
+    """Users' config files name batchd.middleware.RetryMiddleware and the like: same classes, one warning each."""
+    from batchd.download.chain import _middleware_class
+    from batchd.supervisor.metrics import FetchLatencyMiddleware
+    old = {"batchd.middleware.RetryMiddleware": RetryMiddleware, "batchd.robots.RobotsTxtMiddleware": RobotsTxtMiddleware,
+           "batchd.throttle.AutoThrottleMiddleware": AutoThrottleMiddleware,
+           "batchd.proxies.ProxyMiddleware": ProxyMiddleware, "batchd.middleware.RateLimitMiddleware": RateLimitMiddleware,
+           "batchd.politeness.PolitenessMiddleware": PolitenessMiddleware,
+           "batchd.metrics.FetchLatencyMiddleware": FetchLatencyMiddleware}
+    with caplog.at_level("WARNING", logger="batchd"):
+        for path, cls in old.items():
+            assert _middleware_class(path) is cls
+            assert _middleware_class(path) is cls
+    moved = [r.getMessage() for r in caplog.records if "has moved" in r.getMessage()]
+    assert len(moved) == len(old)
+    assert "batchd.middleware.RetryMiddleware has moved; write batchd.download.chain.RetryMiddleware" in moved[0]

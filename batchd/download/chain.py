@@ -214,8 +214,23 @@ def chain_from_settings(context: ChainContext) -> MiddlewareChain:
     return MiddlewareChain([m for m in made if m is not None])
 
 
+# batchd's own links by the paths they had before the package was laid out by role: users' config files
+# name them, and keep working.
+MOVED_MODULES = {"batchd.middleware": "batchd.download.chain", "batchd.robots": "batchd.download.middlewares.robots",
+                 "batchd.throttle": "batchd.download.middlewares.throttle",
+                 "batchd.proxies": "batchd.download.middlewares.proxies",
+                 "batchd.politeness": "batchd.download.middlewares.politeness",
+                 "batchd.metrics": "batchd.supervisor.metrics"}
+_told_moved: set = set()
+
+
 def _middleware_class(path: str) -> type[DownloaderMiddleware]:
     module_name, _, name = path.rpartition(".")
+    if module_name in MOVED_MODULES:
+        module_name = MOVED_MODULES[module_name]
+        if path not in _told_moved:
+            _told_moved.add(path)
+            log.warning("DOWNLOADER_MIDDLEWARES: %s has moved; write %s.%s", path, module_name, name)
     try:
         found = getattr(importlib.import_module(module_name), name) if module_name else None
     except ImportError as e:
