@@ -6,7 +6,7 @@ Every name below is the name an operator writes in any of those places.
 
 Each setting is declared once, in `Settings`: its type (the annotation), its default, its
 one-line meaning and what values it takes. `validate()` checks values from the declarations
-alone, README.md's settings table is `settings_table()` verbatim, and
+alone, docs/settings.md's table is `settings_table()` verbatim, and
 etc/batchd/batchd.toml is checked against them (tests/test_config.py, tests/test_units.py).
 """
 import dataclasses
@@ -44,12 +44,12 @@ def setting(default, meaning: str, low=None, high=None, *, choices: tuple = (), 
             default_text: str = ""):
     """One setting's whole declaration; `validate()` and `settings_table()` read nothing else.
 
-    meaning       one line for an operator, shown as written in README.md's table
+    meaning       one line for an operator, shown as written in docs/settings.md's table
     low, high     for a number: the inclusive bounds (None: no bound on that side)
     choices       for a text: the values it may take (ignore_case: compared in upper case)
     identifier    for a text: an SQL table or column name, checked like every identifier
     pattern       for a text: a regular expression it must match, with `may_hold` saying in
-                  words what it allows (the error and the README show those words)
+                  words what it allows (the error and docs/settings.md show those words)
     default_text  for a default of None: what an unset value means, in words
     """
     if pattern is not None and not may_hold:
@@ -380,7 +380,7 @@ def redact_url(url: Optional[str]) -> str:
 
 
 def settings_table() -> str:
-    """README.md's settings table, one row per setting in declaration order. README.md holds this text
+    """docs/settings.md's table, one row per setting in declaration order. That page holds this text
     verbatim (tests/test_config.py fails when they differ); after changing a declaration, paste in the
     output of `python -c 'from batchd.config import settings_table; print(settings_table(), end="")'`."""
     rows = ["| setting | default | values | meaning |", "| --- | --- | --- | --- |"]

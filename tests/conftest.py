@@ -148,7 +148,7 @@ def procs():
 
 
 def pytest_terminal_summary(terminalreporter):
-    """The chaos scenarios' figures, one CHAOS line each, whatever pytest captured (README quotes them)."""
+    """The chaos scenarios' figures, one CHAOS line each, whatever pytest captured (docs/reliability.md quotes them)."""
     from chaos import VERDICTS
     if VERDICTS:
         terminalreporter.section("chaos figures")

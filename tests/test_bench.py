@@ -1,4 +1,4 @@
-"""The benchmark README shows runs, on both stores (a small batch: figures go in the closing note,
+"""The benchmark docs/performance.md shows runs, on both stores (a small batch: figures go in the closing note,
 never in a test)."""
 import os
 import re

@@ -1,7 +1,7 @@
 """The chaos suite (`pytest -m chaos`): a batch of at least 1,000 tasks, 2+ workers, one fault in the
 middle, and the same verdict at the end (tests/chaos.py): 0 tasks lost, 0 done without their items
 stored or dumped, the batch closed, duplicate item rows counted (0: the item table has its unique key).
-Each scenario prints one `CHAOS ...` line of figures; README's Reliability table quotes them.
+Each scenario prints one `CHAOS ...` line of figures; docs/reliability.md's table quotes them.
 
 Scenarios here break batchd's own processes and the spider; tests/test_chaos_servers.py breaks the
 servers (on private instances) and tests/test_chaos_network.py the site and the network."""

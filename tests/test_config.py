@@ -11,7 +11,7 @@ from batchd import config
 from batchd.config import SETTING_TYPES, Settings, load_settings, redact_url, settings_from_plain, settings_table
 from batchd.errors import ConfigError
 
-README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+SETTINGS_PAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "settings.md")
 
 
 def write(tmp_path, text, name="batchd.toml"):
@@ -127,20 +127,21 @@ def test_every_number_is_declared_with_bounds_and_every_setting_with_a_meaning()
     config.validate(Settings())   # every default passes its own declaration
 
 
-def readme_settings_table() -> str:
-    """The table rows of README.md's "## Settings" section."""
-    with open(README, encoding="utf-8") as f:
-        section = f.read().split("\n## Settings\n", 1)[1].split("\n## ", 1)[0]
-    return "".join(line + "\n" for line in section.splitlines() if line.startswith("|"))
+def settings_page_table() -> str:
+    """The rows of the table that follows the "Generated from the declarations" comment in docs/settings.md."""
+    with open(SETTINGS_PAGE, encoding="utf-8") as f:
+        after = f.read().split("<!-- Generated from the declarations", 1)[1].split("-->", 1)[1]
+    rows = after.lstrip("\n").split("\n\n", 1)[0]
+    return "".join(line + "\n" for line in rows.splitlines() if line.startswith("|"))
 
 
-def test_readmes_settings_table_is_the_declarations():
-    """README.md shows settings_table() verbatim: every setting, its default, values and meaning."""
-    readme, declared = readme_settings_table(), settings_table()
-    listed = {re.match(r"\| `(\w+)`", row).group(1) for row in readme.splitlines()[2:]}
+def test_the_settings_pages_table_is_the_declarations():
+    """docs/settings.md shows settings_table() verbatim: every setting, its default, values and meaning."""
+    page, declared = settings_page_table(), settings_table()
+    listed = {re.match(r"\| `(\w+)`", row).group(1) for row in page.splitlines()[2:]}
     names = {f.name for f in dataclasses.fields(Settings)}
     assert {"missing": names - listed, "unknown": listed - names} == {"missing": set(), "unknown": set()}
-    assert readme == declared, "README.md's settings table differs from batchd/config.py; paste this in:\n" + declared
+    assert page == declared, "docs/settings.md's settings table differs from batchd/config.py; paste this in:\n" + declared
 
 
 def test_numbers_from_a_toml_file_are_held_to_their_bounds_too(tmp_path):

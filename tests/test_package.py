@@ -439,7 +439,7 @@ def enable_links(box) -> list:
 
 
 def test_a_spider_runs_under_its_own_master_instance_and_purge_forgets_enabled_units(built, box, site, box_backend):
-    """README's "two spiders side by side", one of them: batchd.toml names no usable spider, the
+    """docs/operating.md's "two spiders side by side", one of them: batchd.toml names no usable spider, the
     instances' files do. batchd-master@paced and batchd-worker@paced-1 run the batch; the master
     instance reloads from master-paced.toml; purge removes every enable link, and the package
     installs again cleanly."""

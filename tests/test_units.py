@@ -203,7 +203,7 @@ def commented_paragraphs() -> dict:
 
 def test_default_config_explains_every_setting_and_names_its_choices():
     """The comments are the operator's guide, written by hand and longer than the declared one-line
-    meanings (README.md's table shows those): every setting has some, and they name every choice."""
+    meanings (docs/settings.md's table shows those): every setting has some, and they name every choice."""
     words = commented_paragraphs()
     for f in dataclasses.fields(Settings):
         assert words[f.name].strip(), f"{f.name} has no comment above it in batchd.toml"

@@ -2,7 +2,7 @@
 
     python3 -m batchd.cli.manpage > batchd.toml.5      (debian/rules, at build time)
 
-One entry per `Settings` field, in declaration order, with what README.md's settings table shows
+One entry per `Settings` field, in declaration order, with what docs/settings.md's table shows
 (its meaning, `shown_default`, `shown_values`), so the page cannot drift from the code. The date
 is SOURCE_DATE_EPOCH's when set (dpkg-buildpackage sets it from the changelog): a rebuild of the
 same source gives the same page.
