@@ -46,7 +46,7 @@ from ..supervisor.loader import SpiderSource, absolute_spider_path, build_runtim
 from ..worker.dumps import FailedItemsFile
 from .starter import next_steps, write_starter
 from .task_import import add_urls, import_csv
-from ..supervisor.status import gather_history, gather_status, render_history, render_json, render_status
+from .status import gather_history, gather_status, render_history, render_json, render_status
 from ..supervisor.supervisor import Plan, Supervisor
 from ..process.systemd import set_process_role, setup_logging, under_systemd
 from ..backends.ports import claim_namespace
