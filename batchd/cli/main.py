@@ -24,7 +24,6 @@ Verbs live in the VERBS registry: `@verb(name, help, arguments)` adds one, with 
 arguments and handler (a handler returns the exit code).
 """
 import argparse
-import fcntl
 import logging
 import multiprocessing
 import os
@@ -47,6 +46,7 @@ from ..worker.dumps import FailedItemsFile
 from .starter import next_steps, write_starter
 from .task_import import add_urls, import_csv
 from .status import gather_history, gather_status, render_history, render_json, render_status
+from ..supervisor.daemon import RunningSupervisor, run_detached
 from ..supervisor.supervisor import Plan, Supervisor
 from ..process.systemd import set_process_role, setup_logging, under_systemd
 from ..backends.ports import claim_namespace
@@ -210,17 +210,6 @@ def worker_verb(args: argparse.Namespace) -> int:
 
 
 # -- reload: check first, then signal (as `nginx -t` before `nginx -s reload`)
-SUPERVISOR_VERBS = ("run", "master", "worker")
-TITLE_PREFIX = "batchd: "              # every process title batchd sets (setproctitle)
-SUPERVISOR_TITLE = "batchd: supervisor"
-
-
-class NotASupervisor(BatchdError):
-    """--pid names no running batchd supervisor: nothing is signalled."""
-
-    exit_code = ExitCode.UNAVAILABLE
-
-
 def positive(text: str) -> int:
     value = int(text)
     if value <= 0:
@@ -258,15 +247,9 @@ def reload_verb(args: argparse.Namespace) -> int:
     a finished reload from a slow one."""
     set_process_role("reload")
     setup_logging()
-    pidfd = open_supervisor(args.pid)
-    try:
+    with RunningSupervisor(args.pid) as supervisor:
         namespace = checked_for_reload(args)
-        try:
-            signal.pidfd_send_signal(pidfd, signal.SIGHUP)
-        except OSError as e:       # it exited since open_supervisor, or is another user's
-            raise NotASupervisor(f"pid {args.pid}: {e.strerror}; nothing signalled") from None
-    finally:
-        os.close(pidfd)
+        supervisor.send(signal.SIGHUP)
     log.info("configuration and spider load (namespace %r): SIGHUP sent to the supervisor (pid %d), "
              "which replaces its children gracefully", namespace, args.pid)
     return ExitCode.OK
@@ -285,111 +268,18 @@ def checked_for_reload(args: argparse.Namespace) -> str:
     return namespace
 
 
-def open_supervisor(pid: int) -> int:
-    """A pidfd on PID once its command line shows a batchd supervisor. The signal goes through the
-    pidfd, so a supervisor that exits meanwhile and leaves its pid to another process is never
-    mistaken for it."""
-    try:
-        pidfd = os.pidfd_open(pid)
-    except OSError as e:
-        raise NotASupervisor(f"pid {pid}: {e.strerror}; nothing signalled") from None
-    if not is_batchd_supervisor(pid):
-        os.close(pidfd)
-        shown = " ".join(command_line(pid))[:100] or "its command line is hidden from this user"
-        raise NotASupervisor(f"pid {pid} is not a batchd supervisor ({shown}); nothing signalled")
-    return pidfd
-
-
-def is_batchd_supervisor(pid: int) -> bool:
-    argv = command_line(pid)
-    if len(argv) == 1 and argv[0].startswith(TITLE_PREFIX):     # the title batchd gave it
-        return argv[0].startswith(SUPERVISOR_TITLE)
-    # Without setproctitle a process shows its command, and a forked child its supervisor's.
-    return batchd_verb(argv) in SUPERVISOR_VERBS and command_line(parent_of(pid)) != argv
-
-
-def batchd_verb(argv: list) -> Optional[str]:
-    """VERB of `batchd VERB ...`, `python3 /usr/bin/batchd VERB ...` or `python -m batchd VERB ...`."""
-    for i, arg in enumerate(argv[:-1]):
-        if os.path.basename(arg) == "batchd":
-            return argv[i + 1]
-    return None
-
-
-def command_line(pid: int) -> list:
-    """The arguments /proc shows for PID (its title, once batchd set one); [] when it is gone or hidden."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return []
-    return [arg.decode(errors="replace") for arg in raw.split(b"\0") if arg]
-
-
-def parent_of(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return 0
-
-
-# -- --daemon, for hosts without systemd
-class PidFile:
-    """The pid file python-daemon enters once detached: written with our pid and flock-ed while we
-    run, so a second `--daemon` is refused; removed at exit."""
-
-    def __init__(self, path: str):
-        self.path = path
-        self._fd: Optional[int] = None
-
-    def __enter__(self) -> "PidFile":
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
-            os.close(fd)
-            raise ConfigError(f"pid file {self.path} is held by a running batchd (pid {holder})") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._fd = fd
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        if self._fd is None:
-            return
-        try:
-            os.unlink(self.path)
-        finally:
-            os.close(self._fd)
-            self._fd = None
-
-    def refuse_if_held(self) -> None:
-        """Before detaching: a clear error on the terminal instead of one in the log file."""
-        with self:
-            pass
-
-
 def run_daemonized(args: argparse.Namespace, plan: Plan, source: SpiderSource, settings: Settings) -> int:
     if under_systemd():
         raise ConfigError("--daemon is for hosts without systemd: under systemd batchd runs in the "
                           "foreground (Type=notify); drop --daemon")
     if not args.pidfile:
         raise ConfigError("--daemon needs --pidfile FILE")
-    try:
-        import daemon
-    except ImportError:
-        raise ConfigError('--daemon needs python-daemon: pip install "batchd[daemon]" '
-                          "(or apt install python3-daemon)") from None
-    pidfile = PidFile(os.path.abspath(args.pidfile))
-    pidfile.refuse_if_held()
-    log_file = open(os.path.abspath(args.log_file or DEFAULT_LOG_FILE), "a", buffering=1, encoding="utf-8")
-    # The working directory stays: relative paths in the config (FAILED_ITEMS_PATH...) keep their meaning.
-    with daemon.DaemonContext(working_directory=os.getcwd(), umask=0o027, pidfile=pidfile, stdout=log_file,
-                              stderr=log_file, signal_map={}):
+
+    def supervise_detached() -> int:
         setup_logging(settings.LOG_LEVEL, force=True)
         return Supervisor(plan, source).run()
+    return run_detached(os.path.abspath(args.pidfile), os.path.abspath(args.log_file or DEFAULT_LOG_FILE),
+                        supervise_detached)
 
 
 # -- status, check, retry
