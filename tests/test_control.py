@@ -5,7 +5,8 @@ import logging
 import pytest
 
 from batchd.cli import control
-from batchd.supervisor.status import gather_status, render_status, status_line
+from batchd.cli.status import gather_status, render_status
+from batchd.supervisor.snapshots import status_line
 from batchd.task import TaskState
 from harness import InProcessBatch, spider_factory, stays_true, wait_for
 from spiders.seed import CrawlTask

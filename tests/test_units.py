@@ -14,7 +14,8 @@ import tomllib
 import pytest
 
 import batchd
-from batchd.cli.main import VERBS, build_parser, config_files
+from batchd.cli.arguments import config_files
+from batchd.cli.main import VERBS, build_parser
 from batchd.config import Settings, declared_default, load_settings
 from batchd.errors import ExitCode
 from batchd.supervisor.supervisor import KILL_GRACE

@@ -11,7 +11,7 @@ from typing import Optional
 
 from ..errors import BackendUnavailable, BatchdError, ExitCode
 from ..model import BatchRecord
-from ..supervisor.status import paused_text
+from ..supervisor.snapshots import paused_text
 
 OPEN_WAIT_LEAST = 30.0       # seconds `open-batch` waits for the master to open the batch, at least
 

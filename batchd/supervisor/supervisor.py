@@ -40,7 +40,7 @@ from ..process.lifecycle import Backoff
 from .loader import SpiderSource
 from ..master.patrol import ProgressRate
 from .metrics import MetricsServer
-from .status import SnapshotPublisher, status_line, supervisor_ports
+from .snapshots import SnapshotPublisher, status_line, supervisor_ports
 from ..process.systemd import Notifier, set_log_namespace, set_process_role, set_process_title, watchdog_usec
 from ..worker.worker import ledger_slots, worker_token_prefix
 

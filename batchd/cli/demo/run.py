@@ -15,7 +15,7 @@ from typing import Optional
 
 from ...backends.sqlite.store import SqliteBatchStore
 from ...model import TaskLayout
-from ...supervisor.status import bar
+from ..status import bar
 from ...task import TaskState
 from .site import book_paths
 from .spider import BookSpider

@@ -1,0 +1,129 @@
+"""What every verb of the `batchd` command shares: its entry in a verb group, the SPIDER, --config
+and --store arguments and how they resolve to settings and a Runtime, the number types.
+
+Each verb module (serve, inspect, operate, project) holds one VerbGroup, VERBS, and adds a verb
+with `@verb(name, help, arguments)`: its own arguments and handler (a handler returns the exit
+code). main.py gathers the groups into the parser; a verb module imports this module, never main.py.
+"""
+import argparse
+import logging
+import os
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from ..config import DEFAULT_CONFIG_FILE, ENV_CONFIG, INSTANCE_ROLES, load_settings
+from ..errors import ConfigError
+from ..backends import store_url
+from ..supervisor.loader import SpiderSource, absolute_spider_path, build_runtime
+from ..process.systemd import setup_logging, under_systemd
+from ..runtime import Runtime
+
+log = logging.getLogger("batchd")
+
+EMBEDDED_FILE = "batchd.db"
+
+
+@dataclass(frozen=True)
+class Verb:
+    name: str
+    help: str
+    arguments: Callable[[argparse.ArgumentParser], object]    # what it returns is ignored
+    handler: Callable[[argparse.Namespace], int]
+
+
+class VerbGroup:
+    """The verbs of one module, in the order they are added (the order `batchd --help` lists them)."""
+
+    def __init__(self) -> None:
+        self.verbs: list[Verb] = []
+
+    def __iter__(self):
+        return iter(self.verbs)
+
+    def verb(self, name: str, help: str,
+             arguments: Callable[[argparse.ArgumentParser], object] = lambda parser: None):
+        def register(handler: Callable[[argparse.Namespace], int]):
+            self.verbs.append(Verb(name, help, arguments, handler))
+            return handler
+        return register
+
+
+# -- what every verb shares
+def spider_and_config(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("spider", nargs="?", metavar="SPIDER",
+                        help="path/file.py:Class or module:Class (default: BATCHD_SPIDER, or SPIDER in the config file)")
+    config_and_store(parser)
+
+
+def config_and_store(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE",
+                        help=f"the TOML config file (default: ${ENV_CONFIG}, else {DEFAULT_CONFIG_FILE} if it exists)")
+    parser.add_argument("--store", metavar="URL",
+                        help="the task store: mysql://user:pass@host:3306/db or sqlite:///PATH (default: STORE, "
+                             f"else MYSQL_URL, else ./{EMBEDDED_FILE} on a terminal)")
+
+
+def config_files(args: argparse.Namespace, role: Optional[str] = None) -> list:
+    """The main config file, and for a named instance of a role in INSTANCE_ROLES its `ROLE-NAME.toml`
+    beside it (batchd-worker@NAME reads worker-NAME.toml, batchd-master@NAME master-NAME.toml)."""
+    main = args.config or os.environ.get(ENV_CONFIG)
+    files = [main] if main else ([DEFAULT_CONFIG_FILE] if os.path.exists(DEFAULT_CONFIG_FILE) else [])
+    instance = getattr(args, "instance", None)
+    if instance and role in INSTANCE_ROLES:
+        overlay = os.path.join(os.path.dirname(os.path.abspath(main or DEFAULT_CONFIG_FILE)), f"{role}-{instance}.toml")
+        if os.path.exists(overlay):
+            files.append(overlay)
+    return [os.path.abspath(path) for path in files]
+
+
+def spider_source(args: argparse.Namespace, files: list, overrides: dict) -> tuple:
+    """(SpiderSource, the settings known before the spider is imported)."""
+    overrides = with_store(args, files, overrides)
+    settings = load_settings({}, config_files=files, overrides=overrides)
+    path = args.spider or settings.SPIDER
+    if not path:
+        raise ConfigError("no spider: name it (batchd run path/file.py:Class), or set BATCHD_SPIDER "
+                          "or SPIDER in the config file")
+    return SpiderSource(absolute_spider_path(path), tuple(files), overrides), settings
+
+
+def with_store(args: argparse.Namespace, files: list, overrides: dict) -> dict:
+    """The command line's settings, with the store it names, or the embedded one when nothing names
+    a store: `batchd.db` in the working directory, on a terminal only. Under systemd a missing store
+    is a configuration error, never a silent local crawl."""
+    if getattr(args, "store", None):
+        return dict(overrides, STORE=args.store)
+    settings = load_settings({}, config_files=files, overrides=overrides)
+    if store_url(settings):
+        return overrides
+    if under_systemd():
+        raise ConfigError("no store configured: set MYSQL_URL (and REDIS_URL), or STORE, in the config file; "
+                          "under systemd batchd does not fall back to a local SQLite file")
+    embedded = f"sqlite:///{os.path.abspath(EMBEDDED_FILE)}"
+    if not getattr(args, "embedded_announced", False):
+        args.embedded_announced = True
+        setup_logging(settings.LOG_LEVEL)
+        log.info("no MySQL / Redis configured: using the embedded store %s (tasks, queue and items in one "
+                 "SQLite file; --store or BATCHD_STORE names another)", embedded)
+    return dict(overrides, STORE=embedded)
+
+
+def runtime_from_args(args: argparse.Namespace) -> Runtime:
+    source, settings = spider_source(args, config_files(args), {})
+    setup_logging(settings.LOG_LEVEL)
+    return build_runtime(source)
+
+
+# -- the number types of several verbs
+def non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text}: must be 0 or more")
+    return value
+
+
+def positive(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text}: must be 1 or more")
+    return value
