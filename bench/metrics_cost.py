@@ -35,7 +35,7 @@ def measure() -> dict:
     from batchd.http import Request, Response
     from batchd.supervisor.metrics import FetchLatencyMiddleware, WorkerMetrics
     from batchd.download.chain import MiddlewareChain, StatsMiddleware
-    from batchd.process.stats import BatchStats
+    from batchd.settle.stats import BatchStats
 
     request = Request("http://127.0.0.1/page/1")
     raw = requests.models.Response()

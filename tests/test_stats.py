@@ -16,7 +16,7 @@ import pytest
 import batchd
 from batchd.backends.mysql_redis.redis_ports import RedisCounters, connect_redis
 from batchd.errors import BackendUnavailable
-from batchd.process.stats import BatchStats, StatsFlusher, report
+from batchd.settle.stats import BatchStats, StatsFlusher, report
 from batchd.task import TaskState
 from harness import InProcessBatch, RefusingMemoryStore, batch_done, create_old_record_table, make_master, wait_for
 from servers import PrivateRedis

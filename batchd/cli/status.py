@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 from ..errors import BackendUnavailable
 from ..model import BatchRecord, Progress
-from ..process.stats import summary
+from ..settle.stats import summary
 from ..supervisor.snapshots import duration, eta, freshest_master, paused_text
 
 def gather_status(runtime) -> dict:

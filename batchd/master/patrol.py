@@ -42,7 +42,7 @@ from ..process.outages import OutageWatch, retry_through_outages
 from ..backends.ports import (BatchCounters, BatchStore, BatchTally, LeaseQueue, MasterLocks, NamespaceRecord,
                               WakeChannel, claim_namespace)
 from ..schedule import is_due, next_due
-from ..process.stats import report
+from ..settle.stats import report
 from ..task import Move
 from ..process.threads import Heart, check_in, start_thread
 from .walks import CHUNK_SECONDS, CountWalk, ResetWalk

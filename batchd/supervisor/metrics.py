@@ -44,7 +44,7 @@ from ..errors import ConfigError
 from ..http import Request, Response
 from ..process.ledger import LedgerBlock, SharedLedger
 from ..download.chain import ChainContext, DownloaderMiddleware, PageRejected
-from ..process.stats import BYTES, REQUESTS, RESPONSES, RETRY_COUNT, STATUS_PREFIX, BatchStats
+from ..settle.stats import BYTES, REQUESTS, RESPONSES, RETRY_COUNT, STATUS_PREFIX, BatchStats
 from ..process.threads import start_thread
 
 log = logging.getLogger("batchd.metrics")

@@ -46,7 +46,7 @@ from ..process.lifecycle import Backoff
 from ..model import COLUMNS_ITEM_KIND, ItemDestination, ItemRow, Lease, TaskFailure
 from ..process.outages import retry_through_outages
 from ..backends.ports import BatchStore, BatchTally, LeaseQueue, store_items
-from ..process.stats import StatsFlusher
+from ..settle.stats import StatsFlusher
 from ..task import TaskState, settling_move
 from ..process.threads import check_in, start_thread
 

@@ -50,7 +50,7 @@ from ..backends.ports import (BatchCounters, BatchStore, BatchTally, HostRates, 
                               SeenFilter, WakeChannel, claim_namespace)
 from ..schedule import is_due
 from ..process.alerts import Alerts
-from ..process.stats import BatchStats, StatsFlusher
+from ..settle.stats import BatchStats, StatsFlusher
 from ..process.systemd import set_thread_role, task_log_fields
 from ..process.threads import Heart, check_in, guard, start_thread
 
