@@ -29,7 +29,7 @@ from datetime import datetime
 from typing import Callable, Iterable, Mapping, Optional, Protocol, Sequence
 
 from ..errors import ConfigError
-from ..download.middlewares.politeness import LocalHostRates
+from .host_rates import LocalHostRates
 from ..model import BatchRecord, FailureQuery, ItemRow, Lease, Progress, TaskFailure, TaskLayout
 from ..task import Move
 
@@ -356,7 +356,7 @@ class BatchTally(Protocol):
 
 
 class BatchCounters(Protocol):
-    """A batch's counters (batchd/stats.py names them), the sum of every worker's flushes. Each flush is
+    """A batch's counters (batchd/settle/stats.py names them), the sum of every worker's flushes. Each flush is
     numbered by its worker, and a number is applied once: a flush sent again because its first answer was
     lost (the backend went down mid-call) adds nothing twice."""
 

@@ -10,7 +10,7 @@ walk of the table is under way):
 4. progress: from the batch's tally (settled tasks, counted by their write-backs) and the queue,
    never by counting rows: refresh the batch record, log `批次进度 X/Y`;
 5. close: once the queue runs dry and the state index shows no unsettled row, count the table
-   chunk by chunk and write those exact figures, the batch's counters (batchd/stats.py), `is_done=1`
+   chunk by chunk and write those exact figures, the batch's counters (batchd/settle/stats.py), `is_done=1`
    and the `<ns>:batch_done` flag; log the counters in one line.
 
 Alerts (batchd/alerts.py): a stall and the failure ratio at each progress check, the failure ratio

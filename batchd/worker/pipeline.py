@@ -13,7 +13,7 @@ One thread per worker process (the lander, under the thread guard) does both job
 3. write back every settled task: failed (at once, its failure record written just before: one
    upsert for the turn, batchd/failures.py), or done / back to pending (its requests ended without
    update_task) once none of its items is left unflushed. The worker's batch counters are
-   flushed first (batchd/stats.py: a batch's counts reach the backend before its last task settles),
+   flushed first (batchd/settle/stats.py: a batch's counts reach the backend before its last task settles),
    then the leases are released; a task whose lease was reclaimed meanwhile is not written (its new
    holder owns it now).
 Items stored and dumped are counted ("item/stored", "item/dumped") per batch of their tasks, and the

@@ -13,7 +13,7 @@ The key schema, all under `<ns>:` (built only by `Keys`):
     <ns>:seen            SET     <batch id>:<fingerprint> of the requests made (REQUEST_FILTER_ENABLE), with a TTL
     <ns>:tally:<batch>   HASH    done, failed: tasks settled in the batch, added by each write-back;
                                  held=1 since it was set (missing: lost with Redis), with a TTL
-    <ns>:stats:<batch>   HASH    counter name -> n: the batch's counters (batchd/stats.py), added by every
+    <ns>:stats:<batch>   HASH    counter name -> n: the batch's counters (batchd/settle/stats.py), added by every
                                  worker's flushes, with a TTL
     <ns>:stats_flushes:<batch>  HASH  worker -> the number of its last flush applied to the batch, with a TTL
     <ns>:store           STRING  the identity of the one store this namespace serves (server, database,
@@ -179,7 +179,7 @@ end
 return out
 """
 
-# DOMAIN_RATE_LIMIT for every worker: politeness.booked_start() on the host's key. KEYS[1]: the host's
+# DOMAIN_RATE_LIMIT for every worker: host_rates.booked_start() on the host's key. KEYS[1]: the host's
 # next theoretical arrival (ms); ARGV: the interval and the burst's credit (ms). Returns the wait in ms.
 RATE_SCRIPT = """
 if redis.replicate_commands then redis.replicate_commands() end

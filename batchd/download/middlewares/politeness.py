@@ -1,8 +1,7 @@
 """Politeness toward each site, across the threads of a worker: at most CONCURRENT_REQUESTS_PER_DOMAIN
 requests in flight to one host, and DOWNLOAD_DELAY seconds between two requests to it (randomised
-0.5x to 1.5x unless RANDOMIZE_DOWNLOAD_DELAY is off, so that a site sees no fixed rhythm). And
-`LocalHostRates`, DOMAIN_RATE_LIMIT kept in one process (the SQLite and memory backends' HostRates;
-the Redis one holds it for every worker: backends/mysql_redis/redis_ports.py).
+0.5x to 1.5x unless RANDOMIZE_DOWNLOAD_DELAY is off, so that a site sees no fixed rhythm). DOMAIN_RATE_LIMIT is
+a backend's HostRates port (backends/host_rates.py in one process, Redis for every worker).
 
 A thread asks for its turn before each attempt (retries too) and gives it back when the attempt
 ends. Waiting for a turn is a wait by design: the thread promises the heart no more than the delay
@@ -15,46 +14,10 @@ import time
 from typing import Callable, Optional
 from urllib.parse import urlsplit
 
+from ...backends.host_rates import KEPT_HOSTS
 from ...http import Request, Response
-from ..chain import ChainContext, DownloaderMiddleware
 from ...process.threads import guard
-
-KEPT_HOSTS = 10_000          # past this many, idle hosts are forgotten
-
-
-def booked_start(theoretical: float, now: float, per_second: float, burst: int) -> tuple:
-    """One booking of the generic cell rate algorithm: (seconds to wait, the next theoretical arrival). A
-    request to a host is due every 1/per_second s; `burst` - 1 intervals of credit let that many start at
-    once after a lull. Redis runs the same arithmetic in RATE_SCRIPT."""
-    interval = 1.0 / per_second
-    theoretical = max(theoretical, now)
-    start = max(now, theoretical - (burst - 1) * interval)
-    return start - now, theoretical + interval
-
-
-class LocalHostRates:
-    """HostRates within one process (`for_namespace`: the one every worker of the process shares)."""
-
-    _shared: dict = {}
-    _shared_lock = threading.Lock()
-
-    @classmethod
-    def for_namespace(cls, namespace: str) -> "LocalHostRates":
-        with cls._shared_lock:
-            return cls._shared.setdefault(namespace, cls())
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic):
-        self.clock = clock
-        self._next: dict = {}          # host -> theoretical arrival of its next request
-        self._lock = threading.Lock()
-
-    def reserve(self, host: str, per_second: float, burst: int) -> float:
-        with self._lock:
-            now = self.clock()
-            if len(self._next) >= KEPT_HOSTS:
-                self._next = {h: at for h, at in self._next.items() if at > now}
-            wait, self._next[host] = booked_start(self._next.get(host, now), now, per_second, burst)
-        return wait
+from ..chain import ChainContext, DownloaderMiddleware
 
 
 class _Host:
