@@ -1,7 +1,5 @@
 """batchd: periodic batch web crawling with a MySQL task table and Redis leases."""
-__version__ = "0.1.0"
-
-from .config import Settings
+from .config import VERSION as __version__, Settings
 from .errors import BackendUnavailable, BatchdError, ConfigError, ExitCode, MasterLockHeld
 from .http import Request, RequestFailed, Response
 from .item import Field, Item, UndeclaredField

@@ -10,6 +10,7 @@ alone, docs/settings.md's table is `settings_table()` verbatim, and
 etc/batchd/batchd.toml is checked against them (tests/test_config.py, tests/test_units.py).
 """
 import dataclasses
+import importlib.metadata
 import json
 import math
 import os
@@ -22,6 +23,23 @@ from urllib.parse import urlsplit, urlunsplit
 
 from .errors import ConfigError
 
+
+def _version() -> str:
+    """pyproject.toml is the version's one source: read in a source tree (an editable install, the .deb's build),
+    else from the metadata pip or the .deb installed from it."""
+    pyproject = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pyproject.toml")
+    try:
+        with open(pyproject, "rb") as f:
+            return tomllib.load(f)["project"]["version"]
+    except (OSError, tomllib.TOMLDecodeError, KeyError):
+        pass
+    try:
+        return importlib.metadata.version("batchd")
+    except importlib.metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+VERSION = _version()
 DEFAULT_CONFIG_FILE = "/etc/batchd/batchd.toml"
 ENV_PREFIX = "BATCHD_"
 ENV_CONFIG = "BATCHD_CONFIG"

@@ -28,7 +28,7 @@ import argparse
 import logging
 from typing import Optional
 
-from .. import __version__
+from ..config import VERSION
 from . import inspect, operate, project, serve
 from ..errors import BatchdError
 from ..process.systemd import setup_logging
@@ -43,7 +43,7 @@ VERBS = {entry.name: entry for group in (serve.VERBS, inspect.VERBS, operate.VER
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="batchd", description="Periodic batch web crawling: a supervisor, "
                                      "a master and workers over a MySQL task table and Redis leases.")
-    parser.add_argument("--version", action="version", version=f"batchd {__version__}")
+    parser.add_argument("--version", action="version", version=f"batchd {VERSION}")
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
     for entry in VERBS.values():
         sub = verbs.add_parser(entry.name, help=entry.help, description=entry.help)

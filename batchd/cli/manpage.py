@@ -14,8 +14,7 @@ import sys
 import time
 from typing import Mapping
 
-from .. import __version__
-from ..config import (DEFAULT_CONFIG_FILE, ENV_CONFIG, ENV_PREFIX, INSTANCE_ROLES, Settings, shown_default,
+from ..config import (DEFAULT_CONFIG_FILE, ENV_CONFIG, ENV_PREFIX, INSTANCE_ROLES, VERSION, Settings, shown_default,
                       shown_values)
 
 CONFIG_DIR = os.path.dirname(DEFAULT_CONFIG_FILE)
@@ -141,7 +140,7 @@ def entry(field: dataclasses.Field) -> str:
 
 def page(environ: Mapping[str, str] = os.environ) -> str:
     when = float(environ.get("SOURCE_DATE_EPOCH", time.time()))
-    names = dict(date=time.strftime("%Y-%m-%d", time.gmtime(when)), version=__version__,
+    names = dict(date=time.strftime("%Y-%m-%d", time.gmtime(when)), version=VERSION,
                  main=roff(DEFAULT_CONFIG_FILE), dir=roff(CONFIG_DIR), prefix=roff(ENV_PREFIX),
                  env_config=roff(ENV_CONFIG))
     return "".join([HEAD.format(**names), *(entry(f) for f in dataclasses.fields(Settings)), FILES.format(**names),

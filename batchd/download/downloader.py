@@ -32,6 +32,7 @@ from requests.adapters import HTTPAdapter
 from requests.exceptions import InvalidSchema, InvalidURL, MissingSchema, SSLError
 
 from .bodies import ACCEPT_ENCODING, BodyReader, hooks_with
+from ..config import VERSION
 from ..http import Request, RequestFailed, Response
 from .chain import TRANSIENT_ERRORS, MiddlewareChain, PageRejected, RetryMiddleware
 from ..process.threads import check_in, guard, start_thread
@@ -414,8 +415,4 @@ def _one_line(exc):
 
 
 def _user_agent():
-    try:
-        from batchd import __version__
-    except ImportError:
-        return "batchd"
-    return f"batchd/{__version__}"
+    return f"batchd/{VERSION}"
