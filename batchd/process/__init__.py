@@ -1,2 +1,2 @@
 """What every batchd process shares, below the roles: threads and their guard, stops and backoffs, outages,
-systemd and logging, the ledger, alerts and the per-batch counters."""
+systemd and logging, the ledger and alerts."""
