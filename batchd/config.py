@@ -18,25 +18,26 @@ import re
 import tomllib
 import typing
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 from urllib.parse import urlsplit, urlunsplit
 
 from .errors import ConfigError
 
 
 def _version() -> str:
-    """pyproject.toml is the version's one source: read in a source tree (an editable install, the .deb's build),
-    else from the metadata pip or the .deb installed from it."""
-    pyproject = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pyproject.toml")
-    try:
-        with open(pyproject, "rb") as f:
-            return tomllib.load(f)["project"]["version"]
-    except (OSError, tomllib.TOMLDecodeError, KeyError):
-        pass
+    """The installed package's metadata (pip's, an editable install's, or the .deb's, all made from
+    pyproject.toml); a source tree that was never installed reads its pyproject.toml itself."""
     try:
         return importlib.metadata.version("batchd")
     except importlib.metadata.PackageNotFoundError:
+        pass
+    pyproject = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pyproject.toml")
+    try:
+        with open(pyproject, "rb") as f:
+            project = tomllib.load(f)["project"]
+    except (OSError, tomllib.TOMLDecodeError, KeyError):
         return "0+unknown"
+    return project["version"] if project.get("name") == "batchd" else "0+unknown"
 
 
 VERSION = _version()
@@ -50,7 +51,10 @@ IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 NAMESPACE_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
 WEBHOOK_PATTERN = re.compile(r"^https?://[^\s/]+(/\S*)?$", re.IGNORECASE)
 INTERVAL_UNITS = ("day", "hour")
+SIGNATURES = ("items", "body")    # what tells a changed page from an unchanged one (batchd/recrawl/)
+BATCH_MODES = ("full", "incremental", "due")     # what a new batch crawls (docs/architecture.md, A batch's life)
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+WEBHOOK_FORMATS = ("json", "dingtalk", "feishu", "wecom", "slack")   # what ALERT_WEBHOOK is sent (process/webhooks.py)
 
 
 KB, MB, GB = 1024, 1024 ** 2, 1024 ** 3
@@ -59,7 +63,7 @@ DAY = 86400.0
 
 def setting(default, meaning: str, low=None, high=None, *, choices: tuple = (), ignore_case: bool = False,
             identifier: bool = False, pattern: Optional[re.Pattern] = None, may_hold: str = "",
-            default_text: str = ""):
+            default_text: str = "", parse: Optional[Callable[[Any, str], Any]] = None, secret: bool = False):
     """One setting's whole declaration; `validate()` and `settings_table()` read nothing else.
 
     meaning       one line for an operator, shown as written in docs/settings.md's table
@@ -69,14 +73,18 @@ def setting(default, meaning: str, low=None, high=None, *, choices: tuple = (), 
     pattern       for a text: a regular expression it must match, with `may_hold` saying in
                   words what it allows (the error and docs/settings.md show those words)
     default_text  for a default of None: what an unset value means, in words
+    parse         for a value of its own shape: parse(raw, source) -> the value, or a ConfigError naming
+                  `source` and the culprit; it takes its own output back unchanged (`may_hold`: its words)
+    secret        a password or a key: its value is in no error message and no repr (shown as ***)
     """
-    if pattern is not None and not may_hold:
-        raise TypeError("a pattern needs may_hold=, the words its error message says")
+    if (pattern is not None or parse is not None) and not may_hold:
+        raise TypeError("a pattern or a parse needs may_hold=, the words its error message says")
     # A table's default is copied for each Settings (a dataclass takes no mutable default).
     value = {"default_factory": lambda: dict(default)} if isinstance(default, dict) else {"default": default}
-    return dataclasses.field(**value, metadata={
+    return dataclasses.field(**value, repr=not secret, metadata={
         "meaning": meaning, "low": low, "high": high, "choices": tuple(choices), "ignore_case": ignore_case,
-        "identifier": identifier, "pattern": pattern, "may_hold": may_hold, "default_text": default_text})
+        "identifier": identifier, "pattern": pattern, "may_hold": may_hold, "default_text": default_text,
+        "parse": parse, "secret": secret})
 
 
 @dataclass(frozen=True)
@@ -93,6 +101,23 @@ class Settings:
     BATCH_INTERVAL: int = setting(7, "a new batch opens on the date (or at the hour) this many days (hours) "
                                      "after the last one's", 1, 10000)
     BATCH_INTERVAL_UNIT: str = setting("day", "the unit of BATCH_INTERVAL", choices=INTERVAL_UNITS)
+    BATCH_MODE: str = setting("full", "what a new batch crawls: full resets every task to pending; incremental "
+                                      "resets nothing and crawls the pending rows (new ones, requeued ones); due "
+                                      "resets the tasks whose revisit is due (REVISIT_INTERVAL_MIN/MAX)",
+                              choices=BATCH_MODES)
+    BATCH_RESET_FAILED: bool = setting(True, "a full (or due) batch resets the failed tasks too (off: they stay "
+                                             "failed, outside the batch)")
+    # -- re-crawls: conditional requests, change detection, revisit schedules (batchd/recrawl/)
+    REVALIDATE: bool = setting(False, "send If-None-Match / If-Modified-Since from the validators the last "
+                                      "crawl of a URL kept; a 304 settles its request as unchanged")
+    CHANGE_SIGNATURE: str = setting("items", "what tells a changed page from an unchanged one: items (what its "
+                                             "callback yielded) or body (the page's bytes: an unchanged body is "
+                                             "not parsed again)", choices=SIGNATURES)
+    REVISIT_INTERVAL_MIN: float = setting(3600.0, "seconds: a task that keeps changing is revisited no more often "
+                                                  "(BATCH_MODE = \"due\")", 1, 3650 * DAY)
+    REVISIT_INTERVAL_MAX: float = setting(30 * DAY, "seconds: a task that never changes is revisited at least this "
+                                                    "often, and every URL is fetched whole at least this often",
+                                          1, 3650 * DAY)
     BATCH_MONITOR_INTERVAL: float = setting(10.0, "seconds between two patrols of the master", 0.05, 3600)
     BATCH_LOST_TASK_STALE: float = setting(600.0, "the lease: seconds a task's holder may go without renewing it "
                                                   "before the task goes back to pending", 0.1, 7 * DAY)
@@ -100,6 +125,10 @@ class Settings:
     BATCH_TASK_ID_FIELD: str = setting("id", "the task table's primary key column", identifier=True)
     BATCH_TASK_STATE_FIELD: str = setting("batch_status", "the task table's state column", identifier=True)
     BATCH_TASK_TIME_FIELD: str = setting("update_time", "the task table's update-time column", identifier=True)
+    BATCH_TASK_HOST_FIELD: Optional[str] = setting(None, "the task table's column holding each task's URL or host: "
+                                                         "a claim then takes tasks round robin across hosts (read "
+                                                         "with the rows the state index finds; it needs no index "
+                                                         "of its own)", identifier=True, default_text="off")
     BATCH_TASK_MAX_ATTEMPTS: int = setting(10, "leases of one task in one batch before it is marked failed",
                                            1, 1000)
     BATCH_RESET_CHUNK: int = setting(5000, "rows in the first chunk of a walk of the task table (the reset "
@@ -135,6 +164,26 @@ class Settings:
                                             "every machine (Redis; SQLite: this host's); 0: no limit", 0, 100_000)
     DOMAIN_RATE_BURST: int = setting(1, "requests to one host that may start together under DOMAIN_RATE_LIMIT "
                                         "after a lull", 1, 10_000)
+    HOST_SET_ASIDE_MAX: int = setting(256, "tasks a worker holds set aside (leased, renewed) while their hosts' "
+                                           "turns come; at this many it hands a busy host's surplus back to the queue, and leases "
+                                           "no more until some go on", 1, 100_000)
+    HOST_BREAKER_FAILURES: int = setting(5, "failures in a row of one host (connect errors, timeouts, 5xx, 429) that "
+                                            "open its breaker: its requests wait for a probe (0: no breakers)",
+                                         0, 10_000)
+    HOST_BREAKER_PROBE: float = setting(5.0, "seconds from a host's breaker opening to its first probe (each failed "
+                                             "probe doubles the wait)", 0.05, DAY)
+    HOST_BREAKER_PROBE_MAX: float = setting(300.0, "seconds between two probes of a host whose breaker is open, at "
+                                                   "most", 0.05, DAY)
+    HOST_DOWN_GIVE_UP: float = setting(1800.0, "seconds a host's breaker may stay open before its requests fail at "
+                                               "once, with one reason and one alert per batch", 0, 30 * DAY)
+
+    HOSTS: dict = setting({}, "terms of their own for some hosts: [hosts.\"example.com\"] tables of rate, burst, "
+                              "concurrency, delay, timeout, download_timeout, proxy, headers (see below)",
+                          parse=lambda raw, source: parse_hosts(raw, source),
+                          may_hold="tables by host (`*.example.com`: its subdomains)")
+
+    HOST_STATS_TOP: int = setting(50, "hosts a batch's counters per host keep (`batchd status --hosts`); the "
+                                      "others are summed as (other)", 1, 10_000)
     PROXY: Optional[str] = setting(None, "one proxy for every request: http://user:pass@host:port (or https, "
                                          "socks5)")
     PROXY_POOL: Optional[tuple] = setting(None, "proxies rotated request by request; an entry may also be a "
@@ -154,10 +203,15 @@ class Settings:
     ROBOTSTXT_OBEY: bool = setting(False, "check each request against its site's robots.txt (read once per batch); "
                                           "a disallowed one fails at once")
     DOWNLOADER_MIDDLEWARES: tuple = setting(
-        ("batchd.download.chain.RetryMiddleware", "batchd.download.middlewares.robots.RobotsTxtMiddleware",
-         "batchd.download.middlewares.throttle.AutoThrottleMiddleware", "batchd.download.middlewares.proxies.ProxyMiddleware",
-         "batchd.download.chain.RateLimitMiddleware", "batchd.download.middlewares.politeness.PolitenessMiddleware",
-         "batchd.download.chain.StatsMiddleware", "batchd.supervisor.metrics.FetchLatencyMiddleware"),
+        ("batchd.download.middlewares.retry.RetryMiddleware",
+         "batchd.download.middlewares.breaker.HostBreakerMiddleware",
+         "batchd.download.middlewares.robots.RobotsTxtMiddleware",
+         "batchd.download.middlewares.throttle.AutoThrottleMiddleware",
+         "batchd.download.middlewares.proxies.ProxyMiddleware",
+         "batchd.download.middlewares.rate_limit.RateLimitMiddleware",
+         "batchd.download.middlewares.politeness.PolitenessMiddleware",
+         "batchd.download.middlewares.stats.StatsMiddleware",
+         "batchd.download.middlewares.latency.FetchLatencyMiddleware"),
         "the downloader middleware chain, outermost first: dotted paths of batchd.DownloaderMiddleware classes")
     # -- items
     ITEM_FLUSH_SIZE: int = setting(500, "items per flush, at most", 1, 100_000)
@@ -174,9 +228,15 @@ class Settings:
                                                 "(not paused) before a stall alert (0: never)", 0, 7 * DAY)
     FAILURE_ALERT_RATIO: float = setting(0.2, "failed / settled tasks of a batch above which a failure alert is "
                                               "raised, once 100 settled and at its close (1: never)", 0, 1)
-    ALERT_WEBHOOK: Optional[str] = setting(None, "a URL each alert is POSTed to as JSON (alerts are WARNING lines in "
-                                                 "the log either way)", default_text="none: the log only",
+    ALERT_WEBHOOK: Optional[str] = setting(None, "a URL each alert is POSTed to, as ALERT_WEBHOOK_FORMAT says (alerts "
+                                                 "are WARNING lines in the log either way)",
+                                           default_text="none: the log only",
                                            pattern=WEBHOOK_PATTERN, may_hold="an http:// or https:// URL")
+    ALERT_WEBHOOK_FORMAT: Optional[str] = setting(None, "what is POSTed to ALERT_WEBHOOK: batchd's JSON, or a text "
+                                                        "message as that chat's robot takes it",
+                                                  choices=WEBHOOK_FORMATS, default_text="chosen by the webhook's host")
+    ALERT_WEBHOOK_SECRET: Optional[str] = setting(None, "the signing secret of a DingTalk or Feishu robot (never "
+                                                        "logged or shown)", default_text="none: unsigned", secret=True)
     ALERT_REPEAT_SECONDS: float = setting(3600.0, "seconds before an alert of one kind for one batch is raised "
                                                   "again", 0, 7 * DAY)
     # -- processes
@@ -194,6 +254,14 @@ class Settings:
     METRICS_ADDRESS: str = setting("127.0.0.1", "the address METRICS_PORT listens on (0.0.0.0: every IPv4 "
                                                 "address)")
 
+    @property
+    def refill_mark(self) -> int:
+        """Tasks left in the queue when the worker that leases down to it wakes the master to refill: half
+        of BATCH_PUSH_LIMIT. The master's refill of that half (about 10 us a task) is done before workers
+        lease the other half unless they outrun the master itself; at a quarter, the refill of three
+        quarters had to beat the last quarter, and workers waited past about a third of the master's rate."""
+        return max(1, self.BATCH_PUSH_LIMIT // 2)
+
     def namespace_for(self, task_table: str) -> str:
         return self.NAMESPACE or task_table
 
@@ -210,7 +278,8 @@ def _base_type(annotation) -> tuple:
     return (args[0], True) if args else (annotation, False)
 
 
-SETTING_TYPES = {f.name: _base_type(f.type) for f in dataclasses.fields(Settings)}
+SETTING_FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
+SETTING_TYPES = {name: _base_type(f.type) for name, f in SETTING_FIELDS.items()}
 TYPE_WORDS = {tuple: "a text or a non-empty list of texts (JSON in the environment)",
               dict: "a table of texts (JSON in the environment)"}
 
@@ -290,6 +359,9 @@ def _checked_layer(layer: Mapping[str, Any], source: str) -> dict:
 def coerce(name: str, raw: Any, source: str) -> Any:
     """Turn a raw value (a string from the environment, a TOML or Python value) into the setting's type."""
     base, optional = SETTING_TYPES[name]
+    parse = SETTING_FIELDS[name].metadata["parse"]
+    if parse is not None:
+        return parse(raw, source)
     if raw is None:
         if optional:
             return None
@@ -297,7 +369,8 @@ def coerce(name: str, raw: Any, source: str) -> Any:
     try:
         return _convert(base, raw)
     except (TypeError, ValueError):
-        raise ConfigError(f"setting {name} in {source}: {raw!r} is not {TYPE_WORDS.get(base, 'a valid ' + base.__name__)}") from None
+        raise ConfigError(f"setting {name} in {source}: {shown_value(name, raw)} is not "
+                          f"{TYPE_WORDS.get(base, 'a valid ' + base.__name__)}") from None
 
 
 def _convert(base, raw):
@@ -351,17 +424,25 @@ def check_setting(name: str, value, declaration: Mapping) -> None:
     """One value against its setting's declaration (see `setting()`); an unset optional passes."""
     if value is None and SETTING_TYPES[name][1]:
         return
+    if declaration.get("parse") is not None:
+        declaration["parse"](value, "settings")
+        return
     if declaration.get("identifier"):
         check_identifier(value, name)
     choices = declaration.get("choices")
     if choices:
         folded = value.upper() if declaration.get("ignore_case") and isinstance(value, str) else value
         if folded not in choices:
-            raise ConfigError(f"setting {name}: {value!r} is not one of " + ", ".join(choices))
+            raise ConfigError(f"setting {name}: {shown_value(name, value)} is not one of " + ", ".join(choices))
     pattern = declaration.get("pattern")
     if pattern is not None and not (isinstance(value, str) and pattern.match(value)):
-        raise ConfigError(f"setting {name}: {value!r} may hold only {declaration['may_hold']}")
+        raise ConfigError(f"setting {name}: {shown_value(name, value)} may hold only {declaration['may_hold']}")
     check_bounds(name, value, declaration)
+
+
+def shown_value(name: str, value) -> str:
+    """A value as an error message shows it: a secret setting's as ***."""
+    return "***" if SETTING_FIELDS[name].metadata["secret"] else repr(value)
 
 
 def check_bounds(name: str, value, declaration: Mapping) -> None:
@@ -383,6 +464,58 @@ def check_identifier(value: str, what: str) -> str:
         raise ConfigError(f"{what}: {value!r} is not a valid table or column name "
                           "(letters, digits and _, at most 64, not starting with a digit)")
     return value
+
+
+# -- HOSTS: per-host terms (docs/settings.md, Per-host terms; download/host_terms.py applies them)
+# Each key of a host's table, and the setting it stands in for at that host (its type and bounds hold it).
+HOST_TERMS = {"rate": "DOMAIN_RATE_LIMIT", "burst": "DOMAIN_RATE_BURST", "concurrency": "CONCURRENT_REQUESTS_PER_DOMAIN",
+              "delay": "DOWNLOAD_DELAY", "timeout": "REQUEST_TIMEOUT", "download_timeout": "DOWNLOAD_TIMEOUT",
+              "proxy": "PROXY", "headers": "DEFAULT_REQUEST_HEADERS"}
+HOST_PATTERN = re.compile(r"^(\*\.)?[a-z0-9_]([a-z0-9_-]{0,62})(\.[a-z0-9_]([a-z0-9_-]{0,62}))*$")
+PROXY_SCHEMES = ("http", "https", "socks5", "socks5h")
+
+
+def parse_hosts(raw: Any, source: str) -> dict:
+    """HOSTS from a layer: {pattern: {term: value}} with the patterns in lower case and each term held to the
+    setting it stands in for; the first culprit is a ConfigError naming `source`, the host table and the key."""
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            raise ConfigError(f"{source}: HOSTS: not a JSON object of tables by host") from None
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{source}: HOSTS: must be tables by host, as [hosts.\"example.com\"]")
+    hosts = {}
+    for pattern, table in raw.items():
+        where = f"{source}: [hosts.{json.dumps(pattern)}]"
+        folded = pattern.lower() if isinstance(pattern, str) else ""
+        if not HOST_PATTERN.match(folded) or len(folded) > 255:
+            raise ConfigError(f"{where}: not a host name, or *. and a domain for its subdomains")
+        if not isinstance(table, Mapping):
+            raise ConfigError(f"{where}: must be a table of terms ({', '.join(HOST_TERMS)})")
+        hosts[folded] = {key: _host_term(where, key, value) for key, value in table.items()}
+    return hosts
+
+
+def _host_term(where: str, key: Any, value: Any) -> Any:
+    name = HOST_TERMS.get(key)
+    if name is None:
+        raise ConfigError(f"{where} {key}: unknown; a host's terms are {', '.join(HOST_TERMS)}")
+    f = SETTING_FIELDS[name]
+    base, low, high = SETTING_TYPES[name][0], f.metadata["low"], f.metadata["high"]
+    try:
+        converted = _convert(base, value)
+        valid = base not in (int, float) or (math.isfinite(converted) and low <= converted <= high)
+    except (TypeError, ValueError):
+        valid = False
+    if not valid:
+        if base in (int, float):
+            kind = "an integer" if base is int else "a number"
+            raise ConfigError(f"{where} {key}: must be {kind} from {low!r} to {high!r}, got {value!r}")
+        raise ConfigError(f"{where} {key}: must be {TYPE_WORDS.get(base, 'a text')}")
+    if key == "proxy" and (urlsplit(converted).scheme not in PROXY_SCHEMES or not urlsplit(converted).hostname):
+        raise ConfigError(f"{where} proxy: must be a proxy URL: http://[user:pass@]host:port (or https, socks5)")
+    return converted
 
 
 def redact_url(url: Optional[str]) -> str:
@@ -428,6 +561,8 @@ def toml_value(value) -> str:
         return json.dumps(value)   # a TOML basic string, for the plain texts of defaults
     if isinstance(value, tuple):
         return "[" + ", ".join(toml_value(item) for item in value) + "]"
+    if isinstance(value, dict) and not value:
+        return "{}"
     if isinstance(value, dict):
         return "{ " + ", ".join(f"{json.dumps(k)} = {toml_value(v)}" for k, v in value.items()) + " }"
     return repr(value)
@@ -442,7 +577,7 @@ def shown_values(f: dataclasses.Field) -> str:
         *rest, last = [f"`{choice}`" for choice in declaration["choices"]]
         words = f"{', '.join(rest)} or {last}" if rest else last
         return words + " (any case)" if declaration["ignore_case"] else words
-    if declaration["pattern"] is not None:
+    if declaration["pattern"] is not None or declaration["parse"] is not None:
         return declaration["may_hold"]
     if base is bool:
         return "`true` or `false`"

@@ -6,7 +6,7 @@ Content-Type charset, then a <meta> charset or <?xml encoding> in the first
 4 KB, and reads labels as their supersets (gbk as gb18030, latin-1 as cp1252,
 shift_jis as cp932...); an undeclared body is UTF-8 if it strictly is, else
 what statistical detection makes of its first 64 KB.
-The downloader that turns one into the other is batchd/downloader.py.
+The downloader that turns one into the other is batchd/download/downloader.py.
 """
 # Annotations stay unevaluated: requests 2.28 (Debian 12) has no subscriptable CaseInsensitiveDict.
 from __future__ import annotations
@@ -60,12 +60,17 @@ class Request:
                  proxies: Optional[Mapping[str, str]] = None, verify: Union[bool, str, None] = None,
                  auth: Optional[Auth] = None, max_retry_times: Optional[int] = None, dont_filter: bool = False,
                  errback: Union[Errback, str, None] = None, cb_kwargs: Optional[dict[str, Any]] = None,
-                 maxsize: Optional[int] = None, proxy: Optional[str] = None, **kwargs: Any) -> None:
+                 maxsize: Optional[int] = None, proxy: Optional[str] = None, revalidate: bool = True,
+                 on_unchanged: Union[Callback, str, None] = None, **kwargs: Any) -> None:
         """`errback` is called instead of the spider's failed_request when this request fails for good
         (retries spent, or not retryable); `cb_kwargs` are passed to the callback as keyword arguments.
         `verify` (a CA bundle's path, or False) and `maxsize` (bytes) override TLS_VERIFY and
         DOWNLOAD_MAXSIZE for this request; `timeout` overrides REQUEST_TIMEOUT; `proxy` (a URL) is the
-        proxy of this request alone, instead of PROXY or PROXY_POOL."""
+        proxy of this request alone, instead of PROXY or PROXY_POOL. With REVALIDATE on, a GET goes
+        conditional when its URL's last crawl kept validators, unless `revalidate` is False (always
+        fetched whole); when the page did not change (a 304, or the same CHANGE_SIGNATURE = "body") its
+        callback is not called, and `on_unchanged`, if given, is called instead, as a callback is (the
+        response of a 304 has no body)."""
         self.url = url
         self.callback = callback
         self.errback = errback
@@ -86,6 +91,8 @@ class Request:
         self.dont_filter = dont_filter
         self.maxsize = maxsize
         self.proxy = proxy
+        self.revalidate = revalidate
+        self.on_unchanged = on_unchanged
         self.kwargs = kwargs  # passed through to requests.Session.request (files, cert...)
 
     def replace(self, **changes: Any) -> Request:
@@ -128,7 +135,7 @@ class Request:
 
 REQUEST_ARGUMENTS = ("url", "callback", "method", "headers", "params", "data", "json", "cookies", "meta", "timeout",
                      "allow_redirects", "proxies", "verify", "auth", "max_retry_times", "dont_filter", "errback",
-                     "cb_kwargs", "maxsize", "proxy")
+                     "cb_kwargs", "maxsize", "proxy", "revalidate", "on_unchanged")
 # Where an element keeps the URL response.follow() takes from it.
 URL_ATTRIBUTES = {"a": "href", "area": "href", "link": "href", "img": "src", "iframe": "src", "frame": "src",
                   "script": "src", "source": "src", "embed": "src", "audio": "src", "video": "src"}
@@ -173,6 +180,9 @@ class Response:
         self.content = content  # decoded, read by the Downloader within its limits
         self.request = request
         self.meta = request.meta
+        # The headers the last hop was sent with (a conditional request's If-None-Match among them).
+        sent = getattr(raw, "request", None)
+        self.sent_headers: Mapping[str, Any] = sent.headers if sent is not None else {}
         self.elapsed = 0.0      # seconds from sending the request to the end of its body (the downloader's)
         # The redirects followed to get here, oldest first (their status, URL and headers; no body). Not each
         # hop's own history: requests 2.28's hops list one another, round and round.

@@ -1,7 +1,8 @@
 """The records batchd passes between its parts: a task table's layout, a batch record, progress counts,
-an item on its way to storage, a lease. Plain data; the ports (batchd/ports.py) move them about.
+an item on its way to storage, a lease. Plain data; the ports (batchd/backends/ports.py) move them about.
 """
-from dataclasses import dataclass, field
+import hashlib
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Optional
 
@@ -21,13 +22,18 @@ class TaskLayout:
     state_field: str = "batch_status"
     time_field: str = "update_time"
     item_table: Optional[str] = None   # the spider's __item_table__; None: the default item table
+    host_field: Optional[str] = None   # BATCH_TASK_HOST_FIELD: claims interleave hosts; None: id order
 
     def __post_init__(self):
         check_identifier(self.table, "__task_table__")
         for name in ("id_field", "state_field", "time_field"):
             check_identifier(getattr(self, name), "BATCH_TASK_" + name.upper())
+        if self.host_field is not None:
+            check_identifier(self.host_field, "BATCH_TASK_HOST_FIELD")
         check_identifier(self.record_table, "the batch record table (__task_table__ + '_batch_record')")
         check_identifier(self.failure_table, "the failure table (__task_table__ + '_failure')")
+        check_identifier(self.page_table, "the page table (__task_table__ + '_page')")
+        check_identifier(self.revisit_table, "the revisit table (__task_table__ + '_revisit')")
         if self.item_table is not None:
             check_identifier(self.item_table, "__item_table__")
         else:
@@ -44,6 +50,16 @@ class TaskLayout:
     @property
     def failure_table(self) -> str:
         return self.table + "_failure"
+
+    @property
+    def page_table(self) -> str:
+        """What a re-crawl remembers of each URL fetched (PageRecord): batchd's own, beside the task table."""
+        return self.table + "_page"
+
+    @property
+    def revisit_table(self) -> str:
+        """When each task is due again (Revisit): batchd's own, beside the task table."""
+        return self.table + "_revisit"
 
     @property
     def item_destination(self) -> tuple:
@@ -71,6 +87,12 @@ class BatchRecord:
     stats: Optional[str] = None
     # When the record was last written (the store's clock): a finished batch's is its close.
     update_time: Optional[datetime] = None
+    # How the batch opened (BatchOpening as JSON); None: a full batch that reset every task, as batchd always did.
+    opening: Optional[str] = None
+
+    @property
+    def how_opened(self) -> "BatchOpening":
+        return BatchOpening.from_json(self.opening)
 
     @property
     def counters(self) -> dict:
@@ -87,6 +109,44 @@ class BatchRecord:
             return None, 0
         after, walked = loads(self.reset_cursor)
         return after, walked
+
+
+@dataclass(frozen=True)
+class BatchOpening:
+    """How a batch opened: its BATCH_MODE, whether a full batch reset the failed tasks, and the rows its
+    opening walk found settled and left so (`kept_done`, `kept_failed`: none in a full batch that resets
+    everything). They are not the batch's: its figures at the close are the table's counts less these.
+    `opened_with`: the tasks it opened with, once the walk is over."""
+
+    mode: str = "full"
+    reset_failed: bool = True
+    kept_done: int = 0
+    kept_failed: int = 0
+    opened_with: Optional[int] = None
+    due_before: Optional[float] = None     # a due batch: tasks whose revisit is due by then (epoch s) are reset
+
+    @property
+    def is_default(self) -> bool:
+        """A full batch resetting everything: nothing to keep in the record (old records read as this)."""
+        return self.mode == "full" and self.reset_failed
+
+    @property
+    def kept(self) -> int:
+        return self.kept_done + self.kept_failed
+
+    def counted(self, done: int, failed: int) -> "BatchOpening":
+        """This opening with `done` and `failed` more rows found settled and left so."""
+        return replace(self, kept_done=self.kept_done + done, kept_failed=self.kept_failed + failed)
+
+    def to_json(self) -> str:
+        kept = asdict(self)
+        if self.due_before is None:        # a due batch's alone
+            del kept["due_before"]
+        return dumps(kept)
+
+    @classmethod
+    def from_json(cls, text: Optional[str]) -> "BatchOpening":
+        return cls(**loads(text)) if text else cls()
 
 
 def reset_cursor(after, walked: int) -> str:
@@ -143,12 +203,15 @@ class ItemRow:
 
 # What a failure record keeps of each text, at most (characters).
 URL_MOST, REASON_MOST, CLASS_MOST, HOST_MOST = 2048, 500, 128, 255
+# What a page record keeps, at most (characters): its URL, and each text of it (the page table's columns).
+PAGE_URL_MOST = 2000
+PAGE_TEXT_MOST = {"etag": 1024, "last_modified": 64, "vary": 1024, "signature": 40}
 
 
 @dataclass
 class TaskFailure:
     """Why a task failed in a batch: a row of `<task_table>_failure`, the latest failure of the task in that
-    batch (batchd/failures.py makes them). `status`: the HTTP status of the response it failed with;
+    batch (batchd/settle/failures.py makes them). `status`: the HTTP status of the response it failed with;
     `error_class`: the exception's class; `attempts`: the failing request's attempts, or the task's leases;
     `time`: the store's clock when it was written (None until then)."""
 
@@ -161,6 +224,51 @@ class TaskFailure:
     attempts: Optional[int] = None
     host: str = ""
     time: Optional[datetime] = None
+
+
+@dataclass(frozen=True)
+class PageRecord:
+    """What a re-crawl remembers of one URL a task fetched whole (a row of `<task_table>_page`, keyed by
+    the URL): the validators of its last 2xx (`etag`, `last_modified`: the headers as sent), `vary`: the
+    request headers its Vary named, as sent then (JSON {lower-case name: value}; "*": Vary: *, never
+    revalidated), `signature`: of what its request yielded (or of its body), `whole_at`: when it was
+    last fetched whole (epoch seconds), `seen_in` / `changed_in`: the batch that last fetched it and the
+    last one that found it new or changed (what a consumer looks for), `redirected`: its last 2xx came
+    through a redirect (its validators belong to where it landed: it is fetched whole)."""
+
+    url: str
+    task_id: object
+    etag: Optional[str] = None
+    last_modified: Optional[str] = None
+    vary: Optional[str] = None
+    signature: Optional[str] = None
+    whole_at: float = 0.0
+    seen_in: int = 0
+    changed_in: int = 0
+    redirected: bool = False
+
+    def fitted(self) -> Optional["PageRecord"]:
+        """This record as every store keeps it: a text longer than its column (PAGE_TEXT_MOST) as None, so
+        that an upsert never fails on it (an etag or vary so: the page is fetched whole, not revalidated);
+        None when its URL is longer than PAGE_URL_MOST: such a page is not kept, and found new at each crawl."""
+        if len(self.url) > PAGE_URL_MOST:
+            return None
+        cut: dict = {name: None for name, most in PAGE_TEXT_MOST.items()
+               if getattr(self, name) is not None and len(getattr(self, name)) > most}
+        return replace(self, **cut) if cut else self
+
+
+@dataclass(frozen=True)
+class Revisit:
+    """When a task is due again (a row of `<task_table>_revisit`, keyed by the task): `interval` seconds
+    after its last crawl, grown when it was unchanged and shrunk when it changed (batchd/recrawl/);
+    `verdict`: what its last crawl found (new, changed, unchanged, gone), in batch `batch_id`."""
+
+    task_id: object
+    interval: float
+    next_due: float
+    verdict: str
+    batch_id: int
 
 
 @dataclass(frozen=True)
@@ -209,3 +317,8 @@ class Lease:
 def task_key(task_id) -> str:
     """Ids are kept as strings in queues; the payload carries the typed id."""
     return str(task_id)
+
+
+def url_key(url: str) -> str:
+    """The page table's key of a URL: its sha1 in hex (a URL may run to thousands of characters)."""
+    return hashlib.sha1(url.encode("utf-8")).hexdigest()

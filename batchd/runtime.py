@@ -32,6 +32,7 @@ from .process.systemd import set_thread_role, setup_logging
 from .task import mark_move
 from .process.threads import start_thread
 from .spider import BatchSpider
+from .worker.task_run import HeldTasks
 from .worker.worker import Worker
 
 log = logging.getLogger("batchd")
@@ -45,7 +46,7 @@ class Runtime:
         self._store = store
         self._backend: Optional[Backend] = None
         self._store_opened = False
-        self._workers: list = []        # the workers of this process: update_task finds the task's holder
+        self.held = HeldTasks()         # the tasks this process's workers hold: update_task finds its holder
 
     @classmethod
     def of(cls, spider, overrides: Optional[dict] = None, config_file=None,
@@ -97,20 +98,14 @@ class Runtime:
 
     # -- the loops
     def master(self) -> Master:
-        b = self.backend
-        return Master(self.settings, self.layout, b.store, b.leases, b.locks, b.wake, b.namespaces, b.tally,
-                      b.counters)
+        return Master(self.settings, self.layout, self.backend.master_ports())
 
     def worker(self, ledger=None, name: str = "worker", keep_alive: bool = True,
                count: Callable[[str, int, Any], None] = count_nothing, metrics=None) -> Worker:
         """`count(name, n, batch id)` hears the worker's figures ("item/invalid"); `metrics`: its Prometheus
-        counters (batchd/metrics.py), under a supervisor with METRICS_PORT."""
-        b = self.backend
-        worker = Worker(self.spider, self.settings, self.layout, b.store, b.leases, b.wake, b.seen, b.namespaces, b.tally,
-                        b.counters, ledger=ledger, name=name, keep_alive=keep_alive,
-                        host_rates=b.host_rates(self.namespace), count=count, metrics=metrics)
-        self._workers.append(worker)
-        return worker
+        counters (worker/metrics.py's WorkerMetrics), under a supervisor with METRICS_PORT."""
+        return Worker(self.spider, self.settings, self.layout, self.backend.worker_ports(self.namespace), self.held,
+                      ledger=ledger, name=name, keep_alive=keep_alive, count=count, metrics=metrics)
 
     def run_worker(self, stop: StopFlag, keep_alive: bool) -> None:
         """A worker here; with a store no other process reaches, the master too (in once mode unless kept
@@ -156,7 +151,10 @@ class Runtime:
     def settle(self, task_id, ok: bool) -> None:
         """update_task(): through the write-back gate of the worker of this process holding the task (done
         waits for its items); anywhere else (the master's own code, say), written at once."""
-        if any(worker.settle(task_id, ok) for worker in self._workers):
+        held = self.held.find(task_id)
+        if held is not None:
+            worker, run = held
+            worker.settle(run, ok)
             return
         if not self._store_opened:
             self.store.open(self.layout)
@@ -169,8 +167,11 @@ class Runtime:
 
     def failure_reason(self, task_id, response_or_exception) -> Optional[str]:
         """The downloader's reason for the failure failed_request() was given (attempts, HTTP status...)."""
-        return next((reason for worker in self._workers
-                     if (reason := worker.failure_reason(task_id, response_or_exception)) is not None), None)
+        held = self.held.find(task_id)
+        failure = held[1].last_failure if held is not None else None
+        if failure is not None and failure.response_or_exception is response_or_exception:
+            return failure.reason
+        return None
 
 
 def layout_of(spider_class: type[BatchSpider], settings: Settings) -> TaskLayout:
@@ -179,7 +180,7 @@ def layout_of(spider_class: type[BatchSpider], settings: Settings) -> TaskLayout
         raise ConfigError(f"{spider_class.__name__} has no __task_table__")
     return TaskLayout(table=spider_class.__task_table__, id_field=settings.BATCH_TASK_ID_FIELD,
                       state_field=settings.BATCH_TASK_STATE_FIELD, time_field=settings.BATCH_TASK_TIME_FIELD,
-                      item_table=spider_class.__item_table__)
+                      item_table=spider_class.__item_table__, host_field=settings.BATCH_TASK_HOST_FIELD)
 
 
 @contextlib.contextmanager

@@ -54,7 +54,7 @@ class RuntimeClass(Protocol):
 
 
 def _does_nothing(hook: Hook) -> Hook:
-    """Marks a hook whose default changes nothing: a worker does not call it (worker.overridden_hooks)."""
+    """Marks a hook whose default changes nothing: a worker does not call it (worker/task_run.py, overridden_hooks)."""
     setattr(hook, "does_nothing", True)
     return hook
 

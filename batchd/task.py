@@ -5,7 +5,7 @@
                           └──requeue (lease lost, or its requests ended
                                       without update_task)──► PENDING
     FAILED ──requeue failed (`batchd requeue --failed`, in the open batch)──► PENDING
-    any state ──reset (a new batch)──► PENDING
+    any state ──reset (a new full batch)──► PENDING      (BATCH_RESET_FAILED=false: FAILED stays)
 
 Every store applies a `Move` as one compare-and-set statement
 (`... WHERE id IN (...) AND state IN (<sources>)`): the claim and the reset of a new batch as
@@ -31,6 +31,8 @@ class Transition:
     # What each row that really moved adds to its batch's tally of settled tasks (done, failed): the master's
     # progress counts no row, it adds up these (batchd/settle/settler.py applies them).
     tally: tuple = (0, 0)
+    # Of a move from any state (no sources): the states it leaves alone.
+    keeps: tuple = ()
 
 
 class Move(Enum):
@@ -46,6 +48,8 @@ class Move(Enum):
     # An operator's word (batchd requeue --failed): failed tasks of the open batch are crawled again.
     REQUEUE_FAILED = Transition("requeue failed", (TaskState.FAILED,), TaskState.PENDING, tally=(0, -1))
     RESET = Transition("reset", (), TaskState.PENDING)
+    # A full batch with BATCH_RESET_FAILED=false: the failed tasks stay failed, outside the batch.
+    RESET_KEEPING_FAILED = Transition("reset keeping failed", (), TaskState.PENDING, keeps=(TaskState.FAILED,))
 
     @property
     def sources(self):
@@ -60,8 +64,12 @@ class Move(Enum):
         done, failed = self.value.tally
         return done * moved, failed * moved
 
+    @property
+    def keeps(self):
+        return self.value.keeps
+
     def allows(self, state) -> bool:
-        return not self.sources or state in self.sources
+        return state in self.sources if self.sources else state not in self.keeps
 
 
 def settling_move(outcome: TaskState) -> Move:

@@ -72,7 +72,6 @@ Options: --tasks N (5000), --rounds R (3), --configs 1x4,1x8,2x8, --small 500 (0
 costs, say `--setting DOMAIN_RATE_LIMIT=100000`), --json.
 """
 import argparse
-import json
 import sys
 
 
@@ -93,18 +92,25 @@ def main(argv=None) -> int:
     compare.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE",
                          help="a batchd setting for every batchd run (repeatable)")
     compare.add_argument("--json", action="store_true", help="one JSON document instead of the table")
+    recrawl = commands.add_parser("recrawl", help="three batches of one site: all new, none changed, 10 %% changed",
+                                  description="re-crawls with conditional requests: see bench/recrawl.py")
+    recrawl.add_argument("--pages", type=int, default=2000, help="pages of the site, tasks per batch (2000)")
+    recrawl.add_argument("--changed", type=float, default=0.1, help="share of the pages changed for batch 3 (0.1)")
+    recrawl.add_argument("--config", default="2x8", help="PROCESSESxTHREADS: --workers x SPIDER_THREAD_COUNT (2x8)")
+    recrawl.add_argument("--store", choices=("mysql", "sqlite"), default="mysql", help="MySQL + Redis, or SQLite")
+    recrawl.add_argument("--monitor-interval", type=float, default=1.0, help="batchd's BATCH_MONITOR_INTERVAL (1)")
+    recrawl.add_argument("--json", action="store_true", help="one JSON document instead of the table")
     args = parser.parse_args(argv)
+    if args.command == "recrawl":
+        if args.pages < 10 or not 0 < args.changed < 1:
+            parser.error("--pages must be at least 10, --changed between 0 and 1")
+        from bench.recrawl import main as recrawl_main
+        return recrawl_main(args)
     if args.tasks < 1 or args.rounds < 1 or args.small < 0:
         parser.error("--tasks and --rounds must be at least 1, --small at least 0")
 
-    from bench.compare import BenchFailure, compare as run_compare, markdown
-    try:
-        report = run_compare(args)
-    except BenchFailure as failure:
-        print(f"bench compare failed: {failure}", file=sys.stderr)
-        return 1
-    print(json.dumps(report, indent=1) if args.json else markdown(report))
-    return 0
+    from bench.compare import compare, markdown, print_report
+    return print_report(compare, args, markdown, "compare")
 
 
 if __name__ == "__main__":

@@ -71,11 +71,17 @@ class Place:
 
 
 def load_tasks(place: Place, tasks: int, site: TestSite) -> None:
-    """Through the store's own calls, as `batchd tasks add` does."""
+    """Pages 0 .. tasks-1 of `site`."""
+    load_urls(place, [site.url(f"/page/{i}") for i in range(tasks)])
+
+
+def load_urls(place: Place, urls: list) -> None:
+    """One pending task per URL, ids in the list's order, through the store's own calls, as `batchd
+    tasks add` does."""
     store = store_from_url(place.url)
     store.create_task_table(LAYOUT)
-    for start in range(0, tasks, 1000):
-        store.add_tasks(LAYOUT, [{"url": site.url(f"/page/{i}")} for i in range(start, min(tasks, start + 1000))])
+    for start in range(0, len(urls), 1000):
+        store.add_tasks(LAYOUT, [{"url": url} for url in urls[start:start + 1000]])
     store.close()
 
 

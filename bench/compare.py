@@ -2,6 +2,7 @@
 round. How to run it and what each figure means: bench/__main__.py."""
 import compileall
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -131,11 +132,7 @@ class Contender:
         """The task table with `tasks` pending tasks (bench/batch.py's load, through batchd's store),
         plus the column that times each task's write-back."""
         load_tasks(place, tasks, site)
-        store = store_from_url(place.url)
-        try:
-            add_write_back_clock(store, self.store_kind)
-        finally:
-            store.close()
+        clock_tasks(place, self.store_kind)
 
     def command(self, place: Place, config: Config) -> list:
         return [sys.executable, "-m", "batchd", "run", "bench.spider:CompareSpider", "--once",
@@ -189,20 +186,31 @@ def child_environment() -> dict:
     return env
 
 
-def add_write_back_clock(store, kind: str) -> None:
-    """A `done_at` column the database itself stamps, to the microsecond, when a task moves to done:
-    the task table's own time column has whole seconds, too coarse for the close delay. The same
-    trigger on every contender's table, so that all pay for it alike."""
+def clock_tasks(place: Place, kind: str, states: tuple = (DONE,)) -> None:
+    """The task table of `place` gets its write-back clock (below)."""
+    store = store_from_url(place.url)
+    try:
+        add_write_back_clock(store, kind, states)
+    finally:
+        store.close()
+
+
+def add_write_back_clock(store, kind: str, states: tuple = (DONE,)) -> None:
+    """A `done_at` column the database itself stamps, to the microsecond, when a task moves to one of
+    `states` (done; python -m bench.hosts adds failed): the task table's own time column has whole
+    seconds, too coarse for the close delay. The same trigger on every contender's table, so that
+    all pay for it alike."""
     table, state = LAYOUT.table, LAYOUT.state_field
+    targets = ", ".join(str(int(value)) for value in states)
     if kind == "mysql":
         store.execute(f"ALTER TABLE `{table}` ADD COLUMN `done_at` DATETIME(6) NULL")
         store.execute(f"CREATE TRIGGER `{table}_done_at` BEFORE UPDATE ON `{table}` FOR EACH ROW "
-                      f"SET NEW.`done_at` = IF(NEW.`{state}` = {DONE} AND NOT OLD.`{state}` <=> {DONE}, "
+                      f"SET NEW.`done_at` = IF(NEW.`{state}` IN ({targets}) AND NOT OLD.`{state}` <=> NEW.`{state}`, "
                       "SYSDATE(6), NEW.`done_at`)")
     else:
         store.execute(f'ALTER TABLE "{table}" ADD COLUMN "done_at" REAL')
         store.execute(f'CREATE TRIGGER "{table}_done_at" AFTER UPDATE OF "{state}" ON "{table}" '
-                      f'WHEN NEW."{state}" = {DONE} AND OLD."{state}" IS NOT {DONE} BEGIN '
+                      f'WHEN NEW."{state}" IN ({targets}) AND OLD."{state}" IS NOT NEW."{state}" BEGIN '
                       f'UPDATE "{table}" SET "done_at" = (julianday(\'now\') - 2440587.5) * 86400.0 '
                       f'WHERE rowid = NEW.rowid; END')
 
@@ -368,12 +376,23 @@ def compare(args) -> dict:
     return report
 
 
-def byte_compile() -> None:
+def print_report(sitting, args, markdown, name: str, correct=lambda report: True) -> int:
+    """`sitting(args)`'s report as JSON with --json, as markdown(report) otherwise; exit code 1, and why
+    on stderr, if a run failed, and 1 if `correct(report)` says a check failed."""
+    try:
+        report = sitting(args)
+    except BenchFailure as failure:
+        print(f"bench {name} failed: {failure}", file=sys.stderr)
+        return 1
+    print(json.dumps(report, indent=1) if args.json else markdown(report))
+    return 0 if correct(report) else 1
+
+
+def byte_compile(root: str = REPOSITORY, packages: tuple = ("batchd", "bench", os.path.join("tests", "spiders"))) -> None:
     """Compile batchd's and the bench's modules once, as installing does (dh_python3's py3compile for
     the Debian package, pip for a wheel; the site's libraries were compiled so): an editable checkout
     run with PYTHONDONTWRITEBYTECODE would otherwise compile them at every start (about 0.17 s)."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    for package in ("batchd", "bench", os.path.join("tests", "spiders")):
+    for package in packages:
         compileall.compile_dir(os.path.join(root, package), quiet=1)
 
 

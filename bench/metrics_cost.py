@@ -33,9 +33,11 @@ def measure() -> dict:
     import requests
 
     from batchd.http import Request, Response
-    from batchd.supervisor.metrics import FetchLatencyMiddleware, WorkerMetrics
-    from batchd.download.chain import MiddlewareChain, StatsMiddleware
+    from batchd.download.chain import MiddlewareChain
+    from batchd.download.middlewares.latency import FetchLatencyMiddleware
+    from batchd.download.middlewares.stats import StatsMiddleware
     from batchd.settle.stats import BatchStats
+    from batchd.worker.metrics import WorkerMetrics
 
     request = Request("http://127.0.0.1/page/1")
     raw = requests.models.Response()

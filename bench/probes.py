@@ -134,12 +134,16 @@ class Run:
         waiter = threading.Thread(target=self._wait, args=(process, exited), name="bench-wait", daemon=True)
         waiter.start()
         deadline = time.monotonic() + timeout
-        while not exited.wait(SAMPLE_EVERY):
+        try:
+            while not exited.wait(SAMPLE_EVERY):
+                self.tree.sample()
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{' '.join(self.command[:4])}... still running after {timeout:.0f} s; killed")
+        except BaseException:          # the deadline, or the bench interrupted (^C): no batchd left behind
             self.tree.sample()
-            if time.monotonic() > deadline:
-                _kill_tree(self.tree)
-                exited.wait(10)
-                raise RuntimeError(f"{' '.join(self.command[:4])}... still running after {timeout:.0f} s; killed")
+            _kill_tree(self.tree)
+            exited.wait(10)
+            raise
         reader.join(10)
         return self
 

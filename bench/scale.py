@@ -4,6 +4,7 @@ patrols cost the database while workers write back.
     .venv/bin/python bench/scale.py --rows 5000000                     # private MariaDB + Redis
     .venv/bin/python bench/scale.py --rows 5000000 --store sqlite      # one SQLite file
     .venv/bin/python bench/scale.py --rows 100000 --steady 60 --writeback-rate 500 --json
+    .venv/bin/python bench/scale.py --rows 5000000 --mode due           # BATCH_MODE=due, 1 task in 10 due
 
 What it does:
 1. starts servers of its own (MySQL: a private mariadbd on a spare port, its datadir under --workdir,
@@ -40,6 +41,13 @@ A human-readable table, then with --json one JSON line of the figures. The bench
 batchd: it times the master by wrapping its methods in the master's own process. It runs the batchd
 it imports, so PYTHONPATH=<an export of another commit> measures that commit's master.
 
+--mode due (issue 21) runs the master with BATCH_MODE=due: after the build, the store's own open() makes
+`crawl_task_revisit`, filled with one revisit per task by INSERT ... SELECT, due a day ago for 1 task in
+DUE_EVERY (id % DUE_EVERY = 0) and in 30 days for the rest; the reset then sets back the due ones alone.
+In either mode the bench checks that the reset set back the rows it should (every row in full; the
+revisits due at the opening, counted in the table, in due), that no other row left its built state
+and that the simulator leased none of them, and fails loudly when not.
+
 Other options: --monitor-interval (BATCH_MONITOR_INTERVAL, 1 s), --reset-chunk (BATCH_RESET_CHUNK),
 --push-limit (BATCH_PUSH_LIMIT), --buffer-pool, --workdir (/var/tmp), --timeout (for the reset),
 --keep (keep the run's directory: the master's and the simulator's logs, the events, the slow log).
@@ -67,6 +75,7 @@ TESTS = os.path.join(os.path.dirname(HERE), "tests")
 sys.path.insert(0, TESTS)
 
 from batchd.backends import store_from_url
+from batchd.backends.sql import REVISIT_COLUMNS
 from batchd.model import TaskLayout
 from batchd.spider import BatchSpider
 from servers import PrivateMariaDB, PrivateRedis  # noqa: E402
@@ -78,6 +87,8 @@ USERS = {"master": "batchd_master", "simulator": "batchd_sim"}
 PASSWORD = "scale-bench"
 URL_PREFIX = "https://scale.invalid/task/"
 SEED_ROWS = 20                # the doubling's seed: 19 done, 1 failed; copies keep the 1-in-20 pattern
+DUE_EVERY = 10                # --mode due: the tasks with id % DUE_EVERY = 0 are due (the failed ones among them)
+DAY = 86400.0
 BUILD_SLICE = 500_000         # rows per INSERT ... SELECT: each its own short transaction
 TICK = 0.1                    # seconds between two rounds of the simulator (lease, then write back)
 LEASE_SECONDS = 600.0
@@ -267,6 +278,10 @@ class MysqlPlace:
     def url_of(id_sql: str) -> str:
         return f"CONCAT('{URL_PREFIX}', {id_sql})"
 
+    @staticmethod
+    def is_due(id_sql: str) -> str:
+        return f"MOD({id_sql}, {DUE_EVERY}) = 0"      # `%` would clash with MySQLdb's placeholders
+
     def marker_url(self) -> Optional[str]:
         return self.url()
 
@@ -306,6 +321,10 @@ class SqlitePlace:
     def url_of(id_sql: str) -> str:
         return f"'{URL_PREFIX}' || ({id_sql})"
 
+    @staticmethod
+    def is_due(id_sql: str) -> str:
+        return f"({id_sql}) % {DUE_EVERY} = 0"
+
     def marker_url(self) -> Optional[str]:
         return None
 
@@ -316,12 +335,27 @@ class SqlitePlace:
         return longest
 
 
+@contextmanager
+def building(place):
+    """The builder's store (place.builder()), closed after."""
+    store = place.builder()
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def slices(count: int):
+    """(first, last) of each slice of at most BUILD_SLICE rows of 0..count: first < row <= last."""
+    for first in range(0, count, BUILD_SLICE):
+        yield first, min(count, first + BUILD_SLICE)
+
+
 def build_task_table(place, rows: int) -> float:
     """The task table made by the store itself, filled to `rows` rows by doubling (explicit ids, so they
     run 1..rows whatever the auto-increment does); seconds taken."""
     started = time.monotonic()
-    store = place.builder()
-    try:
+    with building(place) as store:
         store.create_task_table(LAYOUT)
         table, key = store.quote(LAYOUT.table), store.quote(LAYOUT.id_field)
         state, url = store.quote(LAYOUT.state_field), store.quote("url")
@@ -333,14 +367,26 @@ def build_task_table(place, rows: int) -> float:
         have = seed
         while have < rows:
             copies = min(have, rows - have)
-            for first in range(0, copies, BUILD_SLICE):
-                last = min(copies, first + BUILD_SLICE)
+            for first, last in slices(copies):
                 store.execute(f"INSERT INTO {table} ({key}, {url}, {state}) "
                               f"SELECT {key} + {p}, {place.url_of(f'{key} + {p}')}, {state} FROM {table} "
                               f"WHERE {key} > {p} AND {key} <= {p}", [have, have, first, last])
             have += copies
-    finally:
-        store.close()
+    return time.monotonic() - started
+
+
+def fill_revisits(place, rows: int) -> float:
+    """--mode due: the revisit table, made by the store's own open(), with one revisit per task, due a day ago
+    for the tasks with id % DUE_EVERY = 0 and in 30 days for the others; seconds taken."""
+    started, now = time.monotonic(), time.time()
+    with building(place) as store:
+        store.open(LAYOUT)
+        revisit, key, p = store.quote(LAYOUT.revisit_table), store.quote(LAYOUT.id_field), store.placeholder
+        for first, last in slices(rows):
+            store.execute(f"INSERT INTO {revisit} ({', '.join(map(store.quote, REVISIT_COLUMNS))}) "
+                          f"SELECT {key}, {p}, CASE WHEN {place.is_due(key)} THEN {p} ELSE {p} END, 'unchanged', 0 "
+                          f"FROM {store.quote(LAYOUT.table)} WHERE {key} > {p} AND {key} <= {p}",
+                          [DAY, now - DAY, now + 30 * DAY, first, last])
     return time.monotonic() - started
 
 
@@ -524,18 +570,25 @@ class WriteBacks:
     """What the simulator wrote back: for each store.move, when it ended (wall clock), how long it took,
     how many tasks it carried and how many rows it moved."""
 
-    def __init__(self):
+    def __init__(self, mode: str):
         self.records: list = []
         self.first_lease: Optional[float] = None
-        self.leased = 0
+        self.mode, self.leased, self.leased_not_set_back = mode, 0, 0
 
-    def leased_now(self, count: int) -> None:
-        if count and self.first_lease is None:
+    def leased_now(self, held: list) -> None:
+        if held and self.first_lease is None:
             self.first_lease = time.time()
-        self.leased += count
+        self.leased += len(held)
+        self.leased_not_set_back += sum(not set_back(self.mode, int(lease.task_id)) for lease in held)
 
     def summary(self) -> dict:
-        return {"writebacks": self.records, "first_lease": self.first_lease, "leased": self.leased}
+        return {"writebacks": self.records, "first_lease": self.first_lease, "leased": self.leased,
+                "leased_not_set_back": self.leased_not_set_back}
+
+
+def set_back(mode: str, task_id: int) -> bool:
+    """Whether the reset of `mode` sets the task back to pending (the built table has none pending)."""
+    return mode == "full" or task_id % DUE_EVERY == 0
 
 
 def lease_up_to(leases, token_prefix: str, count: int, serial: list) -> list:
@@ -582,12 +635,12 @@ def simulator_process(run: RunDir) -> None:
     backend = runtime.backend           # open_backend(settings, namespace, store), as a worker's runtime opens it
     backend.store.open(runtime.layout)
     per_round = max(1, round(config["writeback_rate"] * TICK))
-    token_prefix, serial, log = f"scale-sim:{os.getpid()}:", [0], WriteBacks()
+    token_prefix, serial, log = f"scale-sim:{os.getpid()}:", [0], WriteBacks(config["mode"])
     run.event("simulator_ready", pid=os.getpid())
     next_round = time.monotonic()
     while not stop.is_set():
         held = lease_up_to(backend.leases, token_prefix, per_round, serial)
-        log.leased_now(len(held))
+        log.leased_now(held)
         if held:
             write_back(backend, held, log)
         next_round += TICK
@@ -746,7 +799,8 @@ def figures_of(place, measured: dict, rows: int, build_seconds: float, args) -> 
     steady = [w for w in writebacks if w[0] >= reset["t"]]
     first_lease = simulator["first_lease"]
     figures = {
-        "store": place.kind, "server": place.describe(), "rows": rows, "monitor_interval_s": args.monitor_interval,
+        "store": place.kind, "server": place.describe(), "rows": rows, "mode": args.mode,
+        "monitor_interval_s": args.monitor_interval,
         "build_s": round(build_seconds, 2), "build_rows_per_s": round(rows / build_seconds),
         "reset_s": round(reset_seconds, 3), "reset_rows": reset["rows"], "reset_moved": reset["moved"],
         "reset_rows_per_s": round(reset["rows"] / reset_seconds) if reset_seconds > 0 else None,
@@ -780,15 +834,31 @@ def figures_of(place, measured: dict, rows: int, build_seconds: float, args) -> 
     return figures
 
 
-def count_done(place) -> int:
-    """Rows the table holds done once everything stopped: each was written back by the simulator (the
-    reset set every row to pending, and the master itself marks none done)."""
-    store = place.builder()
-    try:
-        table, state = store.quote(LAYOUT.table), store.quote(LAYOUT.state_field)
-        return store.fetch(f"SELECT COUNT(*) FROM {table} WHERE {state} = 1")[0][0]
-    finally:
-        store.close()
+def check_set_back(place, mode: str, figures: dict, measured: dict) -> dict:
+    """Whether the reset set back the rows it should and no other, read in the table once everything stopped:
+    the figures tasks_done_in_table (rows done among those it set back: each was written back by the simulator,
+    the master itself marks none done), set_back_expected (every row in full; in due, the revisits due at the
+    opening) and set_back_errors (what went astray, if anything)."""
+    with building(place) as store:
+        table, key, state = (store.quote(name) for name in (LAYOUT.table, LAYOUT.id_field, LAYOUT.state_field))
+        reset = place.is_due(key) if mode == "due" else "1 = 1"
+        # Built, a row is done (1) or failed (-1). Those the reset set back are now pending, leased or done; the
+        # others are as built, done (--mode due: every failed row is due).
+        done, astray = store.fetch(
+            f"SELECT COALESCE(SUM(CASE WHEN {reset} AND {state} = 1 THEN 1 ELSE 0 END), 0), "
+            f"COALESCE(SUM(CASE WHEN ({reset} AND {state} = -1) OR (NOT ({reset}) AND {state} <> 1) THEN 1 ELSE 0 END), 0) "
+            f"FROM {table}")[0]
+        expected = figures["rows"] if mode == "full" else store.fetch(
+            f"SELECT COUNT(*) FROM {store.quote(LAYOUT.revisit_table)} WHERE {store.quote('next_due')} <= "
+            f"{store.placeholder}", [measured["events"]["opening"]["t"]])[0][0]
+    errors = [f"the reset set back {figures['reset_moved']:,} rows, not the {expected:,} it should"
+              ] if figures["reset_moved"] != expected else []
+    if astray:
+        errors.append(f"{astray:,} rows are not as the reset should have left them")
+    if measured["simulator"]["leased_not_set_back"]:
+        errors.append(f"the simulator leased {measured['simulator']['leased_not_set_back']:,} tasks the reset "
+                      "should not have set back")
+    return {"tasks_done_in_table": int(done), "set_back_expected": int(expected), "set_back_errors": errors}
 
 
 def run_bench(args) -> dict:
@@ -800,15 +870,20 @@ def run_bench(args) -> dict:
             print(f"{place.kind}: building {args.rows:,} rows in {top}", flush=True)
             build_seconds = build_task_table(place, args.rows)
             print(f"  built in {build_seconds:.1f} s ({args.rows / build_seconds:,.0f} rows/s)", flush=True)
+            revisit_seconds = fill_revisits(place, args.rows) if args.mode == "due" else None
+            if revisit_seconds is not None:
+                print(f"  revisits filled in {revisit_seconds:.1f} s", flush=True)
             run = RunDir(os.path.join(top, "run"))
             os.mkdir(run.path)
             run.write_json("config.json", {
                 "store": place.kind, "marker_url": place.marker_url(), "writeback_rate": args.writeback_rate,
+                "mode": args.mode,
                 "master_settings": batchd_settings(place, "master", run, args),
                 "simulator_settings": batchd_settings(place, "simulator", run, args)})
             measured = run_children(run, args)
             figures = figures_of(place, measured, args.rows, build_seconds, args)
-            figures["tasks_done_in_table"] = count_done(place)
+            figures.update(check_set_back(place, args.mode, figures, measured),
+                           revisits_s=None if revisit_seconds is None else round(revisit_seconds, 2))
     finally:
         if args.keep:
             print(f"kept {top}")
@@ -818,7 +893,7 @@ def run_bench(args) -> dict:
 
 
 def batchd_settings(place, role: str, run: RunDir, args) -> dict:
-    settings = dict(place.settings(role), NAMESPACE=NAMESPACE, LOG_LEVEL="INFO",
+    settings = dict(place.settings(role), NAMESPACE=NAMESPACE, LOG_LEVEL="INFO", BATCH_MODE=args.mode,
                     BATCH_MONITOR_INTERVAL=str(args.monitor_interval),
                     FAILED_ITEMS_PATH=run.file("failed_items.jsonl"))
     if args.reset_chunk:
@@ -836,11 +911,17 @@ def report(f: dict) -> str:
         return ", ".join(f"{q} {n(f[f'{name}_{q}_ms'], ' ms')}" for q in ("p50", "p99", "max"))
 
     lines = [
-        f"{f['store']}: {f['rows']:,} rows ({f['server']}; BATCH_MONITOR_INTERVAL={f['monitor_interval_s']:g})",
+        f"{f['store']}: {f['rows']:,} rows, BATCH_MODE={f['mode']} ({f['server']}; "
+        f"BATCH_MONITOR_INTERVAL={f['monitor_interval_s']:g})",
         ("table build", f"{n(f['build_s'], ' s')}  ({n(f['build_rows_per_s'], ' rows/s', 0)}, INSERT ... SELECT "
                         "doubling)"),
+    ]
+    if f["revisits_s"] is not None:
+        lines.append(("revisit table", f"{n(f['revisits_s'], ' s')}  (1 task in {DUE_EVERY} due)"))
+    lines += [
         ("reset", f"{n(f['reset_s'], ' s', 2)}  ({n(f['reset_rows_per_s'], ' rows/s', 0)}; {f['reset_rows']:,} rows, "
-                  f"{f['reset_moved']:,} set back to pending)"),
+                  f"{f['reset_moved']:,} set back to pending of {f['set_back_expected']:,} to set back: "
+                  + ("; ".join(f["set_back_errors"]) or "checked") + ")"),
         ("longest statement, reset", f"{n(f['reset_longest_statement_ms'], ' ms')}  {f['reset_longest_statement']}"),
         ("longest statement, patrols",
          f"{n(f['patrol_longest_statement_ms'], ' ms')}  {f['patrol_longest_statement']}"),
@@ -870,6 +951,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=100_000, help="rows of the task table")
     parser.add_argument("--store", choices=("mysql", "sqlite"), default="mysql")
+    parser.add_argument("--mode", choices=("full", "due"), default="full", help="BATCH_MODE of the master")
     parser.add_argument("--steady", type=float, default=60.0, help="seconds of patrols after the reset")
     parser.add_argument("--writeback-rate", type=float, default=500.0, help="tasks/s the simulator writes back")
     parser.add_argument("--monitor-interval", type=float, default=1.0, help="BATCH_MONITOR_INTERVAL")
@@ -890,6 +972,8 @@ def main() -> None:
     print(report(figures))
     if args.json:
         print(json.dumps(figures))
+    if figures["set_back_errors"]:
+        sys.exit("FAILED: " + "; ".join(figures["set_back_errors"]))
 
 
 if __name__ == "__main__":

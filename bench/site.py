@@ -244,12 +244,16 @@ class _Hits:
         self.shared[2] += 1
 
 
-class _PageProtocol(asyncio.Protocol):
-    """HTTP/1.1 with keep-alive (and pipelining), GET and HEAD only: enough for requests' Session,
-    and little Python per request, so the site takes as little of the machine as it can."""
+class HeadsProtocol(asyncio.Protocol):
+    """HTTP/1.1 with keep-alive (and pipelining), requests without a body: each request's head (its
+    request line and headers) handed to `_answer`. Enough for requests' Session, and little Python per
+    request, so that a site takes as little of the machine as it can (bench/hosts_site.py's too)."""
 
-    def __init__(self, pages: dict, hits: _Hits):
-        self.pages, self.hits, self.buffer, self.transport = pages, hits, b"", None
+    buffer = b""
+    transport = None
+
+    def _answer(self, head: bytes) -> None:
+        raise NotImplementedError
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -265,6 +269,13 @@ class _PageProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc) -> None:
         self.transport = None
+
+
+class _PageProtocol(HeadsProtocol):
+    """GET and HEAD of the pages."""
+
+    def __init__(self, pages: dict, hits: _Hits):
+        self.pages, self.hits = pages, hits
 
     def _answer(self, head: bytes) -> None:
         request_line, _, headers = head.partition(b"\r\n")
@@ -358,7 +369,7 @@ pid {dir}/nginx.pid;
 error_log {dir}/error.log warn;
 events {{ worker_connections 1024; }}
 http {{
-    log_format hits '$msec $status $request_uri';
+    log_format hits '$msec $status $request_uri $bytes_sent';
     access_log {dir}/access.log hits;
     sendfile on;
     tcp_nodelay on;
@@ -383,7 +394,8 @@ http {{
 
 class NginxSite:
     """The pages as static files, served by an nginx of the bench's own (its config, its port, its
-    logs; run as a child, not a daemon); hits read from its access log ($msec: sub-second times)."""
+    logs; run as a child, not a daemon); hits read from its access log ($msec: sub-second times; each line
+    also has the status and the bytes sent, headers and body, which bench/recrawl.py adds up)."""
 
     kind = "nginx"
 

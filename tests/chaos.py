@@ -23,7 +23,7 @@ from batchd.task import TaskState
 from harness import wait_for
 from supervised import start_batchd
 
-VERDICTS: list = []     # every CHAOS line of this run: conftest.py prints them in pytest's summary
+VERDICTS: list = []     # the CHAOS lines of the running test: conftest.py carries them to pytest's summary
 
 # Leases short enough that a lost one comes back within a scenario; flushes and patrols quick.
 CHAOS_SETTINGS = {"BATCH_LOST_TASK_STALE": 8.0, "CHILD_TIMEOUT": 10.0, "STOP_TIMEOUT": 30.0,

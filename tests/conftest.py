@@ -147,10 +147,27 @@ def procs():
     started.close()
 
 
+CHAOS_FIGURES: list = []     # every CHAOS line of this run, gathered where pytest reports (xdist's controller)
+
+
+@pytest.fixture(autouse=True)
+def _chaos_figures(request):
+    """A scenario's CHAOS lines ride on its report (user_properties), so that they reach the summary from
+    whichever xdist worker ran it."""
+    from chaos import VERDICTS
+    yield
+    request.node.user_properties.extend(("chaos", line) for line in VERDICTS)
+    VERDICTS.clear()
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "teardown":
+        CHAOS_FIGURES.extend(line for name, line in report.user_properties if name == "chaos")
+
+
 def pytest_terminal_summary(terminalreporter):
     """The chaos scenarios' figures, one CHAOS line each, whatever pytest captured (docs/reliability.md quotes them)."""
-    from chaos import VERDICTS
-    if VERDICTS:
+    if CHAOS_FIGURES:
         terminalreporter.section("chaos figures")
-        for line in VERDICTS:
+        for line in CHAOS_FIGURES:
             terminalreporter.write_line(line)

@@ -14,7 +14,7 @@ import batchd
 from batchd.errors import BackendUnavailable, BatchdError
 from batchd.download.downloader import Downloader
 from batchd.process.lifecycle import StopFlag
-from batchd.download.chain import RetryMiddleware
+from batchd.download.middlewares.retry import RetryMiddleware
 from batchd.task import TaskState, settling_move
 
 
@@ -188,7 +188,7 @@ class Counter:
             self.counts[name] = self.counts.get(name, 0) + count
 
 
-RETRY_OPTIONS = ("max_retry_times", "backoff_base", "backoff_max", "sleep")
+RETRY_OPTIONS = ("max_retry_times", "backoff_base", "backoff_max", "clock")
 
 
 def retrying_downloader(middlewares=(), **options):

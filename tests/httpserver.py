@@ -28,8 +28,9 @@ ignored, before the route answers):
   /json              {"ok": true, "items": [1, 2, 3]} as application/json.
   /set-cookie?name=value[&...]
                      200 with one Set-Cookie header per query parameter.
-  /hook[/<name>]     a webhook receiver: the request's body is kept (site.received(path), in the
-                     order they came), then 204.
+  /hook[/<name>]     a webhook receiver: the request's body and query are kept (site.received(path),
+                     site.received_queries(path), in the order they came), then 204, or what
+                     site.hook_answers[path] says: (status, body bytes, content type).
   /echo              200 JSON describing the request: "method", "path" (with the query),
                      "headers" (names lower-cased), "body" (decoded as UTF-8) and
                      "client_port" (which connection carried it: pooled clients reuse one).
@@ -63,6 +64,14 @@ ignored, before the route answers):
                      robots_txt is None (the default).
   /moody/<n>         answers as site.mood, which a test changes as it goes: "ok" (the default: a small
                      page at once), "503" (a 503 page), or a number of seconds to sleep before the page.
+  /versioned/<n>     a page that changes when a test says: version site.versions[n] (0 unless set),
+                     <h1>Title n v<version></h1> (site.same_items[n]: the title leaves the version out,
+                     only a comment in the page changes). It sends ETag "n-version" and a Last-Modified
+                     (site.validators: "both", the default, "etag", "last-modified" or "none"), and
+                     site.vary as its Vary (None: none); a request whose If-None-Match (else
+                     If-Modified-Since) still holds gets a 304 without a body. n in site.gone: 410.
+                     Hits are counted per status as well (site.statuses[n]). ?seconds=S: after S
+                     seconds (a 304 too).
 
 HEAD reaches every route too, and is answered without a body.
 Anything else answers 404. The server speaks HTTP/1.1 with keep-alive and logs nothing.
@@ -269,8 +278,9 @@ class _Handler(BaseHTTPRequestHandler):
                                                        for name, value in self.query.items()])
 
     def hook(self):
-        self.server.site.receive(urlsplit(self.path).path, self.body)
-        self.reply(204, b"", "text/plain")
+        parts = urlsplit(self.path)
+        self.server.site.receive(parts.path, self.body, parts.query)
+        self.reply(*self.server.site.hook_answers.get(parts.path, (204, b"", "text/plain")))
 
     def echo(self):
         description = {
@@ -369,11 +379,33 @@ class _Handler(BaseHTTPRequestHandler):
             time.sleep(float(mood))
         self.page(number)
 
+    def versioned(self, number):
+        site, n = self.server.site, int(number)
+        time.sleep(float(self.query.get("seconds", 0)))
+        if n in site.gone:
+            site.count_status(n, 410)
+            return self.reply_html("<html><body>gone</body></html>", 410)
+        version = site.versions.get(n, 0)
+        etag, modified = f'"{n}-{version}"', time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(1e9 + version))
+        headers = [("ETag", etag)] if site.validators in ("both", "etag") else []
+        headers += [("Last-Modified", modified)] if site.validators in ("both", "last-modified") else []
+        headers += [("Vary", site.vary)] if site.vary else []
+        asked_etag, asked_since = self.headers.get("If-None-Match"), self.headers.get("If-Modified-Since")
+        if ((asked_etag is not None and site.validators in ("both", "etag") and asked_etag == etag) or
+                (asked_etag is None and asked_since == modified and site.validators in ("both", "last-modified"))):
+            site.count_status(n, 304)
+            return self.reply(304, b"", "text/html; charset=utf-8", headers)
+        site.count_status(n, 200)
+        title = f"Title {n}" if n in site.same_items else f"Title {n} v{version}"
+        self.reply_html(f"<html><head><title>Page {n}</title></head><body><!-- v{version} --><h1>{title}</h1>"
+                        f"<p class='n'>{n}</p></body></html>", headers=headers)
+
     def log_message(self, format, *args):
         pass  # the suite's output is for test results
 
 
 _ROUTES = [
+    (re.compile(r"/versioned/(\d+)"), _Handler.versioned),
     (re.compile(r"/robots\.txt"), _Handler.robots),
     (re.compile(r"/moody/(\d+)"), _Handler.moody),
     (re.compile(r"/page/(\d+)"), _Handler.page),
@@ -498,6 +530,44 @@ class _Server(ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
+class DeadHost:
+    """A host that is down the worst way for a `with` block: it accepts every connection on 127.0.0.1 and
+    never answers (each request waits out its REQUEST_TIMEOUT). `accepted` counts the connections."""
+
+    def __init__(self):
+        self.accepted = 0
+        self._held: list = []
+        self._listener = socket.socket()
+        self._stop = threading.Event()
+
+    def __enter__(self):
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(128)
+        self._listener.settimeout(0.05)
+        threading.Thread(target=self._accept, name="test-dead-host", daemon=True).start()
+        return self
+
+    def url(self, path="/"):
+        return f"http://127.0.0.1:{self._listener.getsockname()[1]}{path}"
+
+    def _accept(self):
+        while not self._stop.is_set():
+            try:
+                connection, _ = self._listener.accept()
+            except socket.timeout:
+                continue
+            except OSError:                       # closed at the block's end
+                return
+            self._held.append(connection)        # held open, never read from nor written to
+            self.accepted += 1
+
+    def __exit__(self, *exc_info):
+        self._stop.set()
+        self._listener.close()
+        for connection in self._held:
+            connection.close()
+
+
 class TestSite(_Served):
     """The server, run in a daemon thread for the life of a `with` block, on `host` (another
     address than 127.0.0.1 for clients in a network namespace: tests/netns.py); over TLS with
@@ -511,12 +581,19 @@ class TestSite(_Served):
         self._hits = Counter()
         self._hits_lock = threading.Lock()
         self.hit_times = []          # (time.monotonic(), path) of every hit, in order
-        self._bodies = []            # (path, body) of every request to /hook, in order
+        self._bodies = []            # (path, body, query) of every request to /hook, in order
+        self.hook_answers = {}       # /hook path -> (status, body, content type) it answers (default: 204)
         self._in_flight = self.most_in_flight = 0
         self.robots_txt = None       # what /robots.txt answers (None: 404), with robots_status
         self.robots_status = 200
         self.robots_delay = 0.0
         self.mood = "ok"             # how /moody/<n> answers: "ok", "503", or seconds to sleep first
+        self.versions = {}           # /versioned/<n>: n -> its version (0 unless set)
+        self.same_items = set()      # /versioned/<n> whose items do not show the version
+        self.gone = set()            # /versioned/<n> answering 410
+        self.validators = "both"     # what /versioned/<n> sends: both, etag, last-modified, none
+        self.vary = None             # its Vary header
+        self.statuses = Counter()    # (n, status) -> hits of /versioned/<n> answered so
 
     def __enter__(self):
         server = _Server((self.host, 0), _Handler)
@@ -549,14 +626,28 @@ class TestSite(_Served):
             with self._hits_lock:
                 self._in_flight -= 1
 
-    def receive(self, path, body):
+    def receive(self, path, body, query=""):
         with self._hits_lock:
-            self._bodies.append((path, body))
+            self._bodies.append((path, body, query))
 
     def received(self, path="/hook"):
         """The JSON bodies sent to a /hook path, in the order they came."""
         with self._hits_lock:
-            return [json.loads(body) for where, body in self._bodies if where == path]
+            return [json.loads(body) for where, body, _ in self._bodies if where == path]
+
+    def received_queries(self, path="/hook"):
+        """The query strings of the requests to a /hook path, in the order they came."""
+        with self._hits_lock:
+            return [query for where, _, query in self._bodies if where == path]
+
+    def count_status(self, n, status):
+        with self._hits_lock:
+            self.statuses[(n, status)] += 1
+
+    def status_counts(self, status):
+        """How many /versioned pages answered `status`."""
+        with self._hits_lock:
+            return sum(count for (_, answered), count in self.statuses.items() if answered == status)
 
     def hits(self, path):
         with self._hits_lock:
@@ -567,3 +658,4 @@ class TestSite(_Served):
             self._hits.clear()
             self.hit_times.clear()
             self.most_in_flight = 0
+            self.statuses.clear()

@@ -108,11 +108,18 @@ class PrivateMariaDB(_Server):
 
     def prepare(self) -> None:
         self.datadir = os.path.join(self.dir, "data")
+        # Its own tmpdir: temporary tables are named by pid, and two bootstraps in different pid namespaces
+        # (tests/netns.py) sharing /tmp took each other's ("Unknown table 'mysql.tmp_user_sys'").
+        os.makedirs(self.tmpdir, exist_ok=True)
         with open(self.log_path, "ab") as log:
             subprocess.run(["mariadb-install-db", "--no-defaults", f"--datadir={self.datadir}", "--user=root",
                             "--auth-root-authentication-method=normal", "--skip-test-db",
-                            f"--extra-file={self._root_from_anywhere()}"],
+                            f"--extra-file={self._root_from_anywhere()}", f"--tmpdir={self.tmpdir}"],
                            stdout=log, stderr=subprocess.STDOUT, check=True, timeout=120)
+
+    @property
+    def tmpdir(self) -> str:
+        return os.path.join(self.dir, "tmp")
 
     def _root_from_anywhere(self) -> str:
         """SQL letting root in from any address: mariadb-install-db admits it only from localhost,
@@ -125,7 +132,7 @@ class PrivateMariaDB(_Server):
         return path
 
     def command(self) -> list:
-        return ["mariadbd", "--no-defaults", f"--datadir={self.datadir}", "--user=root",
+        return ["mariadbd", "--no-defaults", f"--datadir={self.datadir}", f"--tmpdir={self.tmpdir}", "--user=root",
                 f"--port={self.port}", f"--bind-address={self.host}",
                 f"--socket={os.path.join(self.dir, 'mysqld.sock')}",
                 f"--pid-file={os.path.join(self.dir, 'mysqld.pid')}",

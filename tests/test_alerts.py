@@ -78,6 +78,26 @@ def test_an_overdue_batch_alerts_once_not_at_every_patrol(backend, site, caplog)
     assert len(backend.records()) == 1
 
 
+def test_the_masters_patrol_raises_the_late_alert_from_its_rate(backend, site, caplog):
+    """Hourly batches: the next is due within the hour. One task of a hundred settled in the last 100 s:
+    99 left at 0.01/s need 2.75 hours, and the patrol says so, once."""
+    from harness import work_off
+    backend.create_tasks([f"http://x.invalid/{n}" for n in range(1, 101)])
+    master, spider = make_master(backend, BATCH_INTERVAL=1, BATCH_INTERVAL_UNIT="hour",
+                                 ALERT_WEBHOOK=site.url("/hook"))
+    master.patrol(StopFlag())
+    work_off(spider.runtime, {1: TaskState.DONE})
+    master.rate.samples.clear()
+    master.rate.samples.append((time.monotonic() - 100, 0))     # the patrols of the last 100 s, in short
+    with caplog.at_level(logging.WARNING, logger="batchd"):
+        master.patrol(StopFlag())
+        master.patrol(StopFlag())
+    late, = wait_for(lambda: alerts_of(site, "late"), message="the late alert")
+    master.alerts.close()
+    assert late["batch"] == 1 and len(alert_lines(caplog, "late")) == 1
+    assert late["left"] == 99 and 0.005 < late["rate"] < 0.02
+
+
 def test_items_dumped_to_the_failed_items_file_raise_an_alert(failed_items_path, site, caplog):
     backend = MemoryBackend(failed_items_path)
     store = backend.create_tasks([site.url(f"/page/{n}") for n in range(1, 4)], store_class=RefusingMemoryStore)

@@ -5,6 +5,7 @@ Each scenario prints one `CHAOS ...` line of figures; docs/reliability.md's tabl
 
 Scenarios here break batchd's own processes and the spider; tests/test_chaos_servers.py breaks the
 servers (on private instances) and tests/test_chaos_network.py the site and the network."""
+import json
 import os
 import random
 import signal
@@ -31,6 +32,15 @@ def every(seconds: float, until, action) -> int:
     return ticks
 
 
+def kill_a_worker(run) -> bool:
+    """SIGKILL one of the run's workers, at random; False when it has none now (one is being replaced)."""
+    workers = workers_of(run.pid)
+    if not workers:
+        return False
+    os.kill(random.choice(workers), signal.SIGKILL)
+    return True
+
+
 def closed(batch) -> bool:
     records = batch.backend.records()
     return bool(records) and records[0]["is_done"]
@@ -41,14 +51,7 @@ def test_sigkill_a_random_worker_every_2_s(mysql_backend, site, procs):
     run = batch.start("run", "--workers", "3")
     batch.wait_for_progress(50)
 
-    def kill_one() -> bool:
-        workers = workers_of(run.pid)
-        if not workers:
-            return False
-        os.kill(random.choice(workers), signal.SIGKILL)
-        return True
-
-    kills = every(2.0, lambda: closed(batch), kill_one)
+    kills = every(2.0, lambda: closed(batch), lambda: kill_a_worker(run))
     batch.wait_closed()
     replaced_at_once = len(lines_with(run, "a new worker now (it had served)"))
     given_back = sum(int(line.split("gave back the ")[1].split()[0]) for line in lines_with(run, "gave back the"))
@@ -102,3 +105,38 @@ def test_a_bad_item_and_hung_callbacks_among_good_tasks(mysql_backend, site, pro
     assert lines_with(run, "task 100 failed: item key 'tags' holds a set")
     assert lines_with(run, "task 400 failed: still being processed after TASK_TIMEOUT=3 s")
     assert lines_with(run, "task 700 failed: still being processed after TASK_TIMEOUT=3 s")
+
+
+def test_a_recrawl_batch_under_the_kill_loop(mysql_backend, site, procs):
+    """A re-crawl (REVALIDATE) of 1,000 pages, a tenth of them changed, while a worker is SIGKILLed every
+    second: besides the verdict, no page is remembered as seen in this batch without its items (a page
+    kept as changed here whose task has no item of this batch), and every changed page's task is done
+    with the new version's item. A validator written before its items landed would have made the
+    killed task's next attempt find the page unchanged and leave its new items unwritten."""
+    batch = ChaosBatch(procs, mysql_backend, site, tasks=1000, path="/versioned/{n}?seconds=0.1")
+    run = batch.start("run", "--workers", "3", REVALIDATE="true")
+    batch.wait_closed(1)
+    changed = set(random.Random(21).sample(range(1, 1001), 100))
+    for n in changed:
+        site.versions[n] = 1
+    assert batch.start("open-batch", REVALIDATE="true").wait(60) == 0
+    wait_for(lambda: len(batch.backend.records()) == 2, message="batch 2 opened")
+
+    kills = every(1.0, lambda: batch.backend.records()[1]["is_done"], lambda: kill_a_worker(run))
+    batch.wait_closed(2)
+    run.send(signal.SIGTERM)
+    assert run.wait(60) == 0
+    table = batch.backend.table
+    kept_without_items = batch.backend.sql(
+        f"SELECT COUNT(*) FROM `{table}_page` p WHERE p.`changed_in` = 2 AND NOT EXISTS (SELECT 1 FROM "
+        f"`{table}_item` i WHERE i.`batch_id` = 2 AND i.`task_id` = p.`task_id`)")[0][0]
+    new_items = {row[0] for row in batch.backend.sql(
+        f"SELECT `task_id` FROM `{table}_item` WHERE `batch_id` = 2 AND JSON_VALUE(`item`, '$.title') LIKE %s", ("% v1",))}
+    counters = json.loads(batch.backend.records()[1]["stats"])
+    verdict = batch.verdict("a re-crawl batch, a worker SIGKILLed every second", kills=kills,
+                            changed_pages=len(changed), changed_with_new_items=len(changed & new_items),
+                            kept_without_items=kept_without_items, http_304=site.status_counts(304),
+                            found_changed=counters.get("recrawl/changed", 0),
+                            found_unchanged=counters.get("recrawl/unchanged", 0))
+    verdict.assert_sound()
+    assert kills >= 3 and kept_without_items == 0 and new_items == changed

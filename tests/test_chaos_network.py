@@ -5,6 +5,10 @@ verdict at the end: 0 tasks lost, 0 done without their items, 0 duplicate item r
 - A flapping site (/flap/<n> of tests/httpserver.py): 30 % of the hits are dropped connections, 503s,
   stalls past REQUEST_TIMEOUT or resets mid-body. Most tasks are done after retries; those whose every
   attempt met a fault fail, each with a line naming its URL and the reason.
+- A dead host and a flapping one beside a fast one: the dead host (a socket that accepts and never
+  answers) opens its breaker and is spared, its tasks failing at once with one reason once
+  HOST_DOWN_GIVE_UP has passed; the flapping host's tasks are done after retries or fail; the fast
+  host's are all done.
 - A network partition (tests/netns.py): one worker in a network namespace is cut off, silently, for
   longer than its lease while it holds tasks; the master reclaims them and the host's worker does them;
   after the heal, the cut-off worker's late write-backs are refused (its leases were reclaimed).
@@ -21,7 +25,7 @@ from batchd.task import TaskState
 from batchd.worker.worker import worker_token_prefix
 from chaos import ChaosBatch
 from harness import wait_for
-from httpserver import FLAP_FAULTS, TestSite, flap_fault
+from httpserver import FLAP_FAULTS, DeadHost, TestSite, flap_fault
 from netns import Partition
 from servers import PrivateMariaDB, PrivateRedis
 from supervised import DAEMON_SETTINGS, SEED, batchd_command, lines_with, workers_of
@@ -42,9 +46,10 @@ def test_a_flapping_site(mysql_backend, site, procs):
     those whose 1 + SPIDER_MAX_RETRY_TIMES attempts all met one. A success that came too slowly for
     REQUEST_TIMEOUT on a busy machine is one more attempt, never a wrong state: a task fails only once
     its attempts are spent."""
+    # Retries alone, counted exactly: a breaker would spare some attempts (test_a_dead_and_a_flapping_host...).
     batch = ChaosBatch(procs, mysql_backend, site, tasks=TASKS, path=f"/flap/{{n}}?seed={FLAP_SEED}",
                        REQUEST_TIMEOUT=1.0, DOWNLOAD_TIMEOUT=2.0, SPIDER_MAX_RETRY_TIMES=FLAP_RETRIES,
-                       SPIDER_THREAD_COUNT=8)
+                       SPIDER_THREAD_COUNT=8, HOST_BREAKER_FAILURES=0)
     run = batch.start("run", "--workers", "2", "--once")
     assert run.wait(240) == 0, run.output()[-3000:]
     batch.wait_closed()
@@ -74,6 +79,49 @@ def test_a_flapping_site(mysql_backend, site, procs):
     for task in failed:
         line = lines_with(run, f"task {task} failed: GET {urls[task]}: ")
         assert len(line) == 1 and f"after {attempts} attempts" in line[0], (task, line)
+
+
+BREAKER_THREADS, BREAKER_FAILURES, BREAKER_PROBE, DOWN_GIVE_UP = 8, 5, 0.2, 4.0
+
+
+def test_a_dead_and_a_flapping_host_beside_a_fast_one(mysql_backend, site, procs):
+    """Every tenth task is the dead host's, every tenth but one the flapping host's (/flap/<n> on the site
+    under the name localhost), the rest the fast host's. Without breakers the dead host would take 4
+    attempts of REQUEST_TIMEOUT from each of its 100 tasks; with them it sees the failures that open its
+    breaker in each worker, and the probes."""
+    with DeadHost() as dead:
+        batch = ChaosBatch(procs, mysql_backend, site, tasks=0, REQUEST_TIMEOUT=0.5, DOWNLOAD_TIMEOUT=1.0,
+                           SPIDER_MAX_RETRY_TIMES=FLAP_RETRIES, SPIDER_THREAD_COUNT=BREAKER_THREADS,
+                           HOST_BREAKER_FAILURES=BREAKER_FAILURES, HOST_BREAKER_PROBE=BREAKER_PROBE,
+                           HOST_BREAKER_PROBE_MAX=1.0, HOST_DOWN_GIVE_UP=DOWN_GIVE_UP)
+        kinds = {}
+        for n in range(1, TASKS + 1):
+            kinds[n] = "dead" if n % 10 == 1 else "flap" if n % 10 == 2 else "fast"
+            mysql_backend.add_task({"dead": dead.url(f"/item/{n}"),
+                                    "flap": site.url(f"/flap/{n}?seed={FLAP_SEED}").replace("127.0.0.1", "localhost"),
+                                    "fast": site.url(f"/page/{n}")}[kinds[n]])
+        run = batch.start("run", "--workers", "2", "--once")
+        assert run.wait(240) == 0, run.output()[-3000:]
+        batch.wait_closed()
+        accepted = dead.accepted
+
+    states = mysql_backend.states()
+    of = {kind: {task for task, k in kinds.items() if k == kind} for kind in ("dead", "flap", "fast")}
+    failed = {task for task, state in states.items() if state == TaskState.FAILED}
+    reasons = {row["reason"] for (_, task), row in mysql_backend.failures().items() if task in of["dead"]}
+    alerts = lines_with(run, "ALERT host_down")
+    probes_most = int(DOWN_GIVE_UP / BREAKER_PROBE) + 2
+    verdict = batch.verdict("a dead and a flapping host beside a fast one", dead_host_connections=accepted,
+                            dead_failed=len(failed & of["dead"]), flap_failed=len(failed & of["flap"]),
+                            flap_hits=sum(site.hits(f"/flap/{task}") for task in of["flap"]),
+                            fast_done=len(of["fast"] - failed), host_down_alerts=len(alerts))
+    verdict.assert_sound(failed=len(of["dead"]) + len(of["flap"]))
+    assert not failed & of["fast"], "the fast host's tasks are all done"
+    assert of["dead"] <= failed and len(reasons) == 1, reasons
+    reason, = reasons
+    assert reason.startswith("host 127.0.0.1:") and reason.endswith(f"(HOST_DOWN_GIVE_UP={DOWN_GIVE_UP:g} s)")
+    assert len(alerts) == 1 and reason in alerts[0], alerts
+    assert accepted <= 2 * (BREAKER_FAILURES + BREAKER_THREADS) + probes_most, accepted
 
 
 def test_a_worker_partitioned_past_its_lease(tmp_path, procs):

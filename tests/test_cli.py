@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from batchd.cli.main import VERBS, main
+from batchd.cli.status import workers_text
 from batchd.errors import ConfigError
 from batchd.supervisor.loader import load_spider_class
 from batchd.worker.dumps import FailedItemsFile
@@ -107,12 +108,26 @@ def test_status_shows_the_batch_the_queue_and_the_workers(mysql_backend, site, p
     assert sorted(w["pid"] for w in host["workers"]) == workers_of(proc.pid)
     assert status["unflushed"] == host["unflushed"]              # the hosts' figures, summed (one host here)
     text = batchd("status", SEED, backend=mysql_backend).stdout
-    assert "batch    1 opened" in text and "/80:" in text and f"{socket.gethostname()} 2 (run@run, master)" in text
+    assert "batch    1 opened" in text and "/80:" in text
+    workers = f"workers  2 alive of 2 wanted: host {socket.gethostname()} — 2 workers and the master (batchd-run)\n"
+    assert workers in text
     assert isinstance(status["counters"], dict) and "items stored" in text.split("counters ")[1].splitlines()[0]
     proc.send(signal.SIGTERM)
     assert proc.wait(30) == 0
     gone = json.loads(batchd("status", SEED, "--json", backend=mysql_backend).stdout)
     assert gone["hosts"] == []             # a supervisor that stopped takes its snapshot with it
+
+
+def test_the_workers_line_names_each_hosts_supervisors_and_escapes_their_names():
+    def entry(host, role, instance, alive=0, wanted=0, master=0):
+        return {"host": host, "role": role, "instance": instance, "workers_alive": alive, "workers_wanted": wanted,
+                "master_alive": master, "workers": []}
+    hosts = [entry("vm", "master", "master", master=1), entry("vm", "worker", "1", alive=2, wanted=2),
+             entry("web\x1b[2J2", "worker", "news\n", alive=1, wanted=3), entry("web3", "run", "run", 1, 1, 0)]
+    assert workers_text(hosts) == ("host vm — the master (batchd-master), 2 workers (batchd-worker@1); "
+                                   "host web\\x1b[2J2 — 1 of 3 workers (batchd-worker@news\\n); "
+                                   "host web3 — 1 worker and no master (batchd-run)")
+    assert workers_text([]) == "none reporting"
 
 
 def test_status_with_the_database_unreachable_shows_what_redis_knows_and_exits_69(mysql_backend, site, procs):
@@ -143,9 +158,10 @@ def test_status_history_lists_the_batches_from_their_records(mysql_backend, site
         (2, 3, 0, 3, 3), (1, 3, 0, 3, 3)]
     text = batchd("status", SEED, "--history", "1", backend=mysql_backend)
     header, line = text.stdout.splitlines()
-    assert text.returncode == 0 and header.split() == ["batch", "opened", "closed", "duration", "done", "failed",
-                                                       "total", "items", "rate"]
-    assert line.split()[0] == "2" and line.split()[6:10] == ["3", "0", "3", "3"]     # (a date is two words)
+    assert text.returncode == 0 and header.split() == ["batch", "mode", "opened", "closed", "duration", "opened",
+                                                       "with", "done", "failed", "total", "items", "new",
+                                                       "changed", "unchanged", "gone", "rate"]
+    assert line.split()[:2] == ["2", "full"] and line.split()[7:12] == ["3", "3", "0", "3", "3"]   # (a date is two words)
     refused = batchd("status", SEED, "--history", "0", backend=mysql_backend)
     assert refused.returncode == 2 and "--history: 0: must be 1 or more" in refused.stderr
     down = batchd("status", SEED, "--history", backend=mysql_backend,
@@ -178,7 +194,7 @@ def test_check_reports_each_item_and_fails_on_any(mysql_backend):
     assert "OK    downloader  middlewares RetryMiddleware > StatsMiddleware" in good.stdout
 
     bad_chain = batchd("check", SEED, backend=mysql_backend,
-                       env={"BATCHD_DOWNLOADER_MIDDLEWARES": '["batchd.download.chain.RetryMiddleware", "nowhere.Retry"]'})
+                       env={"BATCHD_DOWNLOADER_MIDDLEWARES": '["batchd.download.middlewares.retry.RetryMiddleware", "nowhere.Retry"]'})
     assert bad_chain.returncode == 78
     assert "FAIL  downloader  DOWNLOADER_MIDDLEWARES: cannot import 'nowhere.Retry'" in bad_chain.stdout
 

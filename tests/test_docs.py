@@ -135,18 +135,19 @@ def test_the_pages_show_every_verb():
 
 @functools.cache
 def code() -> str:
-    """batchd's source, and the tests' conftest (which reads TEST_MYSQL_URL and TEST_REDIS_URL)."""
+    """batchd's source, the tests' conftest (which reads TEST_MYSQL_URL and TEST_REDIS_URL) and the
+    test command (which reads TEST_WORKERS)."""
     files = glob.glob(os.path.join(ROOT, "batchd", "**", "*.py"), recursive=True)
-    files.append(os.path.join(ROOT, "tests", "conftest.py"))
+    files += [os.path.join(ROOT, "tests", "conftest.py"), os.path.join(ROOT, "tests", "run-suites")]
     return "\n".join(open(f, encoding="utf-8").read() for f in files)
 
 
 def known_name(name: str) -> bool:
     """A setting, BATCHD_ and a setting, a foreign word, or a name the code reads as a string
     ("STATE_DIRECTORY") or defines: `NAME = ...`, `NAME: type = ...`, `record.NAME = ...` (constants,
-    enum members, journal fields)."""
+    enum members, journal fields), or a variable the shell reads (`${NAME:-default}`)."""
     return (name in SETTINGS or name.removeprefix("BATCHD_") in SETTINGS or name in FOREIGN_WORDS
-            or re.search(rf"[\"']{name}[\"']|\b{name}\s*(?::[^=\n]*)?=(?!=)", code()) is not None)
+            or re.search(rf"[\"']{name}[\"']|\b{name}\s*(?::[^=\n]*)?=(?!=)|\$\{{{name}\b", code()) is not None)
 
 
 def page_caps_names(text: str) -> set:

@@ -111,8 +111,10 @@ def big_backend(shared_backend):
     return shared_backend
 
 
-def test_every_statement_of_a_batch_uses_an_index(big_backend):
-    master, spider = make_master(big_backend, BATCH_PUSH_LIMIT=500, BATCH_LOST_TASK_STALE=60)
+@pytest.mark.parametrize("host_field", [None, "url"], ids=["id-order", "across-hosts"])
+def test_every_statement_of_a_batch_uses_an_index(big_backend, host_field):
+    hosts = {"BATCH_TASK_HOST_FIELD": host_field} if host_field else {}
+    master, spider = make_master(big_backend, BATCH_PUSH_LIMIT=500, BATCH_LOST_TASK_STALE=60, **hosts)
     spy = PlanSpy(big_backend, master.store)
     runtime = spider.runtime
     patrol_until(master, lambda: master.batch is not None and not master.batch.resetting, timeout=120,

@@ -129,6 +129,34 @@ def test_update_task_outside_a_worker_records_the_spiders_word(backend, site):
     assert backend.failures()[(1, 2)]["reason"] == "marked failed by the spider"
 
 
+class HolderSpider(CrawlTask):
+    """Even tasks fail by update_task(ok=False), odd ones succeed by update_task(ok=True); each says which
+    worker the runtime's index found holding it."""
+
+    found: dict = {}
+
+    def parse(self, request, response, task):
+        held = self.runtime.held.find(task["id"])
+        worker, run = held
+        HolderSpider.found[task["id"]] = (worker.name, worker._in_hand.get(threading.get_ident()) is run)
+        yield from super().parse(request, response, task)
+        self.update_task(task["id"], ok=task["id"] % 2 == 1)
+
+
+def test_update_task_reaches_the_worker_holding_the_task_through_the_index(backend, site):
+    """Three workers of one spider (one runtime) in a process: each task's update_task goes to the worker
+    whose thread holds it, found by the task's key, and the index is empty once they have settled."""
+    HolderSpider.found = {}
+    backend.create_tasks([site.url(f"/page/{n}") for n in range(1, 13)])
+    spider = spider_factory(backend, HolderSpider, SPIDER_THREAD_COUNT=2)()
+    with InProcessBatch(lambda: spider, workers=3):
+        wait_for(lambda: set(backend.states().values()) <= {D, F}, message="every task settled")
+    assert backend.states() == {n: (D if n % 2 else F) for n in range(1, 13)}
+    assert all(own for _, own in HolderSpider.found.values()), HolderSpider.found
+    assert len(HolderSpider.found) == 12 and spider.runtime.held.find(1) is None
+    assert {row["reason"] for row in backend.failures().values()} == {"marked failed by the spider"}
+
+
 class GatedSpider(CrawlTask):
     """Task 1 fails the first time only; task 3 waits at the gate, holding the batch open."""
 

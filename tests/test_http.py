@@ -9,6 +9,7 @@ from email.utils import formatdate
 from urllib.parse import urlencode
 
 import pytest
+from requests.cookies import RequestsCookieJar
 import requests
 
 from batchd.config import Settings
@@ -28,6 +29,8 @@ def make_downloader():
     made = []
 
     def make(**options):
+        if isinstance(options.get("sleep"), SleepRecorder):       # the retries' clock moves with its waits
+            options["clock"] = options["sleep"].clock
         downloader = retrying_downloader(**options)
         made.append(downloader)
         return downloader
@@ -38,7 +41,7 @@ def make_downloader():
 
 
 class SleepRecorder:
-    """A `sleep` for Downloader that records the waits instead of waiting."""
+    """A `sleep` for Downloader that records the waits instead of waiting, and the clock they pass on."""
 
     def __init__(self):
         self.waits = []
@@ -46,6 +49,9 @@ class SleepRecorder:
     def __call__(self, seconds):
         self.waits.append(seconds)
         return False
+
+    def clock(self):
+        return time.monotonic() + sum(self.waits)
 
 
 def fail(downloader, request, *hooks):
@@ -144,7 +150,7 @@ def test_retry_after_is_capped_at_backoff_max(site, make_downloader):
     downloader = make_downloader(backoff_max=0.5, sleep=recorder)
     downloader.fetch(Request(site.url("/flaky/cap?fail=1&status=503&retry_after=120")))
 
-    assert recorder.waits == [0.5]
+    assert len(recorder.waits) == 1 and recorder.waits[0] == pytest.approx(0.5, abs=0.05)   # (less the answer's time)
 
 
 def test_connection_drop_is_retried(site, make_downloader):
@@ -181,7 +187,9 @@ def test_malformed_url_fails_at_once_naming_the_url(make_downloader, url):
 def test_a_sleep_that_asks_to_stop_ends_the_retry_loop(site, make_downloader):
     stop = threading.Event()
     stop.set()
-    failure = fail(make_downloader(sleep=stop.wait), Request(site.url("/status/503")))
+    # A backoff long enough that the retry waits (a jittered wait of 1 ms may be over before it is asked).
+    failure = fail(make_downloader(sleep=stop.wait, backoff_base=5.0, backoff_max=5.0),
+                   Request(site.url("/status/503")))
 
     assert failure.reason == "stopped"
     assert failure.attempts == 1
@@ -444,13 +452,25 @@ def test_user_agent_default_and_overrides(site, make_downloader):
     assert echo(site, downloader, headers={"User-Agent": "task/2"})["headers"]["user-agent"] == "task/2"
 
 
-def test_cookies_last_until_the_thread_forgets_them_at_its_next_task(site, make_downloader):
+def test_cookies_live_in_their_tasks_jar_whichever_thread_sends(site, make_downloader):
     downloader = make_downloader()
+    first, second = RequestsCookieJar(), RequestsCookieJar()
+    downloader.use_cookies(first)
     downloader.fetch(Request(site.url("/set-cookie?tracker=1")))
     assert echo(site, downloader)["headers"]["cookie"] == "tracker=1"     # the next request of the same task
 
-    downloader.forget_cookies()
+    downloader.use_cookies(second)                                        # another task in this thread
     assert "cookie" not in echo(site, downloader)["headers"]
+    seen = []
+
+    def the_first_task_goes_on_in_another_thread():
+        downloader.use_cookies(first)
+        seen.append(echo(site, downloader)["headers"].get("cookie"))
+
+    thread = threading.Thread(target=the_first_task_goes_on_in_another_thread)
+    thread.start()
+    thread.join(30)
+    assert seen == ["tracker=1"]
 
 
 def test_one_pooled_session_per_thread(site, make_downloader):

@@ -16,7 +16,7 @@ import batchd
 PACKAGE = pathlib.Path(batchd.__file__).parent
 SHARED = ("errors", "codec", "http", "schedule", "task", "config", "model", "item")
 FLOORS = {**{name: 0 for name in SHARED},
-          "process": 1,
+          "process": 1, "recrawl": 1,
           "backends": 2,
           "download": 3, "settle": 3, "spider": 3, "core": 3,
           "worker": 4, "master": 4,

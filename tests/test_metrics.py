@@ -11,8 +11,11 @@ import sys
 import pytest
 import requests
 
-from batchd.supervisor.metrics import FetchLatencyMiddleware, SupervisorCollector, WorkerMetrics
-from batchd.download.chain import ChainContext, StatsMiddleware, chain_from_settings
+from batchd.download.middlewares.latency import FetchLatencyMiddleware
+from batchd.supervisor.metrics import SupervisorCollector
+from batchd.worker.metrics import WorkerMetrics
+from batchd.download.chain import ChainContext, chain_from_settings
+from batchd.download.middlewares.stats import StatsMiddleware
 from batchd.config import Settings
 from batchd.process.systemd import JournalFields
 from batchd.task import TaskState
@@ -44,8 +47,11 @@ def test_a_scraped_run_counts_what_the_database_holds(mysql_backend, site, procs
                                                                                 outcome="failed")
         batch = value(samples, "batchd_batch_settled_tasks", outcome="done") + value(
             samples, "batchd_batch_settled_tasks", outcome="failed")
-        return samples if counted == 14 and batch == 14 else None
-    samples = wait_for(settled_and_counted, timeout=60, message="14 tasks counted by the workers and the master")
+        at_host = value(samples, "batchd_host_attempts", host=host, outcome="done") + value(
+            samples, "batchd_host_attempts", host=host, outcome="failed")
+        return samples if counted == 14 and batch == 14 and at_host == 16 else None
+    host = pages[0].split("/")[2]
+    samples = wait_for(settled_and_counted, timeout=60, message="14 tasks and 16 attempts at the host counted")
 
     db = db_counts(mysql_backend)
     assert db == {"done": 12, "failed": 2, "items": 12}
@@ -67,6 +73,13 @@ def test_a_scraped_run_counts_what_the_database_holds(mysql_backend, site, procs
     assert value(samples, "batchd_batch_id") == mysql_backend.records()[-1]["id"]
     assert value(samples, "batchd_child_restarts_total", role="worker") == 0
     assert ("batchd_queue_length", ()) in samples
+    # Per host, from the master's supervisor: the batch's attempts (2xx and 3xx done; the 404s and 503s failed).
+    assert value(samples, "batchd_host_attempts", host=host, outcome="done") == 12
+    assert value(samples, "batchd_host_attempts", host=host, outcome="failed") == 4
+    assert value(samples, "batchd_host_latency_seconds", host=host, quantile="0.95") > 0
+    assert {labels for name, labels in samples if name == "batchd_host_attempts"} == {
+        (("host", host), ("outcome", "done")), (("host", host), ("outcome", "failed"))}
+    assert not [name for name, _ in samples if name == "batchd_host_breaker"]
     wait_for(lambda: value(try_scrape(port), "batchd_unflushed_items") == 0, message="nothing left unflushed")
     assert requests.get(f"http://127.0.0.1:{port}/other", timeout=5).status_code == 404
 
@@ -100,6 +113,42 @@ def test_a_killed_worker_keeps_its_counters_and_loses_its_gauges(mysql_backend, 
     wait_for(lambda: value(try_scrape(port), "batchd_workers_alive") == 2, message="two workers again")
     proc.send(signal.SIGTERM)
     assert proc.wait(30) == 0, proc.output()
+
+
+NO_PID = 2 ** 22 + 1      # above the kernel's largest pid: the files the test puts down are no real worker's
+
+
+def test_a_workers_file_not_yet_written_leaves_the_scrape_whole(mysql_backend, site, procs, tmp_path):
+    """A worker that has just started may have made its file and not yet sized it (0 bytes); a file cut short
+    has no header to read (3 bytes), or less than its header says it holds: the scrape leaves them out and
+    answers 200 with the other figures, instead of failing whole (`unpack_from requires a buffer of at least
+    4 bytes`, HTTP 500)."""
+    mysql_backend.create_tasks([site.url(f"/page/{n}") for n in range(1, 5)])
+    port = free_port()
+    proc = start_batchd(procs, mysql_backend, "run", "--workers", "1", METRICS_PORT=port,
+                        env={"RUNTIME_DIRECTORY": str(tmp_path)})
+    wait_for(lambda: value(try_scrape(port), "batchd_tasks_total", outcome="done") == 4, message="4 tasks counted")
+    directory = tmp_path / "metrics-run"
+    (directory / f"counter_{NO_PID}.db").write_bytes(b"")
+    (directory / f"histogram_{NO_PID}.db").write_bytes(b"")
+    (directory / f"counter_{NO_PID + 1}.db").write_bytes(b"\x08\x00\x00")
+    (directory / f"counter_{NO_PID + 2}.db").write_bytes(b"\x40\x00\x00\x00\x00\x00\x00\x00")   # "64 bytes used"
+
+    answer = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
+    assert answer.status_code == 200, answer.text
+    samples = scrape(port)
+    assert value(samples, "batchd_tasks_total", outcome="done") == 4
+    assert value(samples, "batchd_responses_total", status="200") == 4
+    assert value(samples, "batchd_requests_total") == 4
+    assert value(samples, "batchd_fetch_latency_seconds_count") == 4
+    assert value(samples, "batchd_workers_alive") == 1
+    proc.send(signal.SIGTERM)
+    assert proc.wait(30) == 0, proc.output()
+    skipped = "\n".join(lines_with(proc, "left out of the sums"))
+    assert skipped.count("left out") == 2, skipped        # once each, though scraped twice; the empty ones at DEBUG
+    assert f"counter_{NO_PID + 1}.db left out of the sums: 3 bytes, shorter than its 8-byte header" in skipped
+    assert f"counter_{NO_PID + 2}.db left out of the sums: 8 bytes, though its header says 64 are used" in skipped
+    assert not lines_with(proc, "scrape failed") and not lines_with(proc, "Traceback")
 
 
 def test_metrics_without_prometheus_client_exit_78_naming_the_package(mysql_backend, procs, tmp_path):
@@ -175,8 +224,63 @@ def test_a_backend_once_down_shows_0_when_it_is_back():
 
     def outage_samples():
         families = {family.name: family for family in collector.collect()}
-        assert "batchd_batch_total_tasks" not in families
+        assert "batchd_batch_total_tasks" not in families and "batchd_host_attempts" not in families
         return {s.labels["backend"]: s.value for s in families["batchd_backend_outage"].samples}
     assert outage_samples() == {"Redis": 1}
     figures["outages"] = set()
     assert outage_samples() == {"Redis": 0}
+
+
+def test_per_host_gauges_keep_host_stats_top_label_values_and_show_open_breakers(redis_url):
+    """The master's supervisor reads the hosts through its own ports (real Redis): three workers gauging 30
+    hosts each and a batch of 80 counted hosts give HOST_STATS_TOP (10) host labels and (other), whatever the
+    crawl meets; a tripped breaker shows as batchd_host_breaker{state="open"}, keyed without the URL's password."""
+    import time
+    from batchd.backends.host_counts import OTHER
+    from batchd.supervisor.snapshots import SnapshotPublisher, supervisor_ports
+    settings = Settings(REDIS_URL=redis_url, MYSQL_URL="mysql://root@127.0.0.1/unused")
+    ports = supervisor_ports(settings, "t_hostmetrics")
+    try:
+        ports.counters.add_counts(7, {}, "w1", 1, {f"c{n}.example": {"done": n, "le1": n} for n in range(80)}, 10)
+        for worker in range(3):
+            ports.counters.add_counts(7, {}, f"w{worker + 2}", 1, {f"g{worker}-{n}.example": {"failed": 1}
+                                                                   for n in range(5)}, 10)
+            ports.counters.set_host_gauges(f"w{worker}", {f"g{worker}-{n}.example": {"waiting": n + 1}
+                                                          for n in range(30)}, 30)
+        ports.breakers.step("user:secret@g0-29.example", "trip", time.time(), (5, 5.0))
+        rows = SnapshotPublisher(ports, "box", "run", 5).hosts(7, 10)
+        figures = {"namespace": "ns", "workers_alive": 1, "unflushed": 0, "in_flight": 0, "restarts": {},
+                   "outages": set(), "batch": {"id": 7, "total": 1, "done": 0, "failed": 0, "queued": 0},
+                   "hosts": rows}
+        families = {family.name: family for family in SupervisorCollector(lambda: figures).collect()}
+    finally:
+        ports.close()
+    hosts = {sample.labels["host"] for sample in families["batchd_host_attempts"].samples}
+    assert len(hosts) == 11 and OTHER in hosts
+    waiting = {s.labels["host"]: s.value for s in families["batchd_host_tasks_waiting"].samples}
+    assert waiting["g0-29.example"] == 30 and sum(waiting.values()) == 3 * sum(range(1, 31))
+    attempts = families["batchd_host_attempts"].samples
+    assert sum(s.value for s in attempts if s.labels["outcome"] == "done") == sum(range(80))  # nothing lost
+    breakers = [(s.labels["host"], s.labels["state"], s.value) for s in families["batchd_host_breaker"].samples]
+    assert breakers == [("g0-29.example", "open", 1)]
+
+
+def test_what_a_recrawl_found_is_exported(mysql_backend, site, procs):
+    """batchd_recrawl_tasks_total by what the tasks' pages were found, batchd_items_total{outcome=unchanged}:
+    a batch of 3 new pages, then (batchd open-batch) the same 3 fetched whole again (the site sends no
+    validators), their items equal to those stored."""
+    site.validators = "none"
+    mysql_backend.create_tasks([site.url(f"/versioned/{n}") for n in (1, 2, 3)])
+    port = free_port()
+    proc = start_batchd(procs, mysql_backend, "run", "--workers", "1", METRICS_PORT=port, REVALIDATE="true",
+                        BATCH_MONITOR_INTERVAL=0.2)
+    wait_for(lambda: mysql_backend.records() and mysql_backend.records()[-1]["is_done"], message="batch 1 closed")
+    assert start_batchd(procs, mysql_backend, "open-batch").wait(60) == 0
+    samples = wait_for(lambda: (lambda s: s if value(s, "batchd_recrawl_tasks_total", found="unchanged") == 3
+                                else None)(try_scrape(port)), timeout=60, message="3 tasks counted unchanged")
+    assert value(samples, "batchd_recrawl_tasks_total", found="new") == 3
+    assert value(samples, "batchd_recrawl_tasks_total", found="changed") == 0
+    assert value(samples, "batchd_items_total", outcome="unchanged") == 3
+    assert value(samples, "batchd_items_total", outcome="stored") == 3
+    proc.send(signal.SIGTERM)
+    assert proc.wait(30) == 0, proc.output()

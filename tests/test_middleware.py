@@ -1,5 +1,6 @@
-"""The downloader middleware chain (batchd/middleware.py): its order and contract against a real local
-site, DOWNLOADER_MIDDLEWARES as a worker loads it, and the cookies of one task."""
+"""The downloader middleware chain (download/chain.py) and batchd's links (download/middlewares/): the
+chain's order and contract against a real local site, DOWNLOADER_MIDDLEWARES as a worker loads it (the
+links' old paths too), and the cookies of one task."""
 import json
 
 import pytest
@@ -10,9 +11,12 @@ from batchd.config import Settings
 from batchd.download.downloader import Downloader
 from batchd.errors import ConfigError
 from batchd.http import Request, RequestFailed, Response
-from batchd.download.chain import (ChainContext, DownloaderMiddleware, RateLimitMiddleware, RetryMiddleware,
-                                   StatsMiddleware, chain_from_settings)
-from batchd.download.middlewares.politeness import Politeness, PolitenessMiddleware
+from batchd.download.chain import ChainContext, DownloaderMiddleware, chain_from_settings
+from batchd.download.middlewares.rate_limit import RateLimitMiddleware
+from batchd.download.middlewares.retry import RetryMiddleware
+from batchd.download.middlewares.stats import HostsInFlight, StatsMiddleware
+from batchd.download.host_terms import HostPaces, HostTerms, Terms
+from batchd.download.middlewares.politeness import PolitenessMiddleware
 from batchd.download.middlewares.proxies import ProxyMiddleware
 from batchd.download.middlewares.robots import RobotsTxtMiddleware
 from batchd.task import TaskState
@@ -121,7 +125,7 @@ def test_a_link_that_raised_in_process_request_is_not_called_back_but_those_outs
         def process_request(self, request):
             raise ValueError("no thanks")
 
-    politeness = Politeness(concurrency=1, delay=0)
+    politeness = HostPaces(HostTerms(Terms(concurrency=1)))
     calls = []
     downloader = Downloader(middlewares=[Recorder("outer", calls), PolitenessMiddleware(politeness), Refuses()])
     for _ in range(3):      # with its place not given back, the second fetch would wait for ever
@@ -143,8 +147,8 @@ def test_a_link_returning_something_else_fails_the_request_naming_it(site):
 
 
 def test_the_stats_link_counts_attempts_statuses_bytes_and_failures(site):
-    counter = Counter()
-    downloader = retrying_downloader(max_retry_times=2, middlewares=[StatsMiddleware(counter)])
+    counter, in_flight = Counter(), HostsInFlight()
+    downloader = retrying_downloader(max_retry_times=2, middlewares=[StatsMiddleware(counter, in_flight)])
     downloader.fetch(Request(site.url("/flaky/x?fail=1&status=503")))
     with pytest.raises(RequestFailed):
         downloader.fetch(Request(site.url("/drop")))
@@ -153,6 +157,8 @@ def test_the_stats_link_counts_attempts_statuses_bytes_and_failures(site):
     assert (counts["downloader/response_status_count/503"], counts["downloader/response_status_count/200"]) == (1, 1)
     assert counts["downloader/exception_type_count/ConnectionError"] == 3
     assert counts["downloader/response_bytes"] > 0
+    host = site.url("/").split("/")[2]                              # per host: 1 answered 2xx, 1 + 3 failed
+    assert (counts[f"host/done/{host}"], counts[f"host/failed/{host}"], in_flight.by_host()) == (1, 4, {})
     downloader.close()
 
 
@@ -197,7 +203,7 @@ class EchoSpider(CrawlTask):
 
 def test_a_spiders_middleware_runs_in_the_workers_chain_and_a_chain_without_retries_retries_nothing(backend, site):
     backend.create_tasks([site.url("/echo"), site.url("/flaky/f?fail=1&status=503")])
-    chain = ("spiders.middlewares.TokenMiddleware", "batchd.download.chain.StatsMiddleware")
+    chain = ("spiders.middlewares.TokenMiddleware", "batchd.download.middlewares.stats.StatsMiddleware")
     assert settle(backend, EchoSpider, DOWNLOADER_MIDDLEWARES=chain) == {1: D, 2: F}
     assert [item["title"] for item in backend.items()] == ["from-middleware"]
     assert site.hits("/flaky/f") == 1
@@ -238,18 +244,29 @@ def test_the_batch_record_counts_what_the_chain_saw(backend, site):
 
 
 def test_the_paths_batchds_links_had_before_the_layout_by_role_still_load(caplog):
-    """Users' config files name batchd.middleware.RetryMiddleware and the like: same classes, one warning each."""
+    """Users' config files name batchd.middleware.RetryMiddleware (the first layout), or
+    batchd.download.chain.RetryMiddleware (before one file per link), and the like: same classes, one warning
+    each, naming the path to write."""
     from batchd.download.chain import _middleware_class
-    from batchd.supervisor.metrics import FetchLatencyMiddleware
-    old = {"batchd.middleware.RetryMiddleware": RetryMiddleware, "batchd.robots.RobotsTxtMiddleware": RobotsTxtMiddleware,
+    from batchd.download.middlewares.latency import FetchLatencyMiddleware
+    old = {"batchd.middleware.RetryMiddleware": RetryMiddleware, "batchd.download.chain.RetryMiddleware": RetryMiddleware,
+           "batchd.robots.RobotsTxtMiddleware": RobotsTxtMiddleware,
            "batchd.throttle.AutoThrottleMiddleware": AutoThrottleMiddleware,
-           "batchd.proxies.ProxyMiddleware": ProxyMiddleware, "batchd.middleware.RateLimitMiddleware": RateLimitMiddleware,
+           "batchd.proxies.ProxyMiddleware": ProxyMiddleware,
+           "batchd.middleware.RateLimitMiddleware": RateLimitMiddleware,
+           "batchd.download.chain.RateLimitMiddleware": RateLimitMiddleware,
            "batchd.politeness.PolitenessMiddleware": PolitenessMiddleware,
-           "batchd.metrics.FetchLatencyMiddleware": FetchLatencyMiddleware}
+           "batchd.middleware.StatsMiddleware": StatsMiddleware, "batchd.download.chain.StatsMiddleware": StatsMiddleware,
+           "batchd.metrics.FetchLatencyMiddleware": FetchLatencyMiddleware,
+           "batchd.supervisor.metrics.FetchLatencyMiddleware": FetchLatencyMiddleware}
     with caplog.at_level("WARNING", logger="batchd"):
         for path, cls in old.items():
             assert _middleware_class(path) is cls
             assert _middleware_class(path) is cls
     moved = [r.getMessage() for r in caplog.records if "has moved" in r.getMessage()]
     assert len(moved) == len(old)
-    assert "batchd.middleware.RetryMiddleware has moved; write batchd.download.chain.RetryMiddleware" in moved[0]
+    for path, cls in old.items():
+        (line,) = [m for m in moved if f" {path} has moved" in m]
+        assert line.endswith(f"has moved; write {cls.__module__}.{cls.__name__}")
+    assert ("DOWNLOADER_MIDDLEWARES: batchd.middleware.RetryMiddleware has moved; write "
+            "batchd.download.middlewares.retry.RetryMiddleware") in moved

@@ -54,7 +54,8 @@ def test_ready_watchdog_status_and_stopping_come_from_the_supervisor_alone(mysql
         assert len(statuses) >= 6                              # every STATUS_INTERVAL (0.5 s)
         # Until the master's first patrol is in its ledger row the batch is "?".
         # Once the batch is over, its result and when the next is due.
-        line = re.compile(rf"STATUS=run {mysql_backend.namespace}: batch (\?|\d+ \d+/40 \(\d+\.\d tasks/s, ETA \S+\)|"
+        line = re.compile(rf"STATUS=run {mysql_backend.namespace}: batch (\?|"
+                          r"\d+ \d+/40 \((rate unknown yet|\d+\.\d tasks/s over the last \d+ s), ETA \S+\)|"
                           r"1 finished: 40 done, 0 failed of 40; next due \d{4}-\d\d-\d\d \d\d:\d\d), "
                           r"workers \d/2 alive, \d+ done \d+ failed here \(\d+\.\d/s\), \d+ unflushed items$")
         assert all(line.match(status) for status in statuses), [s for s in statuses if not line.match(s)]

@@ -109,7 +109,8 @@ def test_package_contents(built):
     for path in ("/usr/bin/batchd", "/lib/systemd/system/batchd-master.service",
                  "/lib/systemd/system/batchd-master@.service", "/lib/systemd/system/batchd-worker@.service",
                  "/etc/batchd/batchd.toml", "/etc/batchd/spiders/example.py", "/usr/lib/sysusers.d/batchd.conf",
-                 "/usr/share/man/man1/batchd.1.gz", "/usr/share/man/man5/batchd.toml.5.gz"):
+                 "/usr/share/man/man1/batchd.1.gz", "/usr/share/man/man5/batchd.toml.5.gz",
+                 "/usr/share/batchd/grafana/batchd.json"):
         assert path in files, path
     # Only batchd itself in dist-packages: its libraries come from Debian's packages.
     top_level = {p.split("/")[5] for p in files

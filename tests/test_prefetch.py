@@ -59,7 +59,7 @@ def test_leases_waiting_are_renewable_and_drained_at_a_stop():
     prefetch.take()
     prefetch.take()
     waiting = prefetch.waiting()
-    assert waiting and queue.renew(waiting, 60) == len(waiting)
+    assert waiting and queue.renew(waiting, 60) == waiting
     assert prefetch.drain() == waiting and prefetch.waiting() == []
     assert queue.give_back(waiting) == len(waiting)
 

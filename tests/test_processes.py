@@ -21,6 +21,8 @@ def test_the_seed_example_runs_unchanged(shared_backend, site, procs):
     env = shared_backend.env()
     master = procs.add(Proc([sys.executable, SEED, "monitor"], env=env))
     workers = [procs.add(Proc([sys.executable, SEED], env=env)) for _ in range(2)]
+    for worker in workers:     # a SIGTERM before its handler is in kills a process still importing (-15)
+        worker.wait_output(" started: ", timeout=30)
     wait_for(lambda: batch_done(shared_backend), timeout=60, message="the batch to finish")
     for proc in [master] + workers:
         proc.send(signal.SIGTERM)

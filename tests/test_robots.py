@@ -10,24 +10,26 @@ from batchd.config import Settings, load_settings
 from batchd.download.downloader import Downloader
 from batchd.http import Request, RequestFailed
 from batchd.download.chain import MiddlewareChain, sleep_without_stop
+from batchd.download.middlewares.politeness import PolitenessMiddleware
 from batchd.download.middlewares.robots import RobotsTxtMiddleware
 from batchd.cli.starter import CONFIG_FILE, write_starter
 from batchd.task import TaskState
 from batchd.worker.worker import downloader_for
-from harness import Counter, settle, wait_for
+from harness import Counter, InProcessBatch, settle, wait_for
 from spiders.seed import CrawlTask
 
 FORBIDDEN = "forbidden by robots.txt"
 
 
 class Obeying:
-    """A Downloader whose chain is a RobotsTxtMiddleware (made with `options`), and what it counted."""
+    """A Downloader whose chain is a RobotsTxtMiddleware (made with `options`) and the politeness link that
+    keeps its Crawl-delay, and what it counted."""
 
     def __init__(self, **options):
         self.counter = Counter()
         self.downloader = Downloader(timeout=5.0, middlewares=[])
         self.robots = RobotsTxtMiddleware(self.downloader.download_once, stats=self.counter, **options)
-        self.downloader.use(MiddlewareChain([self.robots]))
+        self.downloader.use(MiddlewareChain([self.robots, PolitenessMiddleware(self.robots.paces)]))
 
     def fetch(self, url, **request):
         return self.downloader.fetch(Request(url, **request))
@@ -189,3 +191,19 @@ def test_a_project_batchd_init_writes_obeys_robots_txt(tmp_path):
     write_starter(str(tmp_path))
     assert load_settings(config_files=tmp_path / CONFIG_FILE).ROBOTSTXT_OBEY is True
     assert Settings().ROBOTSTXT_OBEY is False
+
+
+def test_a_crawl_delay_holds_across_the_workers_of_the_namespace(mysql_backend, site):
+    """Two workers, each with its own pace and connection: the site sees one request per Crawl-delay in all,
+    not one per worker (the rate-limit link books it in Redis's HostRates)."""
+    site.robots_txt = "User-agent: *\nCrawl-delay: 0.1\n"
+    mysql_backend.create_tasks([site.url(f"/page/{n}") for n in range(1, 13)])
+
+    def spider():
+        return CrawlTask(batch_store=mysql_backend.store(),
+                         settings=mysql_backend.settings(ROBOTSTXT_OBEY=True, SPIDER_THREAD_COUNT=4))
+
+    with InProcessBatch(spider, workers=2):
+        wait_for(lambda: set(mysql_backend.states().values()) == {TaskState.DONE}, message="every task done")
+    starts = [at for at, path in site.hit_times if path.startswith("/page/")]
+    assert len(starts) == 12 and starts[-1] - starts[0] >= 11 * 0.1 * 0.9, starts

@@ -126,9 +126,9 @@ def test_a_lease_is_renewed_and_released_only_by_its_token(sqlite):
     first = queue.lease("w:1", 0.3)
     assert (first.task_id, first.batch_id, first.task["url"], first.queue_left) == (1, 1, "http://127.0.0.1:9/1", 1)
     assert queue.known(["1", "2", "3"]) == {"1", "2"}
-    assert queue.renew([first], 0.3) == 1
+    assert queue.renew([first], 0.3) == [first]
     assert wait_for(lambda: queue.reclaim_expired(10), timeout=10, message="the renewed 0.3 s lease expired") == ["1"]
-    assert queue.renew([first], 60) == 0 and queue.release([first]) == []
+    assert queue.renew([first], 60) == [] and queue.release([first]) == []
     assert queue.known(["1"]) == set()
     queue.push(1, [first.task], "id")
     queue.lease("w:2", 60)                      # task 2, then task 1 again under a new token

@@ -26,11 +26,13 @@ from taskdb import MemoryBackend, SqliteBackend
 D = TaskState.DONE
 GATE = threading.Event()
 WAITING_FROM = 3      # tasks with this id and above wait in parse() until the test opens GATE
+AT_THE_GATE: set[int] = set()
 
 
 class LateTasksWait(CrawlTask):
     def parse(self, request, response, task):
         if task["id"] >= WAITING_FROM:
+            AT_THE_GATE.add(task["id"])
             GATE.wait(60)
         yield from super().parse(request, response, task)
 
@@ -101,10 +103,14 @@ def run_through_a_dump(backend, site, caplog, spider_factory, outage_begins, out
     dumped after ITEM_FLUSH_GIVE_UP; the store comes back and the batch ends. A direct inc() of the
     test's own goes with them."""
     GATE.clear()
+    AT_THE_GATE.clear()
     with caplog.at_level(logging.INFO, logger="batchd"):
         with InProcessBatch(spider_factory) as batch:
             worker = next(loop for name, _, _, loop in batch.loops if name.startswith("worker"))
             wait_for(lambda: [backend.states()[i] for i in (1, 2)] == [D, D], message="tasks 1 and 2 done")
+            # On a busy machine a late task may still be on its way from the queue; one the outage caught
+            # there would never yield before the outage ends.
+            wait_for(lambda: len(AT_THE_GATE) == 3, message="tasks 3 to 5 in parse()")
             worker.stats.inc("custom/direct", 7)          # from no task's thread: the worker's latest batch
             outage_begins()
             GATE.set()
@@ -180,7 +186,7 @@ def test_an_old_record_table_gets_the_stats_column(shared_backend, caplog):
     assert store.last_batch().counters == {"item/stored": 1, "retry/reason_count/HTTP 503": 2}
     assert json.loads(shared_backend.records()[0]["stats"]) == {"item/stored": 1, "retry/reason_count/HTTP 503": 2}
     added = sorted(r.getMessage() for r in caplog.records if "added the column" in r.getMessage())
-    assert len(added) == 2 and "reset_cursor" in added[0] and "stats" in added[1] and "counters" in added[1]
+    assert len(added) == 3 and "opening" in added[0] and "reset_cursor" in added[1] and "counters" in added[2]
 
 
 # -- a flush across a Redis outage

@@ -10,15 +10,17 @@ from batchd.download.downloader import Downloader
 from batchd.errors import ConfigError
 from batchd.http import Request, RequestFailed
 from batchd.download.chain import ChainContext
+from batchd.download.middlewares.politeness import PolitenessMiddleware
 from batchd.download.middlewares.throttle import AutoThrottleMiddleware
 
 
 class Throttled:
-    """A Downloader (no retries) whose chain is an AutoThrottleMiddleware made with `options`."""
+    """A Downloader (no retries) whose chain is an AutoThrottleMiddleware made with `options`, and the
+    politeness link that spaces the starts by the delays it learns."""
 
     def __init__(self, **options):
         self.throttle = AutoThrottleMiddleware(**options)
-        self.downloader = Downloader(timeout=5.0, middlewares=[self.throttle])
+        self.downloader = Downloader(timeout=5.0, middlewares=[self.throttle, PolitenessMiddleware(self.throttle.paces)])
 
     def fetch(self, url, **request) -> bool:
         """True if `url` came back 2xx; False if it failed."""
@@ -95,7 +97,8 @@ def test_the_delay_is_never_below_download_delay_and_each_host_has_its_own(site)
         assert throttled.fetch(other_host)
         assert throttled.throttle.delay_of(url) == 0.15
     starts = [at for at, path in site.hit_times if path == "/moody/4"]
-    assert all(later - earlier >= 0.14 for earlier, later in zip(starts, starts[1:])), starts
+    # (the site stamps a hit as it reads it: the first one, on a new connection, came 10 ms late once in CI)
+    assert all(later - earlier >= 0.12 for earlier, later in zip(starts, starts[1:])), starts
     other = next(at for at, path in site.hit_times if path == "/moody/5")
     assert other - starts[-1] < 0.1, "the other host did not wait behind this one's delay"
 

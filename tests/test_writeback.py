@@ -137,3 +137,49 @@ def test_the_last_tasks_of_a_batch_are_flushed_without_waiting_for_the_flush_int
         wait_for(lambda: set(backend.states().values()) == {D}, timeout=5,
                  message="every task done long before ITEM_FLUSH_INTERVAL=30 s: the queue ran dry, so they flushed")
     assert len(backend.items()) == 5
+
+
+def test_a_task_keeps_its_lease_until_its_row_is_settled(backend, site):
+    """The master takes a task in processing that neither the queue nor a lease holds for lost, and
+    crawls it again: a write-back never opens such a moment, its lease ends only after its row moved."""
+    tasks_beside_a_busy_one(backend, site, [site.url(f"/page/{i}") for i in range(1, 6)])
+    held_while_settled = []
+    with InProcessBatch(factory(backend, CrawlTask, **HELD)) as batch:
+        worker = worker_of(batch)
+        settler = wait_for(lambda: worker.pipeline and worker.pipeline.settler, message="the worker serving")
+        settle = settler.settle
+
+        def watched(move, batch_id, task_ids, **kwargs):
+            keys = [str(task_id) for task_id in task_ids]
+            held_while_settled.append((sorted(task_ids), sorted(worker.leases.known(keys))))
+            return settle(move, batch_id, task_ids, **kwargs)
+
+        settler.settle = watched
+        wait_for(lambda: set(backend.states().values()) == {D}, message="every task done")
+    assert sorted(t for got, _ in held_while_settled for t in got) == [1, 2, 3, 4, 5, 6]
+    assert all(known == [str(t) for t in got] for got, known in held_while_settled), held_while_settled
+    assert worker.leases.leased_count() == 0
+
+
+def test_a_task_is_added_to_the_tally_only_once_its_lease_is_given_back(backend, site):
+    """The master reads the tally, then the queue: a task counted settled while its lease was still
+    held was counted twice, and raised the batch's total past its rows."""
+    tasks_beside_a_busy_one(backend, site, [site.url(f"/page/{i}") for i in range(1, 6)])
+    settling, held_when_tallied = [], []
+    with InProcessBatch(factory(backend, CrawlTask, **HELD)) as batch:
+        worker = worker_of(batch)
+        settler = wait_for(lambda: worker.pipeline and worker.pipeline.settler, message="the worker serving")
+        settle, add_settled = settler.settle, settler.tally.add_settled
+
+        def watched_settle(move, batch_id, task_ids, **kwargs):
+            settling[:] = [str(task_id) for task_id in task_ids]
+            return settle(move, batch_id, task_ids, **kwargs)
+
+        def watched_add(batch_id, done, failed):
+            held_when_tallied.append((list(settling), sorted(worker.leases.known(settling))))
+            return add_settled(batch_id, done, failed)
+
+        settler.settle, settler.tally.add_settled = watched_settle, watched_add
+        wait_for(lambda: set(backend.states().values()) == {D}, message="every task done")
+    assert sorted(int(t) for got, _ in held_when_tallied for t in got) == [1, 2, 3, 4, 5, 6]
+    assert all(known == [] for _, known in held_when_tallied), held_when_tallied

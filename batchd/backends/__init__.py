@@ -1,6 +1,6 @@
 """Backends, and the one place that picks one.
 
-A backend package provides every port of batchd/ports.py for a namespace:
+A backend package provides every port of batchd/backends/ports.py for a namespace:
 
     mysql_redis/   MySQL (or a store of the user's own) for the tasks, Redis for the rest: any number of hosts
     sqlite/        one SQLite file holds everything: one host, no servers

@@ -29,9 +29,16 @@ from datetime import datetime
 from typing import Callable, Iterable, Mapping, Optional, Protocol, Sequence
 
 from ..errors import ConfigError
+from .host_breakers import BreakerState, LocalHostBreakers
 from .host_rates import LocalHostRates
-from ..model import BatchRecord, FailureQuery, ItemRow, Lease, Progress, TaskFailure, TaskLayout
+from ..model import (BatchOpening, BatchRecord, FailureQuery, ItemRow, Lease, PageRecord, Progress, Revisit, TaskFailure,
+                     TaskLayout)
 from ..task import Move
+
+
+def opened_with(walked: int, opening: Optional[BatchOpening]) -> int:
+    """The total_count of a batch whose opening walk is over, having walked `walked` rows."""
+    return walked if opening is None or opening.opened_with is None else opening.opened_with
 
 
 class BatchStore(abc.ABC):
@@ -43,6 +50,11 @@ class BatchStore(abc.ABC):
     # Which backend package (batchd/backends/) serves this store's other ports: its own file, its own
     # process, or Redis (a store of the user's own, like MySQL's, is served by Redis).
     served_by = "mysql_redis"
+    # True when record_reset keeps a BatchOpening: only then may a batch open otherwise than full, resetting all.
+    keeps_openings = False
+    # True when the store keeps PageRecords and Revisits (the page and revisit tables): only then may
+    # REVALIDATE be on or BATCH_MODE be "due".
+    keeps_pages = False
 
     @property
     def opened_layout(self) -> TaskLayout:
@@ -113,18 +125,53 @@ class BatchStore(abc.ABC):
         of their ids, how many); None when no row is left. Reads the primary key, nothing else."""
 
     @abc.abstractmethod
-    def reset_chunk(self, after, upper) -> int:
-        """Move.RESET of every row with after < id <= upper (after None: from the first row); rows
-        already pending are left alone. Return how many moved. One short statement."""
+    def reset_chunk(self, after, upper, move: Move = Move.RESET) -> int:
+        """`move` (Move.RESET, or RESET_KEEPING_FAILED) of every row with after < id <= upper (after None:
+        from the first row); rows already pending are left alone. Return how many moved. One short statement."""
 
     @abc.abstractmethod
     def count_chunk(self, after, upper) -> tuple:
         """(rows, done, failed) among the rows with after < id <= upper: a reconciliation walks the table so."""
 
+    def reset_due_chunk(self, after, upper, due_before: float, move: Move = Move.RESET) -> int:
+        """A "due" batch's reset: `move` of the rows with after < id <= upper whose revisit is due, i.e.
+        with no Revisit or one whose next_due <= due_before; rows already pending, those in the states
+        the move keeps, and those not due are left alone. How many moved. One short statement (the
+        revisit table is read by its primary key, row by row of the chunk)."""
+        raise NotImplementedError(f"{self.describe()} keeps no revisits")
+
+    # -- what a re-crawl remembers (keeps_pages); a store without it is never asked
+    def recall_pages(self, urls: Sequence[str]) -> dict:
+        """The PageRecords kept of these URLs, by URL (those never fetched whole are absent)."""
+        raise NotImplementedError(f"{self.describe()} keeps no pages")
+
+    def remember_pages(self, pages: Sequence[PageRecord]) -> None:
+        """Keep these PageRecords, each replacing the one of its URL: one upsert."""
+        raise NotImplementedError(f"{self.describe()} keeps no pages")
+
+    def forget_pages(self, urls: Sequence[str]) -> None:
+        """Drop what is kept of these URLs (a page gone: 404 or 410)."""
+        raise NotImplementedError(f"{self.describe()} keeps no pages")
+
+    def pages_changed_in(self, batch_id: int) -> list:
+        """The PageRecords whose changed_in is `batch_id` (new or changed in that batch), by URL."""
+        raise NotImplementedError(f"{self.describe()} keeps no pages")
+
+    def revisits(self, task_ids: Sequence) -> dict:
+        """The Revisits kept of these tasks, by task_key(task_id) (tasks never scheduled are absent)."""
+        raise NotImplementedError(f"{self.describe()} keeps no revisits")
+
+    def schedule_revisits(self, revisits: Sequence[Revisit]) -> None:
+        """Keep these Revisits, each replacing the one of its task: one upsert."""
+        raise NotImplementedError(f"{self.describe()} keeps no revisits")
+
     @abc.abstractmethod
-    def record_reset(self, batch_id: int, after, walked: int, finished: bool = False) -> None:
-        """Keep the reset's progress in the batch record: every row up to id `after` is reset, `walked`
-        rows so far. `finished`: no row is left; the cursor is cleared and total_count = walked."""
+    def record_reset(self, batch_id: int, after, walked: int, finished: bool = False,
+                     opening: Optional[BatchOpening] = None) -> None:
+        """Keep the opening walk's progress in the batch record: every row up to id `after` is walked (reset,
+        or counted), `walked` rows so far. `finished`: no row is left; the cursor is cleared and total_count =
+        walked (opening.opened_with when given). `opening`: a batch opened otherwise than full, resetting all,
+        keeps its BatchOpening in the same statement (only stores with keeps_openings are given one)."""
 
     @abc.abstractmethod
     def update_batch(self, batch_id: int, progress: Progress, is_done: bool) -> None:
@@ -134,7 +181,9 @@ class BatchStore(abc.ABC):
     def claim(self, limit: int, upto=None) -> list:
         """Move at most `limit` PENDING tasks to PROCESSING (lowest ids first; with `upto`, none past that
         id) and return their rows as dicts. A row returned is one this call moved: no two claims ever
-        return the same row. Through the state column's index: never a scan of the table."""
+        return the same row. Through the state column's index: never a scan of the table. With the layout's
+        host_field (BATCH_TASK_HOST_FIELD), the tasks are taken round robin across hosts instead, in the
+        order picked (backends/host_claim.py)."""
 
     @abc.abstractmethod
     def move(self, move: Move, ids: Sequence, older_than: Optional[float] = None) -> int:
@@ -223,6 +272,9 @@ class LeaseQueue(Protocol):
     def leased_count(self) -> int:
         """Tasks held under a lease."""
 
+    def queue_counts(self) -> tuple:
+        """(pending, leased), read in one step: a task leased or given back meanwhile is counted once."""
+
     def lease(self, token: str, lease_seconds: float) -> Optional[Lease]:
         """Take the next pending task under a new lease, atomically, or None when the list is empty."""
 
@@ -231,12 +283,17 @@ class LeaseQueue(Protocol):
         one atomic step (one round trip): fewer when the list runs short, [] when it is empty. Each
         Lease's queue_left counts the tasks behind it in the list."""
 
-    def renew(self, leases: Iterable[Lease], lease_seconds: float) -> int:
-        """Push back the deadlines of the leases still owned; return how many were."""
+    def renew(self, leases: Iterable[Lease], lease_seconds: float) -> list:
+        """Push back the deadlines of the leases still owned and return them; the others were reclaimed."""
 
     def release(self, leases: Sequence[Lease]) -> list:
         """End the leases that are still owned and return them; the others were reclaimed, and a
         write-back for them must not happen (their new holder owns the task)."""
+
+    def hand_back(self, leases: Sequence[Lease]) -> list:
+        """End the leases still owned and put their tasks back at the tail of the queue, in one atomic step;
+        return those handed back. A worker holding more tasks of one busy host than it can start soon
+        shares them out this way (worker/set_aside.py), without the master, MySQL or an attempt counted."""
 
     def give_back(self, leases: Sequence[Lease]) -> int:
         """Make these leases, if still owned, due at once, so that the master reclaims their tasks at its
@@ -245,6 +302,12 @@ class LeaseQueue(Protocol):
     def expire_leases_of(self, token_prefix: str) -> int:
         """Give back every lease whose token starts with `token_prefix` (a worker process that died: its
         supervisor knows its host and pid); return how many."""
+
+    def held_leases(self, oldest: int) -> "LeaseView":
+        """Every lease as it stands, read in one step, for `batchd status --why`: counted by holder, and the
+        `oldest` held longest (since lease() or lease_many() took them; a renewal keeps that time), with their
+        tokens. Ages and deadlines are in seconds on the backend's own clock. Reads every lease: for an
+        operator's command, never a worker's or the master's loop."""
 
     def reclaim_expired(self, limit: int) -> list:
         """Remove up to `limit` leases whose deadline passed; return their task keys."""
@@ -275,6 +338,41 @@ class LeaseQueue(Protocol):
 
     def close(self) -> None:
         """Release connections."""
+
+
+@dataclass(frozen=True)
+class HeldLease:
+    """A lease as `held_leases` reads it: the task's key, the token that holds it, for how many seconds
+    (None: taken by an older batchd, which kept no time) and in how many its deadline passes (<= 0: due)."""
+
+    key: str
+    token: str
+    held: Optional[float]
+    expires_in: float
+
+
+@dataclass(frozen=True)
+class LeaseView:
+    """`held_leases`: {holder: (leases, seconds until the last of them expires)}, a holder being a token up to
+    its last ':' (a worker process's tokens share it: worker/worker.py worker_token_prefix), and the oldest
+    HeldLeases, the longest held first."""
+
+    holders: dict
+    oldest: list
+
+
+def lease_view(rows: Iterable[tuple], now: float, oldest: int) -> LeaseView:
+    """A LeaseView of (key, token, deadline, leased at or None) rows read at `now`, on one clock."""
+    holders: dict = {}
+    held = []
+    for key, token, deadline, since in rows:
+        holder = token[:token.rfind(":") + 1] or token
+        count, last = holders.get(holder, (0, None))
+        expires_in = deadline - now
+        holders[holder] = (count + 1, expires_in if last is None else max(last, expires_in))
+        held.append(HeldLease(key, token, None if since is None else max(0.0, now - since), expires_in))
+    held.sort(key=lambda lease: (lease.held is None, -(lease.held or 0.0), lease.key))
+    return LeaseView(holders, held[:oldest])
 
 
 class MasterLock(Protocol):
@@ -334,6 +432,26 @@ class HostRates(Protocol):
         may start together): the seconds to wait before starting it, 0 for now."""
 
 
+class HostBreakers(Protocol):
+    """Each host's breaker (backends/host_breakers.py tells its states and steps), one story for every worker that
+    shares this backend (Redis: every worker of the namespace on every host; SQLite, memory: the worker's
+    process). Workers count a host's failures themselves and step its breaker only when its state changes."""
+
+    def step(self, host: str, step: str, now: float, arg=None) -> tuple:
+        """One step of `host`'s breaker at `now` (Unix seconds), atomically: (its state after, or None for
+        closed; 1 when the step did what it asked: opened the breaker, won the probe, first said it down)."""
+
+    def look(self, host: str) -> Optional[BreakerState]:
+        """`host`'s breaker as it stands: None for closed (no record)."""
+
+    def close(self, host: str) -> None:
+        """The probe answered: forget the host's record (closed)."""
+
+    def states(self, limit: int = 20) -> dict:
+        """For display (`batchd status --hosts`): host -> BreakerState of at most `limit` hosts with a record,
+        the most recently changed first."""
+
+
 class BatchTally(Protocol):
     """Done and failed tasks per batch, counted as they settle, so the master never counts rows. Every
     compare-and-set write-back adds the rows it really moved, so the tally is exact but for the write-backs
@@ -360,12 +478,25 @@ class BatchCounters(Protocol):
     numbered by its worker, and a number is applied once: a flush sent again because its first answer was
     lost (the backend went down mid-call) adds nothing twice."""
 
-    def add_counts(self, batch_id: int, counts: Mapping[str, int], source: str, seq: int) -> None:
-        """Add `counts` to the batch's totals atomically, unless flush `seq` of `source` (a worker's own name)
-        or a later one was applied to this batch already. A source's numbers only grow."""
+    def add_counts(self, batch_id: int, counts: Mapping[str, int], source: str, seq: int,
+                   hosts: Mapping[str, Mapping[str, int]] = {}, host_cap: int = 0) -> None:
+        """Add `counts` to the batch's totals and `hosts` ({host: {field: n}}) to its table of hosts, atomically,
+        unless flush `seq` of `source` (a worker's own name) or a later one was applied to this batch already.
+        A source's numbers only grow. The table lets `host_cap` hosts in at most; any other host's counts go to
+        host_counts.OTHER (host_counts.merge_hosts says how)."""
 
     def counts(self, batch_id: int) -> dict:
         """The batch's totals, {name: n} ({} when nothing was counted, or the backend lost them)."""
+
+    def host_counts(self, batch_id: int) -> dict:
+        """The batch's table of hosts, {host: {field: n}}."""
+
+    def set_host_gauges(self, source: str, gauges: Mapping[str, Mapping[str, int]], ttl: float) -> None:
+        """What is true of `source`'s hosts now ({host: {field: n}}), in place of what it said before, for `ttl`
+        seconds (a worker that stops saying it is forgotten); {}: forget it now."""
+
+    def host_gauges(self) -> dict:
+        """Every live source's gauges, added up per host."""
 
 
 class NamespaceRecord(Protocol):
@@ -398,6 +529,35 @@ def claim_namespace(record_port: NamespaceRecord, store: BatchStore, layout: Tas
     return identity
 
 
+@dataclass(frozen=True)
+class MasterPorts:
+    """What a master reaches: the store, the queue it fills and patrols, its lock, and the batch's figures."""
+
+    store: BatchStore
+    leases: LeaseQueue
+    locks: MasterLocks
+    wake: WakeChannel
+    namespaces: NamespaceRecord
+    tally: BatchTally
+    counters: BatchCounters
+
+
+@dataclass(frozen=True)
+class WorkerPorts:
+    """What a worker reaches: the store it writes to, the queue it leases from, and what its tasks share
+    with every worker of the namespace (the request filter, the hosts' rate and breakers, the batch's figures)."""
+
+    store: BatchStore
+    leases: LeaseQueue
+    wake: WakeChannel
+    seen: SeenFilter
+    namespaces: NamespaceRecord
+    tally: BatchTally
+    counters: BatchCounters
+    host_rates: HostRates
+    host_breakers: HostBreakers
+
+
 @dataclass
 class Backend:
     """Every port of one namespace on one backend, as `batchd.backends.open_backend` gives them."""
@@ -413,10 +573,22 @@ class Backend:
     counters: BatchCounters
     closers: tuple = field(default=())     # what close() releases besides the store
     rates: Optional[HostRates] = None     # DOMAIN_RATE_LIMIT; None: kept in this process (host_rates())
+    breakers: Optional[HostBreakers] = None     # None: kept in this process (host_breakers())
 
     def host_rates(self, namespace: str) -> HostRates:
         """The backend's HostRates, or the one every worker of this process shares for the namespace."""
         return self.rates if self.rates is not None else LocalHostRates.for_namespace(namespace)
+
+    def host_breakers(self, namespace: str) -> HostBreakers:
+        """The backend's HostBreakers, or the one every worker of this process shares for the namespace."""
+        return self.breakers if self.breakers is not None else LocalHostBreakers.for_namespace(namespace)
+
+    def master_ports(self) -> MasterPorts:
+        return MasterPorts(self.store, self.leases, self.locks, self.wake, self.namespaces, self.tally, self.counters)
+
+    def worker_ports(self, namespace: str) -> WorkerPorts:
+        return WorkerPorts(self.store, self.leases, self.wake, self.seen, self.namespaces, self.tally, self.counters,
+                           self.host_rates(namespace), self.host_breakers(namespace))
 
     def close(self) -> None:
         for close in self.closers:
@@ -427,9 +599,14 @@ class Backend:
 @dataclass
 class SupervisorPorts:
     """What a supervisor reaches, with short timeouts (its loop must never wait long): the status board,
-    and the leases and wake channel to give back a dead worker's tasks at once."""
+    the leases and wake channel to give back a dead worker's tasks at once, the batch's tally its snapshot
+    samples (the rate and the ETA), and the batch's counters and the hosts' breakers that /metrics shows per
+    host (None: breakers kept in each worker process)."""
 
     board: StatusBoard
     leases: LeaseQueue
     wake: WakeChannel
+    tally: BatchTally
+    counters: BatchCounters
     close: Callable[[], None]
+    breakers: Optional[HostBreakers] = None

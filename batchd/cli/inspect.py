@@ -9,10 +9,13 @@ from typing import Callable
 
 from ..errors import BatchdError, ExitCode
 from ..download.chain import ChainContext, chain_from_settings
+from ..download.host_terms import HostTerms
 from ..backends.ports import claim_namespace
 from ..runtime import Runtime
 from .arguments import VerbGroup, positive, runtime_from_args, spider_and_config
-from .status import gather_history, gather_status, render_history, render_json, render_status
+from .status import (gather_history, gather_hosts, gather_status, render_history, render_hosts, render_json,
+                     render_status)
+from .why import gather_why, render_why
 
 VERBS = VerbGroup()
 verb = VERBS.verb
@@ -29,6 +32,12 @@ def status_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--history", nargs="?", type=positive, const=HISTORY_LENGTH, metavar="N",
                         help=f"the last N batches (default {HISTORY_LENGTH}), newest first: opened, closed, "
                              "duration, done, failed, total, items stored, mean rate")
+    parser.add_argument("--hosts", action="store_true",
+                        help="the batch's busiest hosts (HOST_STATS_TOP), most tasks waiting first: waiting, in flight, "
+                             "done, failed, p50, p95, breaker")
+    parser.add_argument("--why", action="store_true",
+                        help="why the open batch is not finished: tasks pending, queued, leased by live and dead "
+                             "workers, set aside per host, paused, outages, the oldest in flight, and a verdict")
 
 
 @verb("status", "where the batch stands: progress, queue, rate, ETA, workers per host, unflushed items",
@@ -39,14 +48,16 @@ def status_verb(args: argparse.Namespace) -> int:
         entries = gather_history(runtime, args.history)
         print(render_json(entries) if args.json else render_history(entries))
         return ExitCode.OK
-    render = render_json if args.json else render_status
+    gather: Callable[[Runtime], dict] = gather_why if args.why else gather_hosts if args.hosts else gather_status
+    render: Callable[[dict], str] = (render_json if args.json else render_why if args.why
+                                     else render_hosts if args.hosts else render_status)
     if not args.watch:
-        status = gather_status(runtime)
+        status = gather(runtime)
         print(render(status))
         return ExitCode.UNAVAILABLE if status["unreachable"] else ExitCode.OK
     clear = "\033[H\033[J" if sys.stdout.isatty() else ""
     while True:          # Ctrl-C ends it (main() turns KeyboardInterrupt into 130)
-        text = render(gather_status(runtime))
+        text = render(gather(runtime))
         print(f"{clear}{text}\n(every {args.watch:g} s; Ctrl-C to stop)", flush=True)
         time.sleep(args.watch)
 
@@ -84,7 +95,17 @@ def check_verb(args: argparse.Namespace) -> int:
     checks.item("index", lambda: (True, _state_index(runtime)), needs=opened)
     checks.item("namespace", lambda: (True, _namespace_owner(runtime)), needs=opened and queue)
     checks.item("downloader", lambda: (True, _middleware_chain(runtime)), needs=queue)
+    if runtime is not None:
+        _host_terms(runtime)
     return checks.exit_code
+
+
+def _host_terms(runtime: Runtime) -> None:
+    """The terms in force: the global ones, then one line per [hosts] table (proxies redacted)."""
+    terms = HostTerms.from_settings(runtime.settings)
+    print(f"TERMS {'every host':<11} {terms.defaults.describe()}")
+    for pattern, table in terms.patterns.items():
+        print(f"TERMS {pattern:<11} {table.describe()}")
 
 
 def _checked_runtime(args: argparse.Namespace) -> tuple:
@@ -106,7 +127,8 @@ def _reach_queue(runtime: Runtime) -> str:
 def _open_task_table(runtime: Runtime) -> str:
     layout = runtime.layout
     runtime.store.open(layout)
-    return f"`{layout.table}` with `{layout.id_field}`, `{layout.state_field}`, `{layout.time_field}`"
+    hosts = f", hosts from `{layout.host_field}` (BATCH_TASK_HOST_FIELD)" if layout.host_field else ""
+    return f"`{layout.table}` with `{layout.id_field}`, `{layout.state_field}`, `{layout.time_field}`{hosts}"
 
 
 def _namespace_owner(runtime: Runtime) -> str:
@@ -130,4 +152,6 @@ def _state_index(runtime: Runtime) -> str:
     fix = runtime.store.missing_state_index(layout)
     if fix:
         raise BatchdError(f"`{layout.state_field}` has no index, so every patrol scans the whole table; run: {fix}")
+    if layout.host_field:     # the claim reads the host column with the rows the state index finds
+        return f"`{layout.state_field}` is indexed; claims across hosts need no index on `{layout.host_field}`"
     return f"`{layout.state_field}` is indexed"

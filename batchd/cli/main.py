@@ -4,7 +4,8 @@
     batchd master [SPIDER]   supervisor + master          (batchd-master.service; batchd-master@.service: --instance %i)
     batchd worker [SPIDER]   supervisor + N workers       (batchd-worker@.service: --instance %i)
     batchd reload --pid PID  check the config and the spider, then SIGHUP the supervisor (ExecReload=)
-    batchd status [SPIDER]   where the batch stands (--json for scripts; --history [N]: the last N batches)
+    batchd status [SPIDER]   where the batch stands (--json for scripts; --history [N]: the last N batches;
+                             --hosts: the busiest hosts)
     batchd check [SPIDER]    config, connections, task table and columns, index
     batchd pause|resume      stop / go on claiming and leasing tasks in the namespace
     batchd open-batch        open the next batch now (--force: close the open one first)

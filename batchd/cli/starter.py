@@ -41,6 +41,10 @@ FAILED_ITEMS_PATH = "{folder}/failed_items.jsonl"
 ROBOTSTXT_OBEY = true
 BATCH_INTERVAL = 1
 BATCH_INTERVAL_UNIT = "day"
+# Re-crawls move only what changed: each page is asked for with the ETag / Last-Modified its
+# last crawl kept, a 304 is not parsed again (its task is done, its items stand), and items
+# equal to those stored are not written again.
+REVALIDATE = true
 '''
 
 

@@ -4,16 +4,21 @@
 publish (supervisor/snapshots.py lists their fields) into one dict; `render_status` turns it into
 text (`--json` prints the dict). Keeping the two apart lets another view (a progress bar, a watch
 loop) reuse the gathering. `gather_history` and `render_history` do the same for `--history`, from
-the batch records alone.
+the batch records alone, and `gather_hosts` and `render_hosts` for `--hosts`, from the batch's counters
+per host and the workers' gauges (backends/host_counts.py).
 """
 import json
 import time
 from typing import Any, Optional
 
+from ..backends.host_counts import LATENCY_BOUNDS, OTHER, breaker_phases, host_rows
 from ..errors import BackendUnavailable
+from ..process.systemd import escape_controls
 from ..model import BatchRecord, Progress
+from ..recrawl.pages import FOUND, VERDICTS
 from ..settle.stats import summary
-from ..supervisor.snapshots import duration, eta, freshest_master, paused_text
+from ..supervisor.snapshots import (RATE_WINDOW, duration, eta, freshest_master, paused_text, rate_text, samples_of,
+                                    window_rate)
 
 def gather_status(runtime) -> dict:
     """Everything `batchd status` shows, as plain data: the batch record, its tally and the queue (no row
@@ -22,16 +27,19 @@ def gather_status(runtime) -> dict:
     last published it in Redis."""
     store, layout, backend = runtime.store, runtime.layout, runtime.backend
     unreachable: list[str] = []
-    reached = _reached(unreachable, lambda: (store.open(layout), store.last_batch()))
+    reached = read_or_note(unreachable, lambda: (store.open(layout), store.last_batch()))
     record = reached[1] if reached else None
-    seen = _reached(unreachable, lambda: (backend.board.read_statuses(), backend.leases.pending_count(),
-                                          backend.leases.leased_count(),
+    # The tally before the queue, as the master reads them (master/patrol.py, check_progress).
+    seen = read_or_note(unreachable, lambda: (backend.board.read_statuses(),
                                           backend.tally.settled(record.id) if record else None,
+                                          backend.leases.queue_counts(),
                                           _counters(backend, record), backend.leases.paused_since()))
-    snapshots, waiting, leased, settled, counters, paused_since = seen or ([], None, None, None, None, None)
+    snapshots, settled, (waiting, leased), counters, paused_since = seen or ([], None, (None, None), None, None)
     master = freshest_master(snapshots)
-    rate = float(master["batch_rate"]) if master else None
     batch, tasks = _batch_and_tasks(record, settled, (waiting or 0) + (leased or 0), None if reached else master)
+    samples = samples_of(master) if master and batch and int(master["batch_id"]) == batch["id"] else []
+    measured = window_rate(samples)
+    rate = measured[0] if measured else None
     return {
         "namespace": runtime.namespace,
         "table": layout.table,
@@ -42,10 +50,14 @@ def gather_status(runtime) -> dict:
         "counters": counters,
         "queue": {"waiting": waiting, "leased": leased},
         "paused_since": paused_since,
-        "rate": rate,
-        "eta_seconds": eta(tasks["total"] - tasks["settled"], rate) if tasks else None,
+        "rate": rate,                   # settled tasks per second over rate_seconds, up to rate_as_of
+        "rate_seconds": round(measured[1], 3) if measured else None,
+        "rate_as_of": samples[-1][0] if samples else None,
+        "rate_window": RATE_WINDOW,
+        "eta_seconds": eta(tasks["total"] - tasks["settled"], None if paused_since else rate) if tasks else None,
         "hosts": [_host_entry(s) for s in sorted(snapshots, key=lambda s: (s["host"], s["instance"]))],
         "workers_alive": sum(int(s.get("workers_alive", 0)) for s in snapshots),
+        "workers_wanted": sum(int(s.get("workers_wanted", 0)) for s in snapshots),
         "unflushed": sum(int(s.get("unflushed", 0)) for s in snapshots),
         "time": time.time(),
     }
@@ -58,7 +70,7 @@ def _counters(backend, record: Optional[BatchRecord]) -> Optional[dict]:
     return record.counters if record.is_done else backend.counters.counts(record.id)
 
 
-def _reached(unreachable: list, read):
+def read_or_note(unreachable: list, read):
     """What `read` returns, or None with the outage noted (one line per backend)."""
     try:
         return read()
@@ -99,6 +111,9 @@ def _host_entry(snapshot: dict) -> dict:
     entry.update(host=snapshot["host"], instance=snapshot["instance"], role=snapshot["role"],
                  rate=float(snapshot.get("rate", 0)), seconds_ago=round(time.time() - float(snapshot["updated"]), 1),
                  workers=json.loads(snapshot.get("workers") or "[]"))
+    if snapshot.get("outage_since"):      # what its children wait for
+        entry["outage"] = {"backend": snapshot.get("outage_backend", "?"), "since": float(snapshot["outage_since"]),
+                           "reason": snapshot.get("outage_reason", "")}
     return entry
 
 
@@ -129,18 +144,50 @@ def render_status(status: dict) -> str:
         lines.append(f"counters {summary(status['counters'])}")
     if queue["waiting"] is not None:
         lines.append(f"queue    {queue['waiting']} waiting, {queue['leased']} leased")
-    rate = "unknown (no supervised master publishes one)" if status["rate"] is None else f"{status['rate']:.1f} tasks/s"
-    lines.append(f"rate     {rate}, ETA {duration(status['eta_seconds'])}")
-    hosts = ", ".join(f"{h['host']} {h['workers_alive']} ({h['role']}@{h['instance']}"
-                      f"{', master' if h['master_alive'] else ''})" for h in status["hosts"]) or "none reporting"
-    lines.append(f"workers  {status['workers_alive']} alive: {hosts}")
+    lines.append(f"rate     {_rate_words(status)}, ETA {duration(status['eta_seconds'])}")
+    lines.append(f"workers  {status['workers_alive']} alive of {status['workers_wanted']} wanted: "
+                 f"{workers_text(status['hosts'])}")
     for host in status["hosts"]:
         for w in host["workers"]:
-            lines.append(f"  {host['host']}@{host['instance']} {w['name']} pid {w['pid']}: {w['done']} done, "
-                         f"{w['failed']} failed, {w['items']} items, {w['tasks']} tasks in hand, "
-                         f"{w['unflushed']} unflushed, beat {w['silent']:.0f}s ago")
+            lines.append(f"  {escape_controls(host['host'])} {supervisor_name(host)}, {w['name']} "
+                         f"(pid {w['pid']}): {w['done']} done, {w['failed']} failed, {w['items']} items, "
+                         f"{w['tasks']} tasks in hand, {w['unflushed']} unflushed, beat {w['silent']:.0f}s ago")
     lines.append(f"unflushed items {status['unflushed']}")
     return "\n".join(lines)
+
+
+def _rate_words(status: dict) -> str:
+    if status["rate"] is not None:
+        return rate_text((status["rate"], status["rate_seconds"]))
+    if status["rate_as_of"] is not None:
+        return "unknown yet (one sample of the tally so far)"
+    return "unknown (no supervised master publishes one)"
+
+
+def workers_text(hosts: list) -> str:
+    """host vm — 2 workers (batchd-worker@1), the master (batchd-master); host vm2 — ...: what each host's
+    supervisors run, named as their units are. Host and instance names are shown escaped."""
+    by_host: dict = {}
+    for entry in hosts:
+        by_host.setdefault(entry["host"], []).append(f"{_runs(entry)} ({supervisor_name(entry)})")
+    text = "; ".join(f"host {escape_controls(host)} — {', '.join(seats)}" for host, seats in by_host.items())
+    return text or "none reporting"
+
+
+def supervisor_name(entry: dict) -> str:
+    """batchd-worker@1, batchd-master, batchd-run: the supervisor by its seat, escaped."""
+    seat = entry["role"] if entry["instance"] == entry["role"] else f"{entry['role']}@{entry['instance']}"
+    return escape_controls(f"batchd-{seat}")
+
+
+def _runs(entry: dict) -> str:
+    parts = []
+    if entry["role"] != "master":
+        alive, wanted = entry["workers_alive"], entry["workers_wanted"]
+        parts.append(f"{alive}{'' if alive == wanted else f' of {wanted}'} worker{'' if wanted == 1 else 's'}")
+    if entry["role"] != "worker":
+        parts.append("the master" if entry["master_alive"] else "no master")
+    return " and ".join(parts)
 
 
 def _progress_lines(tasks: Optional[dict]) -> list:
@@ -152,6 +199,15 @@ def _progress_lines(tasks: Optional[dict]) -> list:
     return [f"{bar(tasks['done'], tasks['failed'], tasks['total'])} {tasks['settled']}/{tasks['total']}",
             f"progress {tasks['settled']}/{tasks['total']}: {tasks['done']} done, {tasks['failed']} failed, "
             f"{tasks['processing']} processing, {tasks['pending']} pending"]
+
+
+def render_table(columns: tuple, rows: list, text_columns: tuple) -> str:
+    """`rows` of cells under `columns`, aligned: the `text_columns` read left to right, figures line up on
+    their right."""
+    rows = [columns] + rows
+    widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
+    return "\n".join("  ".join(cell.ljust(width) if i in text_columns else cell.rjust(width)
+                               for i, (cell, width) in enumerate(zip(row, widths))).rstrip() for row in rows)
 
 
 def render_json(data) -> str:
@@ -176,30 +232,80 @@ def history_entry(record: BatchRecord, now) -> dict:
     end = closed if record.is_done else now
     seconds = max(0.0, (end - record.batch_date).total_seconds()) if end is not None else None
     settled = record.done_count + record.fail_count
-    return {"id": record.id, "opened": record.batch_date.isoformat(sep=" "),
+    opening = record.how_opened
+    return {"id": record.id, "mode": opening.mode, "reset_failed": opening.reset_failed,
+            "opened_with": opening.opened_with, "opened": record.batch_date.isoformat(sep=" "),
             "closed": closed.isoformat(sep=" ") if closed else None, "is_done": bool(record.is_done),
             "duration_seconds": seconds, "done": record.done_count, "failed": record.fail_count,
             "total": record.total_count, "items": record.counters.get("item/stored") if record.stats else None,
-            "rate": settled / seconds if seconds else None}
+            "found": found_counts(record.counters), "rate": settled / seconds if seconds else None}
 
 
-HISTORY_COLUMNS = ("batch", "opened", "closed", "duration", "done", "failed", "total", "items", "rate")
+def found_counts(counters: dict) -> Optional[dict]:
+    """What a re-crawl found, in tasks {new, changed, unchanged, gone}; None when the batch kept no page."""
+    found = {verdict: counters.get(FOUND + verdict, 0) for verdict in VERDICTS}
+    return found if any(found.values()) else None
+
+
+HISTORY_COLUMNS = ("batch", "mode", "opened", "closed", "duration", "opened with", "done", "failed", "total", "items",
+                   *VERDICTS, "rate")
 
 
 def render_history(entries: list) -> str:
     """One line per batch under a header, columns aligned; a blank where a figure is unknown."""
     if not entries:
         return "no batch yet (the master opens the first one)"
-    rows = [HISTORY_COLUMNS] + [_history_row(entry) for entry in entries]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(HISTORY_COLUMNS))]
-    text_columns = (1, 2)       # the dates read left to right; figures line up on their right
-    return "\n".join("  ".join(cell.ljust(width) if i in text_columns else cell.rjust(width)
-                               for i, (cell, width) in enumerate(zip(row, widths))).rstrip() for row in rows)
+    return render_table(HISTORY_COLUMNS, [_history_row(entry) for entry in entries], text_columns=(1, 2, 3))
 
 
 def _history_row(entry: dict) -> tuple:
     def blank_or(value, shown) -> str:
         return "" if value is None else shown(value)
-    return (str(entry["id"]), entry["opened"], entry["closed"] or ("" if entry["is_done"] else "(running)"),
-            blank_or(entry["duration_seconds"], duration), str(entry["done"]), str(entry["failed"]), str(entry["total"]),
-            blank_or(entry["items"], str), blank_or(entry["rate"], lambda rate: f"{rate:.1f}/s"))
+    mode = entry["mode"] if entry["reset_failed"] or entry["mode"] == "incremental" else f"{entry['mode']}, failed kept"
+    found = entry["found"] or {}
+    return (str(entry["id"]), mode, entry["opened"], entry["closed"] or ("" if entry["is_done"] else "(running)"),
+            blank_or(entry["duration_seconds"], duration), blank_or(entry["opened_with"], str), str(entry["done"]),
+            str(entry["failed"]), str(entry["total"]), blank_or(entry["items"], str),
+            *(blank_or(found.get(verdict), str) for verdict in VERDICTS),
+            blank_or(entry["rate"], lambda rate: f"{rate:.1f}/s"))
+
+
+# -- `batchd status --hosts`
+
+HOST_COLUMNS = ("host", "waiting", "in flight", "done", "failed", "p50", "p95", "breaker")
+
+
+def gather_hosts(runtime) -> dict:
+    """The open (or last) batch's hosts as plain data, most tasks waiting first: its counters per host (the
+    HOST_STATS_TOP kept, and OTHER) and what the live workers say of them now."""
+    store, layout, counters = runtime.store, runtime.layout, runtime.backend.counters
+    unreachable: list[str] = []
+    reached = read_or_note(unreachable, lambda: (store.open(layout), store.last_batch()))
+    record = reached[1] if reached else None
+    seen = read_or_note(unreachable,
+                        lambda: (counters.host_counts(record.id) if record else {}, counters.host_gauges()))
+    counts, gauges = seen or ({}, {})
+    breakers = read_or_note(unreachable, lambda: breaker_phases(runtime.backend.host_breakers(runtime.namespace))) or {}
+    return {"namespace": runtime.namespace, "batch": record.id if record else None, "unreachable": unreachable,
+            "hosts": host_rows(counts, gauges, breakers), "top": runtime.settings.HOST_STATS_TOP}
+
+
+def render_hosts(status: dict) -> str:
+    """A line per host under a header; a host's name is crawled text, shown with its control characters
+    escaped."""
+    lines = [f"namespace {status['namespace']}, batch {status['batch'] if status['batch'] is not None else 'none yet'}"]
+    lines += [f"MISSING  {reason}" for reason in status["unreachable"]]
+    if not status["hosts"]:
+        return "\n".join(lines + ["no host counted yet"])
+    rows = [(escape_controls(row["host"]), str(row["waiting"]), str(row["in_flight"]), str(row["done"]),
+             str(row["failed"]), _latency_text(row["p50"]), _latency_text(row["p95"]), row["breaker"] or "-")
+            for row in status["hosts"]]
+    lines.append(render_table(HOST_COLUMNS, rows, text_columns=(0, 7)))
+    lines.append(f"(p50, p95: the top of the latency bucket; past the busiest {status['top']} hosts, {OTHER})")
+    return "\n".join(lines)
+
+
+def _latency_text(seconds: Optional[float]) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds:g}s" if seconds != float("inf") else f">{LATENCY_BOUNDS[-2]:g}s"

@@ -2,7 +2,7 @@
 
 DOWNLOADER_MIDDLEWARES names the chain, outermost first, as dotted paths of `DownloaderMiddleware`
 classes; batchd's own retries, proxies, robots.txt, rate limit, politeness and counters are links of
-it, so a spider can reorder, drop or replace any of them. One attempt runs:
+it (download/middlewares/, one file each), so a spider can reorder, drop or replace any of them. One attempt runs:
 
     process_request   outermost to innermost: None goes on; a Request goes on in its place; a
                       Response answers without sending (the middlewares inside are skipped)
@@ -20,27 +20,21 @@ afresh. The attempt's outcome (a 2xx Response, or what failed) is the downloader
 """
 import importlib
 import logging
-import random
-import re
 import time
-from dataclasses import dataclass
-from datetime import timezone
-from email.utils import parsedate_to_datetime
-from typing import Any, Callable, Optional, Protocol, Union
 from urllib.parse import urlsplit
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Protocol, Union
 
 import requests
 from requests.exceptions import ChunkedEncodingError
 
-from ..errors import BackendUnavailable, ConfigError
-from ..http import Request, RequestFailed, Response
-from ..process.threads import guard
+from ..errors import ConfigError
+from ..http import Request, Response
+from .host_terms import HostPaces, HostTerms
 
 log = logging.getLogger("batchd")
 
-TRANSIENT_ERRORS = (requests.ConnectionError, requests.Timeout, ChunkedEncodingError)
-RETRY_AFTER_STATUSES = frozenset({429, 503})
-RETRY_TIMES = "retry_times"     # the meta key that counts a request's retries (Scrapy's name for it)
+TRANSIENT_ERRORS = (requests.ConnectionError, requests.Timeout, ChunkedEncodingError)   # failures that may heal
 CHECK_IN_SLACK = 5.0            # beyond a promised wait: scheduling delays on a loaded machine
 
 Outcome = Union[Response, Request, Exception]
@@ -52,6 +46,27 @@ class PageRejected(Exception):
     def __init__(self, response, why):
         super().__init__(f"rejected by validate(){': ' + why if why else ''}")
         self.response = response
+
+
+class NotYet(BaseException):
+    """Raised by a link's process_request when `request` may not be sent now (its host's turn, a breaker
+    open, its own retry backoff): the worker sets the request's task aside for `after` seconds
+    (math.inf: until a request to `host` ends in this worker) and its thread takes other work; the
+    request, as raised, is the one sent when the task comes back. A BaseException: no link's
+    process_exception can turn it into an outcome, every link that took the request is told (and gives
+    back what it took), and nothing is charged to the request (no retry, no failure)."""
+
+    def __init__(self, request: Request, after: float, why: str):
+        super().__init__(f"{request.url}: not before {after:.3g} s ({why})")
+        self.request, self.after, self.why = request, after, why
+        self.host = urlsplit(request.url).netloc.lower()
+        self.attempts = 0             # the request's attempts before this one (the downloader's count)
+
+
+def not_yet_if(request: Request, seconds: float, why: str) -> None:
+    """A link's word that `request` waits `seconds` (none if <= 0) before it goes."""
+    if seconds > 0:
+        raise NotYet(request, seconds, why)
 
 
 class Counts(Protocol):
@@ -70,18 +85,31 @@ def sleep_without_stop(seconds: float) -> bool:
 
 @dataclass
 class ChainContext:
-    """What a middleware may use: the worker's settings and spider, its counters for the batch, a wait
-    that ends early (returning True) when the worker stops, the HostRates port, `download`: one
-    attempt at a request, outside the chain (robots.txt is fetched with it), and the worker's
-    Prometheus counters (batchd.supervisor.metrics.WorkerMetrics; None with METRICS_PORT off)."""
+    """What a middleware may use: the worker's settings and spider, its counters for the batch (a link
+    never waits: it raises NotYet), the HostRates and HostBreakers ports, `download`: one
+    attempt at a request, outside the chain (robots.txt is fetched with it), the worker's
+    Prometheus counters (batchd.worker.metrics.WorkerMetrics; None with METRICS_PORT off), its Alerts, the terms
+    of each host (HOSTS over the global settings), the worker's per-host pace (download/host_terms.py:
+    made from the settings unless given) and its attempts in flight per host (middlewares/stats.py's
+    HostsInFlight; None: the link keeps its own)."""
     settings: Any
     spider: Any = None
     stats: Counts = NoCounts()
-    sleep: Callable[[float], bool] = sleep_without_stop
     download: Optional[Callable[[Request], Response]] = None
     host_rates: Any = None
     threads: int = 1
     metrics: Any = None
+    host_breakers: Any = None
+    alerts: Any = None
+    host_terms: Optional[HostTerms] = None
+    paces: Optional[HostPaces] = None
+    in_flight: Any = None
+
+    def __post_init__(self):
+        if self.host_terms is None:
+            self.host_terms = HostTerms.from_settings(self.settings)
+        if self.paces is None:
+            self.paces = HostPaces(self.host_terms, self.settings.RANDOMIZE_DOWNLOAD_DELAY)
 
 
 class DownloaderMiddleware:
@@ -214,20 +242,32 @@ def chain_from_settings(context: ChainContext) -> MiddlewareChain:
     return MiddlewareChain([m for m in made if m is not None])
 
 
-# batchd's own links by the paths they had before the package was laid out by role: users' config files
-# name them, and keep working.
-MOVED_MODULES = {"batchd.middleware": "batchd.download.chain", "batchd.robots": "batchd.download.middlewares.robots",
+# batchd's own links by the paths they had before (users' config files name them, and keep working): a module
+# whose links all went to one new module, and class by class those of the modules that were split up.
+MOVED_MODULES = {"batchd.robots": "batchd.download.middlewares.robots",
                  "batchd.throttle": "batchd.download.middlewares.throttle",
                  "batchd.proxies": "batchd.download.middlewares.proxies",
-                 "batchd.politeness": "batchd.download.middlewares.politeness",
-                 "batchd.metrics": "batchd.supervisor.metrics"}
+                 "batchd.politeness": "batchd.download.middlewares.politeness"}
+MOVED_LINKS = {
+    # batchd/middleware.py, then this module, held the chain with the retry, rate-limit and counting links.
+    "batchd.middleware.RetryMiddleware": "batchd.download.middlewares.retry",
+    "batchd.download.chain.RetryMiddleware": "batchd.download.middlewares.retry",
+    "batchd.middleware.RateLimitMiddleware": "batchd.download.middlewares.rate_limit",
+    "batchd.download.chain.RateLimitMiddleware": "batchd.download.middlewares.rate_limit",
+    "batchd.middleware.StatsMiddleware": "batchd.download.middlewares.stats",
+    "batchd.download.chain.StatsMiddleware": "batchd.download.middlewares.stats",
+    # batchd/metrics.py, then supervisor/metrics.py, held the fetch latency link with the Prometheus server.
+    "batchd.metrics.FetchLatencyMiddleware": "batchd.download.middlewares.latency",
+    "batchd.supervisor.metrics.FetchLatencyMiddleware": "batchd.download.middlewares.latency",
+}
 _told_moved: set = set()
 
 
 def _middleware_class(path: str) -> type[DownloaderMiddleware]:
     module_name, _, name = path.rpartition(".")
-    if module_name in MOVED_MODULES:
-        module_name = MOVED_MODULES[module_name]
+    moved_to = MOVED_LINKS.get(path) or MOVED_MODULES.get(module_name)
+    if moved_to is not None:
+        module_name = moved_to
         if path not in _told_moved:
             _told_moved.add(path)
             log.warning("DOWNLOADER_MIDDLEWARES: %s has moved; write %s.%s", path, module_name, name)
@@ -241,144 +281,3 @@ def _middleware_class(path: str) -> type[DownloaderMiddleware]:
         raise ConfigError(f"DOWNLOADER_MIDDLEWARES: {path!r} is not a DownloaderMiddleware class "
                           "(a dotted path: package.module.Class)")
     return found
-
-
-# --- batchd's own links ------------------------------------------------------------------
-
-class RetryMiddleware(DownloaderMiddleware):
-    """Retries what may heal (network errors, timeouts, 5xx, 408, 429, a page validate() rejected) up to
-    SPIDER_MAX_RETRY_TIMES (or the request's max_retry_times), after a jittered exponential backoff or
-    the server's Retry-After, and counts the retries by reason."""
-
-    def __init__(self, max_retry_times: int = 3, backoff_base: float = 0.5, backoff_max: float = 30.0,
-                 sleep: Callable[[float], bool] = sleep_without_stop, stats: Counts = NoCounts()):
-        self.max_retry_times, self.backoff_base, self.backoff_max = max_retry_times, backoff_base, backoff_max
-        self.sleep, self.stats = sleep, stats
-
-    @classmethod
-    def from_context(cls, context: ChainContext) -> "RetryMiddleware":
-        return cls(context.settings.SPIDER_MAX_RETRY_TIMES, sleep=context.sleep, stats=context.stats)
-
-    def process_response(self, request: Request, response: Response) -> Union[Response, Request]:
-        if 500 <= response.status_code < 600 or response.status_code in (408, 429):
-            return self._retry(request, response) or response
-        return response
-
-    def process_exception(self, request: Request, exception: Exception) -> Optional[Request]:
-        if isinstance(exception, TRANSIENT_ERRORS + (PageRejected,)):
-            return self._retry(request, exception)
-        return None
-
-    def _retry(self, request: Request, outcome) -> Optional[Request]:
-        """The request to try again, after the wait; None once its retries are spent."""
-        retries = request.meta.get(RETRY_TIMES, 0)
-        limit = self.max_retry_times if request.max_retry_times is None else request.max_retry_times
-        if retries >= limit:
-            if limit:
-                self.stats.inc("retry/max_reached")
-            return None
-        self.stats.inc("retry/count")
-        self.stats.inc(f"retry/reason_count/{retry_reason(outcome)}")
-        wait = self._wait_before_retry(outcome, retries + 1)
-        with guard.waiting(wait + CHECK_IN_SLACK):
-            if self.sleep(wait):
-                raise RequestFailed(request, outcome, "stopped", retries + 1)
-        again = request.replace()
-        again.meta[RETRY_TIMES] = retries + 1
-        return again
-
-    def _wait_before_retry(self, outcome, attempts: int) -> float:
-        if isinstance(outcome, Response) and outcome.status_code in RETRY_AFTER_STATUSES:
-            asked = _retry_after_seconds(outcome.headers.get("Retry-After"))
-            if asked is not None:
-                return min(asked, self.backoff_max)
-        # Full jitter spreads out workers that failed together. The exponent is capped only so that a
-        # huge retry count cannot overflow the float.
-        ceiling = min(self.backoff_max, self.backoff_base * 2 ** min(attempts - 1, 64))
-        return random.uniform(0, ceiling)
-
-
-def retry_reason(outcome) -> str:
-    """What a retry is counted under: 'HTTP 503', 'ReadTimeout', 'rejected by validate()'."""
-    if isinstance(outcome, Response):
-        return f"HTTP {outcome.status_code}"
-    if isinstance(outcome, PageRejected):
-        return "rejected by validate()"
-    return type(outcome).__name__
-
-
-def _retry_after_seconds(value: Optional[str]) -> Optional[float]:
-    """Seconds asked for by a Retry-After header (delay or HTTP-date), or None if unreadable."""
-    if not value:
-        return None
-    value = value.strip()
-    if re.fullmatch(r"\d+(\.\d+)?", value):
-        return float(value)
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)  # HTTP-dates are always GMT
-    return max(0.0, when.timestamp() - time.time())
-
-
-class RateLimitMiddleware(DownloaderMiddleware):
-    """DOMAIN_RATE_LIMIT: an attempt starts when the host's next slot, booked for it in the HostRates port
-    (shared by every worker of the namespace), comes."""
-
-    def __init__(self, host_rates, per_second: float, burst: int = 1,
-                 sleep: Callable[[float], bool] = sleep_without_stop):
-        self.host_rates, self.per_second, self.burst, self.sleep = host_rates, per_second, burst, sleep
-
-    @classmethod
-    def from_context(cls, context: ChainContext) -> Optional["RateLimitMiddleware"]:
-        settings = context.settings
-        if not settings.DOMAIN_RATE_LIMIT or context.host_rates is None:
-            return None
-        return cls(context.host_rates, settings.DOMAIN_RATE_LIMIT, settings.DOMAIN_RATE_BURST, context.sleep)
-
-    def process_request(self, request: Request) -> None:
-        try:
-            wait = self.host_rates.reserve(urlsplit(request.url).netloc.lower(), self.per_second, self.burst)
-        except BackendUnavailable:
-            wait = 1.0 / self.per_second     # the shared limit cannot be read: space this worker's requests alone
-        wait_or_stop(self.sleep, wait, request)
-
-
-def wait_or_stop(sleep: Callable[[float], bool], seconds: float, request: Request) -> None:
-    """A link's wait before `request` goes on (a wait by design, promised to the guard); RequestFailed
-    ("stopped") if the worker stops meanwhile."""
-    if seconds <= 0:
-        return
-    with guard.waiting(seconds + CHECK_IN_SLACK):
-        if sleep(seconds):
-            raise RequestFailed(request, InterruptedError("stopped"), "stopped", 1)
-
-
-class StatsMiddleware(DownloaderMiddleware):
-    """The batch's counters of what was sent and what came back (innermost: every attempt counts)."""
-
-    def __init__(self, stats: Counts):
-        self.stats = stats
-
-    @classmethod
-    def from_context(cls, context: ChainContext) -> "StatsMiddleware":
-        return cls(context.stats)
-
-    def process_request(self, request: Request) -> None:
-        self.stats.inc("downloader/request_count")
-
-    def process_response(self, request: Request, response: Response) -> Response:
-        self.stats.inc("downloader/response_count")
-        self.stats.inc(f"downloader/response_status_count/{response.status_code}")
-        self.stats.inc("downloader/response_bytes", len(response.content))
-        return response
-
-    def process_exception(self, request: Request, exception: Exception) -> None:
-        if isinstance(exception, PageRejected):     # a page came back; validate() turned it down
-            self.process_response(request, exception.response)
-            return None
-        self.stats.inc("downloader/exception_count")
-        self.stats.inc(f"downloader/exception_type_count/{type(exception).__name__}")
-        return None

@@ -1,6 +1,6 @@
-"""The downloader: one Request in, a 2xx Response or RequestFailed out.
+"""The downloader: one Request in, a 2xx Response (or a conditional request's 304) or RequestFailed out.
 
-`Downloader.fetch` runs each attempt through the middleware chain (batchd/middleware.py): retries,
+`Downloader.fetch` runs each attempt through the middleware chain (download/chain.py): retries,
 proxies, rate limits and politeness are links of it. Innermost, the spider's download_midware changes
 the request, one attempt sends it, and the spider's validate judges a 2xx page. What the chain ends
 with is judged here: a 2xx Response is returned, anything else fails with `RequestFailed`.
@@ -10,11 +10,12 @@ response, where requests' timeout only bounds the wait for each read: one thread
 Downloader (`_DeadlineWatch`) shuts down the socket of a download past its deadline, and
 the attempt fails with `DownloadTimeout`, retried like any timeout. DOWNLOAD_MAXSIZE bounds
 the decoded body: a larger Content-Length fails before the body is read, and the body is
-read and decompressed in pieces (batchd/bodies.py), so that a compression bomb fails with
+read and decompressed in pieces (bodies.py), so that a compression bomb fails with
 `ResponseTooLarge` (not retried) once it has produced DOWNLOAD_MAXSIZE bytes.
 
-Cookies live as long as a task: the session of a thread keeps those the site sets across the
-requests of one task, and `forget_cookies()` drops them when the thread takes its next task.
+Cookies live as long as a task: each task has its own jar, which `use_cookies(jar)` hands to the
+calling thread's session before the task's requests (a task may go on in another thread once it was
+set aside, and a thread takes turns at several tasks).
 """
 import logging
 import os
@@ -34,8 +35,11 @@ from requests.exceptions import InvalidSchema, InvalidURL, MissingSchema, SSLErr
 from .bodies import ACCEPT_ENCODING, BodyReader, hooks_with
 from ..config import VERSION
 from ..http import Request, RequestFailed, Response
-from .chain import TRANSIENT_ERRORS, MiddlewareChain, PageRejected, RetryMiddleware
+from .chain import CHECK_IN_SLACK, TRANSIENT_ERRORS, MiddlewareChain, NotYet, PageRejected, sleep_without_stop
+from .host_terms import HostTerms, Terms
+from .middlewares.retry import RetryMiddleware
 from ..process.threads import check_in, guard, start_thread
+from ..recrawl.pages import CONDITIONAL_META, was_conditional
 
 log = logging.getLogger("batchd")
 
@@ -43,7 +47,6 @@ MALFORMED_URL_ERRORS = (MissingSchema, InvalidSchema, InvalidURL)
 
 WATCH_IDLE_TICK = 5.0          # the deadline thread looks at least this often, so it can check in
 WATCH_RECUT = 0.2              # a download cut while it had no socket (still connecting) is cut again this often
-CHECK_IN_SLACK = 5.0           # beyond a promised wait: scheduling delays on a loaded machine
 ORIGINS_REMEMBERED = 10000     # origins whose proxies from the environment are kept
 
 
@@ -60,21 +63,27 @@ def _judged(accept, request, response):
     return PageRejected(response, "") if verdict is False else response
 
 
+def _nothing_to_tell(host: str) -> None:
+    """The default `on_attempt_ended` of a Downloader: no task is set aside outside a worker."""
+
+
 class Downloader:
     """Fetches requests over one pooled requests.Session per thread, each attempt through the middleware
     chain, within `download_timeout` seconds and `maxsize` decoded bytes."""
 
     def __init__(self, timeout=30.0, pool_size=10, headers=None, download_timeout=180.0,
                  maxsize=64 * 1024 * 1024, user_agents=None, max_redirects=20, warnsize=0, verify=True,
-                 middlewares: Optional[list] = None):
+                 middlewares: Optional[list] = None, sleep=sleep_without_stop, host_terms: Optional[HostTerms] = None):
         """`headers` go with every request; `user_agents`: the User-Agent (several: one at random per
         request; none: batchd's own); `warnsize`: bytes of a body past which a warning names it (0:
         never); `verify`: check certificates (False, or a CA bundle's path); `middlewares`: the chain,
-        outermost first (None: retries as SPIDER_MAX_RETRY_TIMES's default; `use()` sets it later)."""
-        self.timeout = timeout
+        outermost first (None: retries as SPIDER_MAX_RETRY_TIMES's default; `use()` sets it later);
+        `sleep(seconds)`: how a fetch that may not park waits for a link's NotYet (True: the worker stops);
+        `host_terms`: the timeouts and extra headers of each host (None: `timeout` and `download_timeout`
+        at every host)."""
+        self.host_terms = host_terms or HostTerms(Terms(timeout=timeout, download_timeout=download_timeout))
         self.pool_size = pool_size
         self.headers = dict(headers or {})
-        self.download_timeout = download_timeout
         self.maxsize = maxsize
         self.user_agents = tuple(user_agents or (_user_agent(),))
         self.max_redirects = max_redirects
@@ -89,19 +98,33 @@ class Downloader:
         self._sessions: list = []
         self._sessions_lock = threading.Lock()
         self._proxies_by_origin: dict = {}     # what the environment says for each origin, read once
+        self.sleep = sleep
+        self._attempt_ended = threading.Condition()    # a host's place may be free again
+        self.on_attempt_ended = _nothing_to_tell
 
     def use(self, chain: MiddlewareChain) -> None:
         self.chain = chain
 
-    def fetch(self, request, prepare=None, accept=None):
+    def fetch(self, request, prepare=None, accept=None, park=False, attempts=0):
         """The 2xx Response for `request`, or RequestFailed. `prepare(request)`, before each attempt,
         returns the Request to send (None: the same); `accept(request, response)` returning False or
-        raising rejects a 2xx page, which the retry middleware then retries like a 503."""
+        raising rejects a 2xx page, which the retry middleware then retries like a 503. A link's NotYet
+        is waited out here, or with `park` raised to the caller with the attempts made so far in
+        `attempts` (the caller's next fetch of its request passes them back)."""
         send = partial(self._send_judged, prepare=prepare, accept=accept)
-        attempts, current = 0, request
+        current = request
         while True:
+            try:
+                outcome = self.chain.attempt(current, send)
+            except NotYet as wait:
+                if park:
+                    wait.attempts = attempts
+                    raise
+                self._wait_out(wait, attempts)
+                current = wait.request
+                continue
             attempts += 1
-            outcome = self.chain.attempt(current, send)
+            self._tell_attempt_ended(current)
             if isinstance(outcome, Request):
                 current = outcome           # a Request: the chain's next attempt
                 continue
@@ -109,16 +132,32 @@ class Downloader:
                 return outcome
             raise _failed(request, outcome, attempts)
 
+    def _tell_attempt_ended(self, request) -> None:
+        """A place at the request's host may be free: for the fetches waiting here, and for the worker's
+        tasks set aside for one (`on_attempt_ended(host)`)."""
+        with self._attempt_ended:
+            self._attempt_ended.notify_all()
+        self.on_attempt_ended(urlsplit(request.url).netloc.lower())
+
+    def _wait_out(self, wait: NotYet, attempts: int) -> None:
+        """A fetch that may not park waits in its thread: for the time said, or until an attempt ends
+        (a place at the host may be free)."""
+        bound = self._attempt_bound(wait.request) if wait.after == float("inf") else wait.after
+        with guard.waiting(bound + CHECK_IN_SLACK):
+            if wait.after == float("inf"):
+                with self._attempt_ended:
+                    self._attempt_ended.wait(bound)
+            elif self.sleep(wait.after):
+                raise RequestFailed(wait.request, InterruptedError("stopped"), "stopped", attempts)
+
     def download_once(self, request) -> Response:
         """One attempt at `request`, outside the chain: a Response whatever its status, or the error."""
         with guard.waiting(self._attempt_bound(request)):
             return self._attempt(request)
 
-    def forget_cookies(self) -> None:
-        """This thread takes another task: the cookies the sites set for the last one stay behind."""
-        session = getattr(self._local, "session", None)
-        if session is not None:
-            session.cookies.clear()
+    def use_cookies(self, jar) -> None:
+        """The calling thread's requests from now on keep their cookies in `jar` (their task's)."""
+        self._session().cookies = jar
 
     def batch_started(self, batch_id) -> None:
         self.chain.batch_started(batch_id)
@@ -127,7 +166,7 @@ class Downloader:
         """The innermost step of an attempt: the spider's download_midware, the send, its validate."""
         sent = (prepare(request) or request) if prepare else request
         response = self.download_once(sent)
-        if accept is not None and _succeeded(response):
+        if accept is not None and _is_2xx(response):
             verdict = _judged(accept, sent, response)
             if isinstance(verdict, PageRejected):
                 raise verdict
@@ -136,9 +175,10 @@ class Downloader:
     def _attempt_bound(self, request):
         """Seconds one attempt may block a (guarded) thread: its deadline, or a connect that
         outlasts it (a socket still connecting cannot be cut), and some slack."""
-        timeout = self.timeout if request.timeout is None else request.timeout
+        terms = self.host_terms.for_url(request.url)
+        timeout = terms.timeout if request.timeout is None else request.timeout
         connect = timeout[0] if isinstance(timeout, tuple) else timeout
-        return max(self.download_timeout, connect or 0.0) + WATCH_RECUT + CHECK_IN_SLACK
+        return max(terms.download_timeout, connect or 0.0) + WATCH_RECUT + CHECK_IN_SLACK
 
     def _attempt(self, request):
         """A Response, whatever its status; a transient exception raised as it is (the retry middleware
@@ -164,15 +204,15 @@ class Downloader:
 
     def _send(self, request):
         """(requests' final response, its decoded body), or DownloadTimeout past the deadline."""
-        session = self._session()
-        download = self._deadlines.begin(self.download_timeout)
+        session, terms = self._session(), self.host_terms.for_url(request.url)
+        download = self._deadlines.begin(terms.download_timeout)
         _in_flight.download = download
         reader = BodyReader(download, self.maxsize if request.maxsize is None else request.maxsize)
         try:
             raw = session.request(
                 request.method, request.url, params=request.params, data=request.data,
-                json=request.json, headers=self._headers_for(request), cookies=request.cookies,
-                timeout=self.timeout if request.timeout is None else request.timeout,
+                json=request.json, headers=self._headers_with_validators(request, terms), cookies=request.cookies,
+                timeout=terms.timeout if request.timeout is None else request.timeout,
                 allow_redirects=request.allow_redirects, proxies=self._proxies_for(request),
                 verify=request.verify, auth=request.auth,
                 **{**request.kwargs, "stream": True, "hooks": hooks_with(reader, request.kwargs.get("hooks"))})
@@ -190,11 +230,20 @@ class Downloader:
                         self.warnsize)
         return raw, reader.body
 
-    def _headers_for(self, request):
-        """The request's headers, with one of several User-Agents picked for it unless it has its own."""
-        if len(self.user_agents) == 1 or any(name.lower() == "user-agent" for name in request.headers or ()):
-            return request.headers
-        return {"User-Agent": random.choice(self.user_agents), **(request.headers or {})}
+    def _headers_for(self, request, terms: Terms):
+        """The request's headers over its host's, with one of several User-Agents picked for it unless
+        either names one."""
+        headers = {**terms.headers, **(request.headers or {})} if terms.headers else request.headers
+        if len(self.user_agents) == 1 or any(name.lower() == "user-agent" for name in headers or ()):
+            return headers
+        return {"User-Agent": random.choice(self.user_agents), **(headers or {})}
+
+    def _headers_with_validators(self, request, terms: Terms):
+        """The request's headers, with its page's validators when it revalidates (recrawl/pages.py): added
+        last, so that Vary is judged on the headers that go."""
+        headers = self._headers_for(request, terms)
+        conditional = request.meta.get(CONDITIONAL_META)
+        return headers if conditional is None else conditional.headers_over(headers or {})
 
     def _session(self):
         session = getattr(self._local, "session", None)
@@ -389,6 +438,12 @@ class _TrackingAdapter(HTTPAdapter):
 
 
 def _succeeded(outcome):
+    """A 2xx, or the 304 of a conditional request (the page did not change: recrawl/pages.py)."""
+    return _is_2xx(outcome) or (isinstance(outcome, Response) and outcome.status_code == 304
+                                and was_conditional(outcome.sent_headers))
+
+
+def _is_2xx(outcome):
     return isinstance(outcome, Response) and 200 <= outcome.status_code < 300
 
 

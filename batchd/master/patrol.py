@@ -3,7 +3,7 @@
 A patrol (every BATCH_MONITOR_INTERVAL s, sooner when a worker wakes the master, at once while a
 walk of the table is under way):
 1. open a new batch when due and the last one has finished: open its record, then reset every
-   task in primary-key chunks (batchd/walks.py), a few chunks per patrol, claiming the rows
+   task in primary-key chunks (batchd/master/walks.py), a few chunks per patrol, claiming the rows
    already reset as it goes; a reset found unfinished is finished before anything else;
 2. reclaim: expired leases back to pending; processing rows no queue knows, once stale;
 3. refill: claim pending tasks (at most BATCH_PUSH_LIMIT in the queue) and push them;
@@ -13,13 +13,13 @@ walk of the table is under way):
    chunk by chunk and write those exact figures, the batch's counters (batchd/settle/stats.py), `is_done=1`
    and the `<ns>:batch_done` flag; log the counters in one line.
 
-Alerts (batchd/alerts.py): a stall and the failure ratio at each progress check, the failure ratio
+Alerts (batchd/process/alerts.py): a stall and the failure ratio at each progress check, the failure ratio
 again at the close, an overdue batch at the patrol that finds it.
 
 Only the holder of the namespace's master lock patrols; the lock is renewed by a
 thread of its own so that a long reset or a slow query never lets it lapse.
 
-Outages are waited out (batchd/outages.py): for ever by a resident master; in once mode,
+Outages are waited out (batchd/process/outages.py): for ever by a resident master; in once mode,
 unreachable at start is final (exit 69), an outage later for up to OUTAGE_TIMEOUT.
 """
 import collections
@@ -28,19 +28,20 @@ import os
 import socket
 import threading
 import time
+from dataclasses import replace
 from datetime import datetime
 from typing import Callable, Optional
 
 from ..settle import failures
+from ..recrawl.schedule import check_bounds
 from ..settle.settler import Settler
 from ..process.alerts import Alerts
 from ..config import Settings
 from ..errors import BackendUnavailable, ConfigError, MasterLockHeld
 from ..process.lifecycle import StopFlag
-from ..model import BatchRecord, Progress, TaskLayout
+from ..model import BatchOpening, BatchRecord, Progress, TaskLayout
 from ..process.outages import OutageWatch, retry_through_outages
-from ..backends.ports import (BatchCounters, BatchStore, BatchTally, LeaseQueue, MasterLocks, NamespaceRecord,
-                              WakeChannel, claim_namespace)
+from ..backends.ports import MasterPorts, claim_namespace
 from ..schedule import is_due, next_due
 from ..settle.stats import report
 from ..task import Move
@@ -125,13 +126,11 @@ class ProgressRate:
 
 
 class Master:
-    def __init__(self, settings: Settings, layout: TaskLayout, store: BatchStore, leases: LeaseQueue,
-                 locks: MasterLocks, wake: WakeChannel, namespaces: NamespaceRecord, tally: BatchTally,
-                 counters: BatchCounters, owner: Optional[str] = None):
-        self.settings, self.layout, self.store = settings, layout, store
-        self.leases, self.locks, self.wake, self.namespaces, self.tally = leases, locks, wake, namespaces, tally
-        self.counters = counters
-        self.settler = Settler(store, tally)
+    def __init__(self, settings: Settings, layout: TaskLayout, ports: MasterPorts, owner: Optional[str] = None):
+        self.settings, self.layout, self.store, self.leases = settings, layout, ports.store, ports.leases
+        self.locks, self.wake, self.namespaces = ports.locks, ports.wake, ports.namespaces
+        self.tally, self.counters = ports.tally, ports.counters
+        self.settler = Settler(ports.store, ports.tally)
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}"
         self.rate = ProgressRate()
         self.last_progress: Optional[Progress] = None
@@ -146,7 +145,17 @@ class Master:
         self._reported = 0.0                       # when the reset under way was last reported
         self.paused_since: Optional[float] = None  # `batchd pause`: when (Unix time)
         self.queue_length = 0                      # tasks in the queue after the last refill (for metrics)
-        self.alerts = Alerts(settings, leases.namespace)
+        self.alerts = Alerts(settings, ports.leases.namespace)
+        self.opening = BatchOpening(mode=settings.BATCH_MODE, reset_failed=settings.BATCH_RESET_FAILED)
+        if not self.opening.is_default and not self.store.keeps_openings:
+            raise ConfigError(f"BATCH_MODE={settings.BATCH_MODE}, BATCH_RESET_FAILED={settings.BATCH_RESET_FAILED}: "
+                              f"{self.store.describe()} keeps no record of how a batch opened; only a full batch "
+                              "resetting every task runs on it")
+        if settings.BATCH_MODE == "due":
+            check_bounds(settings)
+        if settings.BATCH_MODE == "due" and not self.store.keeps_pages:
+            raise ConfigError(f'BATCH_MODE = "due": {self.store.describe()} keeps no revisits (BatchStore.'
+                              "keeps_pages); use MySQL, SQLite or the memory store, or another mode")
 
     # -- the loop the supervisor (or start_monitor()) runs
     def run(self, stop: StopFlag, heartbeat: Callable = lambda: None, once: bool = False,
@@ -340,16 +349,22 @@ class Master:
     def open_batch(self, last: Optional[BatchRecord]) -> BatchRecord:
         """Clear the queue, open the record (its reset still to walk) and start the reset. The record keeps
         the reset's cursor, so a master that dies mid-way leaves a batch whose reset the next one finishes."""
-        log.info("opening a new batch: resetting every task of `%s` to pending", self.layout.table)
+        log.info("opening a new batch (BATCH_MODE=%s): %s", self.opening.mode, _what_opens(self.opening,
+                                                                                          self.layout.table))
         self.leases.clear_batch()
+        if self.opening.mode == "due":      # what is due is judged once, at the opening: a takeover judges alike
+            self.opening = replace(self.opening, due_before=time.time())
         expected = last.total_count if last is not None else 0
         batch = self.store.insert_batch(self.settings.BATCH_INTERVAL, self.settings.BATCH_INTERVAL_UNIT, expected)
+        if self.store.keeps_openings:
+            self.store.record_reset(batch.id, None, 0, opening=self.opening)
+            batch.opening = self.opening.to_json()
         self.tally.set_settled(batch.id, 0, 0)
         self.rate.clear()
         self.reset = ResetWalk(self.store, self.settings.BATCH_RESET_CHUNK, batch, feeds=True)
         self._reported = time.monotonic()
         log.info("batch %d opened at %s: the reset walks `%s` in chunks of about %.0f ms; the queue is fed "
-                 "from the rows already reset", batch.id, batch.batch_date, self.layout.table, CHUNK_SECONDS * 1000)
+                 "from the rows already walked", batch.id, batch.batch_date, self.layout.table, CHUNK_SECONDS * 1000)
         return batch
 
     def go_on_resetting(self, batch: BatchRecord, going_on: Callable[[], bool], full: bool) -> bool:
@@ -376,17 +391,21 @@ class Master:
             self.reclaim()
             self.refill(batch, upto=walk.after)
             if full:
-                self.check_progress(batch, total=max(batch.total_count, walk.walked))
+                self.check_progress(batch, total=max(batch.total_count, walk.walked - walk.opening.kept))
         return False
 
     def _finish_reset(self, batch: BatchRecord, walk: ResetWalk) -> None:
         walk.finish()
-        batch.total_count, batch.reset_cursor = walk.walked, None
+        opened = walk.opening
+        batch.total_count, batch.reset_cursor = walk.walked - opened.kept, None
+        if self.store.keeps_openings:
+            batch.opening = opened.to_json()
         self.reset = None
         seconds = time.monotonic() - walk.started
+        left = f"; {opened.kept_done} done and {opened.kept_failed} failed left as they were" if opened.kept else ""
         log.info("batch %d reset: %d rows walked, %d set back to pending, in %.1f s (%.0f rows/s, chunks of %s "
-                 "rows); %d tasks in the batch", batch.id, walk.walked_here, walk.moved, seconds, walk.rate(),
-                 walk.chunk_sizes(), walk.walked)
+                 "rows); %d tasks in the batch%s", batch.id, walk.walked_here, walk.moved, seconds, walk.rate(),
+                 walk.chunk_sizes(), batch.total_count, left)
 
     def _report_reset(self, batch: BatchRecord, walk: ResetWalk) -> None:
         if time.monotonic() - self._reported >= RESET_REPORT_EVERY:
@@ -440,16 +459,21 @@ class Master:
 
     def _queue_dry(self, claimed: int) -> bool:
         """Nothing was left to claim and no task waits in the queue or under a lease."""
-        return claimed == 0 and self.leases.pending_count() == 0 and self.leases.leased_count() == 0
+        return claimed == 0 and self.leases.queue_counts() == (0, 0)
 
     def check_progress(self, batch: BatchRecord, total: Optional[int] = None) -> Progress:
-        """The batch's figures from the tally and the queue (no row is counted), into the record and the log."""
+        """The batch's figures from the tally and the queue (no row is counted), into the record and the log.
+        The tally is read first: a worker releases its leases before it adds its tasks to the tally
+        (settle/settler.py), so no task is counted both settled and in flight, and only rows added
+        mid-batch raise the total."""
         done, failed = self._settled(batch)
-        in_flight = self.leases.pending_count() + self.leases.leased_count()
+        in_flight = sum(self.leases.queue_counts())
         progress = Progress.from_counters(batch.total_count if total is None else total, done, failed, in_flight)
         self.store.update_batch(batch.id, progress, is_done=False)
         self._log_progress(batch, progress)
-        self.alerts.progress_checked(batch.id, progress, paused=self.paused_since is not None)
+        self.alerts.progress_checked(batch.id, progress, paused=self.paused_since is not None,
+                                     rate=self.rate.per_second(), now=self.store.now(),
+                                     due=next_due(batch, self.settings.BATCH_INTERVAL, self.settings.BATCH_INTERVAL_UNIT))
         return progress
 
     def _log_progress(self, batch: BatchRecord, progress: Progress) -> None:
@@ -487,7 +511,9 @@ class Master:
         if not self.count.finished:
             return False
         counted, self.count = self.count, None
-        return self.close(batch, counted.rows, counted.done, counted.failed)
+        opened = batch.how_opened     # the rows its opening left settled are not the batch's
+        return self.close(batch, counted.rows - opened.kept, counted.done - opened.kept_done,
+                          counted.failed - opened.kept_failed)
 
     def close(self, batch: BatchRecord, total: int, done: int, failed: int) -> bool:
         """Close the batch with the rows counted, unless some are not settled after all."""
@@ -514,6 +540,17 @@ class Master:
         log.info("%s", report(batch.id, counters))
         self.alerts.check_failures(batch.id, done, failed)
         return True
+
+
+def _what_opens(opening: BatchOpening, table: str) -> str:
+    if opening.mode == "incremental":
+        return f"nothing is reset; the pending tasks of `{table}` are crawled"
+    if opening.mode == "due":
+        failed = "" if opening.reset_failed else " but the failed ones (BATCH_RESET_FAILED=false)"
+        return f"resetting the tasks of `{table}` whose revisit is due{failed}"
+    if not opening.reset_failed:
+        return f"resetting every task of `{table}` to pending but the failed ones (BATCH_RESET_FAILED=false)"
+    return f"resetting every task of `{table}` to pending"
 
 
 def wall_time(unix: float) -> str:

@@ -9,9 +9,12 @@ doubled or halved), so a walk slows itself down when the server is busy and spee
 not. The master runs a walk a few chunks per patrol (docs/architecture.md, A batch's life).
 """
 import time
+from dataclasses import replace
 from typing import Callable
-from ..model import BatchRecord
+
 from ..backends.ports import BatchStore
+from ..model import BatchRecord
+from ..task import Move
 
 CHUNK_SECONDS = 0.05       # what one chunk should take
 MAX_CHUNK = 1_000_000      # rows, at most, whatever the machine
@@ -77,26 +80,53 @@ class TableWalk:
 
 
 class ResetWalk(TableWalk):
-    """Every row back to pending (Move.RESET), the cursor kept in the batch record after each chunk so that
-    a master taking over goes on from there. `feeds`: the master that opened the batch claims the rows
-    already reset as it goes; one that took over finishes the reset before it claims anything."""
+    """The walk that opens a batch, as the batch record says it opened (BatchOpening): a full batch sets
+    every row back to pending (Move.RESET), or every row but the failed ones (RESET_KEEPING_FAILED, which
+    counts those it leaves); a due one the rows whose revisit is due as of its opening (reset_due_chunk),
+    counting those it leaves; an incremental one moves nothing and counts the rows it finds settled, so that
+    the batch's figures are its own. The cursor (and the opening, counts so far) is kept in the record after
+    each chunk, in one statement, so that a master taking over goes on from there. `feeds`: the master that
+    opened the batch claims the rows already walked as it goes (never a row not walked yet, whose state is
+    still to count); one that took over finishes the walk before it claims anything."""
 
     def __init__(self, store: BatchStore, first_chunk: int, batch: BatchRecord, feeds: bool):
         after, walked = batch.reset_position
         super().__init__(store, first_chunk, after, walked)
         self.batch_id, self.feeds, self.moved = batch.id, feeds, 0
+        self.opening = batch.how_opened
 
     def handle(self, after, upper, rows: int) -> None:
-        self.moved += self.store.reset_chunk(after, upper)
-        self.store.record_reset(self.batch_id, upper, self.walked + rows)
+        opening = self.opening
+        move = Move.RESET if opening.reset_failed else Move.RESET_KEEPING_FAILED
+        if opening.is_default:         # the call a store of the user's own, older than batch modes, takes
+            self.moved += self.store.reset_chunk(after, upper)
+        elif opening.mode == "full":
+            self.moved += self.store.reset_chunk(after, upper, move)
+        elif opening.mode == "due":
+            due_before = opening.due_before if opening.due_before is not None else time.time()
+            self.moved += self.store.reset_due_chunk(after, upper, due_before, move)
+        if not self.opening.is_default:      # a batch that resets all leaves nothing settled: nothing to count
+            _, done, failed = self.store.count_chunk(after, upper)
+            self.opening = self.opening.counted(done, failed)
+        self._record(upper, self.walked + rows)
 
     def finish(self) -> None:
-        """The walk found no row left: the reset is over, and the rows walked are the batch's total."""
-        self.store.record_reset(self.batch_id, self.after, self.walked, finished=True)
+        """The walk found no row left: it is over, and the rows walked less those it left settled are the
+        batch's tasks."""
+        self.opening = replace(self.opening, opened_with=self.walked - self.opening.kept)
+        self._record(self.after, self.walked, finished=True)
+
+    def _record(self, after, walked: int, finished: bool = False) -> None:
+        # A store of the user's own written before batch modes (keeps_openings False) takes no opening: it
+        # runs full batches resetting all only (the master checks), as batchd always called it.
+        if self.store.keeps_openings:
+            self.store.record_reset(self.batch_id, after, walked, finished, opening=self.opening)
+        else:
+            self.store.record_reset(self.batch_id, after, walked, finished)
 
     def may_claim(self) -> bool:
-        """Claims run beside this reset (up to the last id it reset, `after`: past it rows are not reset
-        yet) when it feeds, once a chunk is reset."""
+        """Claims run beside this walk (up to the last id it walked, `after`: past it rows are not walked yet)
+        when it feeds, once a chunk is walked."""
         return self.feeds and self.after is not None
 
 

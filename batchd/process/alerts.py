@@ -5,99 +5,33 @@
     failures      failed / settled above FAILURE_ALERT_RATIO, once FAILURES_CHECKED_FROM tasks settled,
                   and at the close (the master)
     overdue       the next batch is due and this one is still open (the master's patrol)
+    late          the next batch is not due yet, but at the batch's rate its tasks left settle only after it is:
+                  now + left / rate > the due time (the master, at each progress check, unless paused)
     items_dumped  items went to FAILED_ITEMS_PATH instead of the database (a worker's lander)
+    host_down     a host's breaker stayed open HOST_DOWN_GIVE_UP seconds: its tasks fail at once (the first
+                  worker of the namespace to see it, once per host and batch: download/middlewares/breaker.py)
 
-Each alert is one WARNING line (what, which batch, the figures) and, with ALERT_WEBHOOK set, a JSON
-POST {"namespace", "kind", "batch", "message", "host", "time", ...figures}. One alert of a kind per
-batch per ALERT_REPEAT_SECONDS: a condition that holds at every patrol is said once, then again
-only if it lasts. The POST leaves from a sender thread with a small queue, so a patrol or a flush
-never waits for a webhook; a webhook that fails is logged once, not per alert, and tried again
-with the next alert.
+Each alert is one WARNING line (what, which batch, the figures) and, with ALERT_WEBHOOK set, a POST:
+batchd's JSON {"namespace", "kind", "batch", "message", "host", "time", ...figures}, or a chat's text
+message (ALERT_WEBHOOK_FORMAT; webhooks.py). One alert of a kind per batch per ALERT_REPEAT_SECONDS: a
+condition that holds at every patrol is said once, then again only if it lasts. The POST leaves from a
+sender thread with a small queue, so a patrol or a flush never waits for a webhook; a webhook that fails
+or answers no is logged once per distinct error, not per alert, and tried again with the next alert.
 """
 import logging
-import queue
 import socket
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Optional
-from urllib.parse import urlsplit
-
-import requests
 
 from ..config import Settings
 from ..model import Progress
-from .threads import check_in, start_thread
+from .webhooks import WebhookSender
 
 log = logging.getLogger("batchd.alerts")
 
 FAILURES_CHECKED_FROM = 100   # settled tasks before the failure ratio means something (the close checks it anyway)
-QUEUE_SIZE = 100              # alerts waiting for the webhook; more are only logged (the webhook is failing)
-POST_TIMEOUT = 5.0            # seconds to connect, and to wait for the answer
-IDLE_WAIT = 1.0               # seconds the sender sleeps on an empty queue between two check-ins
-
-
-def webhook_name(url: str) -> str:
-    """The webhook as a log line names it: scheme and host only (the path of a chat's webhook is its secret)."""
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "") + "/..."
-
-
-class WebhookSender:
-    """POSTs alerts to ALERT_WEBHOOK from a thread of its own (started with the first alert) through a
-    small queue: `send` never blocks."""
-
-    def __init__(self, url: str):
-        self.url = url
-        self._queue: queue.Queue = queue.Queue(QUEUE_SIZE)
-        self._lock = threading.Lock()
-        self._thread: Optional[threading.Thread] = None
-        self._stopping = threading.Event()
-        self._failing = False        # the last POST failed (said once, until one succeeds)
-
-    def send(self, payload: dict) -> None:
-        with self._lock:
-            if self._thread is None:
-                self._thread = start_thread(self._send_loop, "batchd-alerts")
-        try:
-            self._queue.put_nowait(payload)
-        except queue.Full:
-            pass     # only while the webhook fails or hangs, which is logged; the alert's line is in the log
-
-    def close(self, timeout: float = POST_TIMEOUT) -> None:
-        """Send what is queued, for at most `timeout` seconds (a last alert before a once-mode exit), then stop."""
-        self._stopping.set()
-        with self._lock:
-            thread = self._thread
-        if thread is not None:
-            thread.join(timeout)
-
-    def _send_loop(self) -> None:
-        while True:
-            check_in(within=IDLE_WAIT + 1)
-            try:
-                payload = self._queue.get(timeout=IDLE_WAIT)
-            except queue.Empty:
-                if self._stopping.is_set():
-                    return
-                continue
-            check_in(within=2 * POST_TIMEOUT + 1)    # a connect, then the answer
-            self._post(payload)
-
-    def _post(self, payload: dict) -> None:
-        try:
-            # stream: the answer's body is never read; its status says whether the alert was taken.
-            with requests.post(self.url, json=payload, timeout=POST_TIMEOUT, stream=True) as answer:
-                answer.raise_for_status()
-        except requests.RequestException as e:
-            if not self._failing:
-                log.warning("alert webhook %s fails (%s: %s); alerts are still logged, and each next one is "
-                            "tried on it again", webhook_name(self.url), type(e).__name__, e)
-            self._failing = True
-            return
-        if self._failing:
-            log.info("alert webhook %s takes alerts again", webhook_name(self.url))
-        self._failing = False
 
 
 class Alerts:
@@ -106,19 +40,21 @@ class Alerts:
     def __init__(self, settings: Settings, namespace: str):
         self.settings, self.namespace = settings, namespace
         self.host = socket.gethostname()
-        self.sender = WebhookSender(settings.ALERT_WEBHOOK) if settings.ALERT_WEBHOOK else None
+        self.sender = WebhookSender(settings.ALERT_WEBHOOK, settings.ALERT_WEBHOOK_FORMAT,
+                                    settings.ALERT_WEBHOOK_SECRET) if settings.ALERT_WEBHOOK else None
         self._lock = threading.Lock()
-        self._raised: dict = {}                       # (kind, batch id) -> when last raised (monotonic)
+        self._raised: dict = {}                       # (kind, batch id, about) -> when last raised (monotonic)
         self._settled_since: Optional[tuple] = None   # (batch id, settled count, since when unchanged)
 
-    def raise_alert(self, kind: str, batch_id: int, message: str, **figures) -> bool:
-        """One WARNING line and a POST, unless this kind was raised for this batch within ALERT_REPEAT_SECONDS."""
+    def raise_alert(self, kind: str, batch_id: int, message: str, about: str = "", **figures) -> bool:
+        """One WARNING line and a POST, unless this kind was raised for this batch (and this `about`: a host
+        down, say) within ALERT_REPEAT_SECONDS."""
         now, repeat = time.monotonic(), self.settings.ALERT_REPEAT_SECONDS
         with self._lock:
             self._raised = {key: at for key, at in self._raised.items() if now - at < repeat}
-            if (kind, batch_id) in self._raised:
+            if (kind, batch_id, about) in self._raised:
                 return False
-            self._raised[(kind, batch_id)] = now
+            self._raised[(kind, batch_id, about)] = now
         log.warning("ALERT %s: %s", kind, message)
         if self.sender is not None:
             self.sender.send({"namespace": self.namespace, "kind": kind, "batch": batch_id, "message": message,
@@ -131,11 +67,16 @@ class Alerts:
             self.sender.close()
 
     # -- the master's
-    def progress_checked(self, batch_id: int, progress: Progress, paused: bool) -> None:
-        """At each progress check of an open batch: a stall, and the failure ratio once enough tasks settled."""
+    def progress_checked(self, batch_id: int, progress: Progress, paused: bool, rate: Optional[float] = None,
+                         now: Optional[datetime] = None, due: Optional[datetime] = None) -> None:
+        """At each progress check of an open batch: a stall, the failure ratio once enough tasks settled, and,
+        given the rate (settled tasks per second), the store's clock and when the next batch is due, a late
+        batch."""
         self._check_stall(batch_id, progress, paused)
         if progress.settled >= FAILURES_CHECKED_FROM:
             self.check_failures(batch_id, progress.done, progress.failed)
+        if rate is not None and now is not None and due is not None and not paused:
+            self.check_late(batch_id, progress, rate, now, due)
 
     def _check_stall(self, batch_id: int, progress: Progress, paused: bool) -> None:
         now, limit = time.monotonic(), self.settings.STALL_ALERT_SECONDS
@@ -158,6 +99,20 @@ class Alerts:
             self.raise_alert("failures", batch_id, f"batch {batch_id}: {failed} of {settled} settled tasks failed "
                              f"({ratio:.0%}, above FAILURE_ALERT_RATIO={limit:g})",
                              done=done, failed=failed, ratio=round(ratio, 4))
+
+    def check_late(self, batch_id: int, progress: Progress, rate: float, now: datetime, due: datetime) -> None:
+        """The batch's tasks left, at `rate`, settle after the next batch is due. Not judged without a rate
+        (a stall says that), nor once the next is due (overdue says that)."""
+        left = progress.total - progress.settled
+        if left <= 0 or rate <= 0 or now >= due:
+            return
+        eta = now + timedelta(seconds=left / rate)
+        if eta > due:
+            self.raise_alert("late", batch_id, f"batch {batch_id} will not finish before the next is due: "
+                             f"{left} tasks left at {rate:.1f} tasks/s settle at about {eta:%Y-%m-%d %H:%M}, "
+                             f"the next batch is due at {due:%Y-%m-%d %H:%M}",
+                             left=left, rate=round(rate, 3), eta=eta.isoformat(sep=" ", timespec="seconds"),
+                             due=due.isoformat(sep=" "))
 
     def overdue(self, batch_id: int, due: datetime) -> None:
         self.raise_alert("overdue", batch_id, f"batch {batch_id} is overdue: the next was due at {due}, it opens "

@@ -4,7 +4,7 @@
 stop (stop leasing, finish in-flight work, flush, write back), a second one is cold
 (abandon in-flight work to the leases). Signal handlers only call `request()`.
 
-`Backoff` spaces retries: of a loop that met an outage (batchd/outages.py), of an idle
+`Backoff` spaces retries: of a loop that met an outage (batchd/process/outages.py), of an idle
 worker polling an empty queue, of a supervisor respawning a child that keeps dying.
 """
 import random

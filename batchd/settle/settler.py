@@ -18,10 +18,13 @@ Each settle does, in this order:
    without its reason, and a write-back retried after an outage writes them again, though its move then
    moves nothing. Of a task nobody holds (update_task outside a worker), whether it moves is known only
    after the move: its record follows it, and a task that did not move (already done) gets none;
-3. **the tally**: what the rows that moved add to their batch's done / failed (`Move.tally_of`). A tally
+3. **the leases** of the tasks, given back by the worker that held them (`release`): a task added to
+   the tally is never still in the queue, since the master reads the tally first and the queue after
+   it (master/patrol.py, check_progress); a task counted twice there would raise the batch's total;
+4. **the tally**: what the rows that moved add to their batch's done / failed (`Move.tally_of`). A tally
    the queue cannot take now is not worth failing the settle for: one WARNING, and the master reconciles
    it from the table when the batch closes;
-4. **the stats**: `counted(done, failed)`, the settling process's own totals (a worker's ledger row:
+5. **the stats**: `counted(done, failed)`, the settling process's own totals (a worker's ledger row:
    its stop line, /metrics).
 """
 import logging
@@ -44,21 +47,29 @@ class Settler:
         self.store, self.tally, self.counted = store, tally, counted
 
     def settle(self, move: Move, batch_id: Optional[int], task_ids: Sequence,
-               failures: Sequence[TaskFailure] = (), older_than: Optional[float] = None, held: bool = True) -> int:
+               failures: Sequence[TaskFailure] = (), older_than: Optional[float] = None, held: bool = True,
+               release: Callable[[], None] = lambda: None) -> int:
         """Apply `move` to `task_ids` of batch `batch_id` (None: before any batch, nothing to tally), with
-        the failure records of those it fails; how many rows moved. BackendUnavailable from the records or
-        the move: nothing is counted, and the caller tries the whole settle again."""
+        the failure records of those it fails, and `release` their leases; how many rows moved.
+        BackendUnavailable from the records or the move: nothing is counted, and the caller tries the
+        whole settle again; from `release`: the tally is still added, and the error raised after it."""
         if failures and held:
             self.store.record_failures(failures)
         moved = self.store.move(move, task_ids, older_than=older_than)
         if failures and not held and moved == len(task_ids):
             self.store.record_failures(failures)
+        try:
+            release()
+        finally:
+            self._count(move, batch_id, moved)
+        return moved
+
+    def _count(self, move: Move, batch_id: Optional[int], moved: int) -> None:
         done, failed = move.tally_of(moved)
         if batch_id is not None and (done or failed):
             self._add_to_tally(batch_id, done, failed)
         if done or failed:
             self.counted(done, failed)
-        return moved
 
     def _add_to_tally(self, batch_id: int, done: int, failed: int) -> None:
         try:

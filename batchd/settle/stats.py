@@ -13,13 +13,19 @@ batch's counts are in the backend before its last task settles, and the master's
 every STATS_FLUSH_INTERVAL, soon after the worker starts tasks of a new batch, and when it stops. A flush
 is numbered per worker (`source`, `seq`); one whose answer never came (the backend went down mid-call) is
 sent again under the same number, and the backend applies a number once: never lost, never added twice.
+
+The counters per host (names under "host/", backends/host_counts.py) leave in the same flush, the worker's
+HOST_STATS_TOP busiest hosts as they are and the rest as "(other)"; each flush also publishes the worker's
+gauges per host (tasks set aside, attempts in flight), its busiest HOST_STATS_TOP, for a few intervals.
 """
 import itertools
 import threading
 import time
-from typing import Optional
+from typing import Callable, Optional
 
+from ..backends.host_counts import DONE, FAILED, IN_FLIGHT, WAITING, fold_top, split_host_counts
 from ..backends.ports import BatchCounters
+from ..recrawl.pages import FOUND, ITEMS_UNCHANGED, VERDICTS
 
 # What the report names, in its order: (counter, words). The basics are always shown, the others when not 0.
 REQUESTS, RESPONSES = "downloader/request_count", "downloader/response_count"
@@ -29,6 +35,7 @@ RETRY_PREFIX = "retry/reason_count/"
 RETRY_COUNT = "retry/count"
 BYTES = "downloader/response_bytes"
 PROXY_FAILURES = "proxy/failures"
+GAUGE_TTL_SLACK = 10.0      # s beyond three flush intervals that a worker's gauges outlive its last flush
 
 
 class BatchStats:
@@ -81,10 +88,13 @@ class BatchStats:
 class StatsFlusher:
     """Sends a BatchStats' counts to a BatchCounters port. One flush at a time; a flush whose call failed is
     kept, numbered, and sent again before anything counted after it (BackendUnavailable reaches the caller,
-    who waits the outage out as it does for its own calls)."""
+    who waits the outage out as it does for its own calls). `gauges()`: the worker's hosts now, {host: {field: n}};
+    `top`: HOST_STATS_TOP."""
 
-    def __init__(self, stats: BatchStats, counters: BatchCounters, source: str, interval: float):
+    def __init__(self, stats: BatchStats, counters: BatchCounters, source: str, interval: float, top: int = 50,
+                 gauges: Callable[[], dict] = dict):
         self.stats, self.counters, self.source, self.interval = stats, counters, source, interval
+        self.top, self.gauges = top, gauges
         self._lock = threading.Lock()
         self._numbers = itertools.count(1)
         self._unsent: Optional[tuple] = None     # (seq, {batch id: counts}) sent without an answer yet
@@ -100,6 +110,12 @@ class StatsFlusher:
             if taken:
                 self._unsent = (next(self._numbers), taken)
                 self._send(*self._unsent)
+            self.counters.set_host_gauges(self.source, fold_top(self.gauges(), self.top, (WAITING, IN_FLIGHT)),
+                                          3 * self.interval + GAUGE_TTL_SLACK)
+
+    def forget_gauges(self) -> None:
+        """The worker stops: its hosts are no longer its own."""
+        self.counters.set_host_gauges(self.source, {}, 0)
 
     def flush_if_due(self) -> None:
         if time.monotonic() >= self._due:
@@ -110,8 +126,8 @@ class StatsFlusher:
         self._due = 0.0
 
     def unsent(self) -> dict:
-        """{batch id: counts} this worker holds, flushed or not yet sent (for the line of a stop that
-        could not flush)."""
+        """{batch id: counts} this worker holds, flushed or not yet sent, without the hosts' (for the line of a
+        stop that could not flush)."""
         held = self.stats.peek()
         unsent = self._unsent
         if unsent is not None:
@@ -119,11 +135,13 @@ class StatsFlusher:
                 mine = held.setdefault(batch_id, {})
                 for name, n in counts.items():
                     mine[name] = mine.get(name, 0) + n
-        return held
+        return {batch_id: split_host_counts(counts)[0] for batch_id, counts in held.items()}
 
     def _send(self, seq: int, per_batch: dict) -> None:
         for batch_id in sorted(per_batch):
-            self.counters.add_counts(batch_id, per_batch[batch_id], self.source, seq)
+            counts, hosts = split_host_counts(per_batch[batch_id])
+            self.counters.add_counts(batch_id, counts, self.source, seq, fold_top(hosts, self.top, (DONE, FAILED)),
+                                     self.top)
             del per_batch[batch_id]     # a retry of this flush need not resend it (it would be ignored)
         self._unsent = None
 
@@ -142,9 +160,15 @@ def summary(counts: dict) -> str:
         parts.append(f"{retries} retries{_breakdown(counts, RETRY_PREFIX)}")
     parts.append(size_text(counts.get(BYTES, 0)))
     parts += [f"{counts.get(name, 0)} {words}" for name, words in ITEM_BASICS]
+    if counts.get(ITEMS_UNCHANGED):
+        parts.append(f"{counts[ITEMS_UNCHANGED]} unchanged")
+    found = [FOUND + verdict for verdict in VERDICTS]
+    if any(counts.get(name) for name in found):
+        parts.append("tasks: " + " / ".join(f"{counts.get(FOUND + v, 0)} {v}" for v in VERDICTS))
     if counts.get(PROXY_FAILURES):
         parts.append(f"{counts[PROXY_FAILURES]} proxy failures")
-    known = {name for name, _ in ITEM_BASICS} | {REQUESTS, RESPONSES, RETRY_COUNT, BYTES, PROXY_FAILURES}
+    known = ({name for name, _ in ITEM_BASICS} | {REQUESTS, RESPONSES, RETRY_COUNT, BYTES, PROXY_FAILURES, ITEMS_UNCHANGED}
+             | set(found))
     parts += [f"{name} {n}" for name, n in sorted(counts.items())
               if n and name not in known and not name.startswith((STATUS_PREFIX, RETRY_PREFIX))]
     return ", ".join(parts)

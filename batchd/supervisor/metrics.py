@@ -8,180 +8,51 @@ is a configuration error (exit 78) naming the package. It runs in its multiproce
                  fork; serves /metrics from a thread (`batchd-metrics`): the children's files merged, plus
                  gauges it reads from the ledger as it answers; `mark_process_dead` when it reaps a child
                  (a dead worker's counters stay in the sums, its live gauge goes)
-    worker       `WorkerMetrics`: its counters in its own file of that directory, counted where its
-                 BatchStats and its ledger count (`MeteredStats`, `MeteredLedger`), and the fetch latency
-                 of each attempt (`FetchLatencyMiddleware`, in the default DOWNLOADER_MIDDLEWARES: with
-                 metrics off it is not in the chain, so an unused feature costs nothing per request)
+    worker       its counters in its own file of that directory (worker/metrics.py lists them), and the
+                 fetch latency of each attempt (download/middlewares/latency.py, in the default
+                 DOWNLOADER_MIDDLEWARES: with metrics off it is not in the chain, so an unused feature costs
+                 nothing per request)
 
-Every metric carries the label `namespace`. The workers' (summed over the host's worker processes, dead
-ones included):
-    batchd_tasks_total{outcome=done|failed}      tasks written back
-    batchd_items_total{outcome=stored|dumped}    items landed in the database, or in FAILED_ITEMS_PATH
-    batchd_requests_total                        attempts sent (a retry is an attempt)
-    batchd_responses_total{status}               responses, by HTTP status
-    batchd_request_errors_total{error}           attempts that got no response, by exception
-    batchd_retries_total                         attempts retried
-    batchd_response_bytes_total                  bytes of response bodies
-    batchd_fetch_latency_seconds                 a histogram of each response's time, sent to body read
-    batchd_fetches_in_progress                   attempts being sent now (live workers only)
-The supervisor's, as it answers:
+Every metric carries the label `namespace`. The supervisor's, as it answers:
     batchd_workers_alive, batchd_unflushed_items, batchd_tasks_in_flight
     batchd_child_restarts_total{role}            children that ended unasked (crash, kill, timeout)
     batchd_backend_outage{backend}               1 while a child waits for that backend, then 0
     batchd_batch_id, batchd_batch_total_tasks, batchd_batch_settled_tasks{outcome=done|failed},
     batchd_queue_length                          (a supervisor that runs the master: its last patrol's view)
+
+Per host, from the supervisor that runs the master only (so that a sum over every supervisor of the
+namespace counts each host once), read from the batch's counters per host, the workers' gauges and the
+breakers as it answers (cli/status.py's `batchd status --hosts` shows the same rows). The label `host`
+takes at most HOST_STATS_TOP values and "(other)": the busiest hosts, the rest summed (backends/host_counts.py):
+    batchd_host_tasks_waiting{host}              tasks set aside for their host's turn in the workers now
+    batchd_host_requests_in_flight{host}         attempts being sent to the host now
+    batchd_host_attempts{host,outcome=done|failed}   the batch's attempts at the host (a new batch starts at 0)
+    batchd_host_latency_seconds{host,quantile=0.5|0.95}  the top of the latency bucket the quantile falls in
+    batchd_host_breaker{host,state=open|probing|down}    1 for a host whose breaker is not closed
 """
+import glob
 import http.server
 import logging
 import os
 import shutil
 import socket
 import socketserver
+import struct
 import tempfile
 from typing import Any, Callable, Optional
 
 from ..errors import ConfigError
-from ..http import Request, Response
-from ..process.ledger import LedgerBlock, SharedLedger
-from ..download.chain import ChainContext, DownloaderMiddleware, PageRejected
-from ..settle.stats import BYTES, REQUESTS, RESPONSES, RETRY_COUNT, STATUS_PREFIX, BatchStats
 from ..process.threads import start_thread
+from ..worker.metrics import prometheus_client
 
 log = logging.getLogger("batchd.metrics")
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
-MISSING_CLIENT = ("METRICS_PORT is set but prometheus-client is not installed: apt install "
-                  "python3-prometheus-client (or pip install \"batchd[metrics]\"), or set METRICS_PORT = 0")
-EXCEPTION_PREFIX = "downloader/exception_type_count/"
-# Seconds: a page of a fast site in the first buckets, DOWNLOAD_TIMEOUT's default (180) in the last.
-LATENCY_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 180.0)
+# A multiprocess file starts with how many of its bytes are used (a 4-byte int), then 4 bytes of padding.
+FILE_HEADER = struct.Struct("i")
+FILE_HEADER_BYTES = 8
+EMPTY_FILE = "empty (a worker that has just started)"
 
-
-def prometheus_client():
-    """The client module; ConfigError naming the package when it is not installed."""
-    try:
-        import prometheus_client as client
-    except ImportError:
-        raise ConfigError(MISSING_CLIENT) from None
-    return client
-
-
-# -- a worker's side
-
-class _Uncounted:
-    def inc(self, amount: float = 1) -> None:
-        pass
-
-
-UNCOUNTED = _Uncounted()
-
-
-class WorkerMetrics:
-    """One worker process's counters, written to its own file of the multiprocess directory. Thread-safe
-    (the client locks). Made in the worker after the fork; not registered: its supervisor serves them."""
-
-    def __init__(self, namespace: str):
-        client = prometheus_client()
-
-        def counter(name: str, meaning: str, *labels: str):
-            return client.Counter(name, meaning, ("namespace",) + labels, registry=None)
-
-        tasks = counter("batchd_tasks", "tasks written back, by outcome", "outcome")
-        items = counter("batchd_items", "items landed: stored, or dumped to FAILED_ITEMS_PATH", "outcome")
-        self.namespace = namespace
-        self.responses = counter("batchd_responses", "responses received, by HTTP status", "status")
-        self.errors = counter("batchd_request_errors", "attempts that got no response, by exception", "error")
-        self.tasks_done, self.tasks_failed = tasks.labels(namespace, "done"), tasks.labels(namespace, "failed")
-        self.latency = client.Histogram("batchd_fetch_latency_seconds", "seconds from sending a request to the end "
-                                        "of its response's body", ("namespace",), buckets=LATENCY_BUCKETS,
-                                        registry=None).labels(namespace)
-        self.in_progress = client.Gauge("batchd_fetches_in_progress", "attempts being sent now", ("namespace",),
-                                        multiprocess_mode="livesum", registry=None).labels(namespace)
-        # BatchStats' names with a counter of their own; the families below are looked up once per label.
-        self._counters: dict = {
-            "item/stored": items.labels(namespace, "stored"), "item/dumped": items.labels(namespace, "dumped"),
-            REQUESTS: counter("batchd_requests", "attempts sent (a retry is an attempt)").labels(namespace),
-            RETRY_COUNT: counter("batchd_retries", "attempts retried").labels(namespace),
-            BYTES: counter("batchd_response_bytes", "bytes of response bodies").labels(namespace),
-            # Sums of the families below: not exported twice.
-            RESPONSES: UNCOUNTED, "downloader/exception_count": UNCOUNTED}
-
-    def count(self, name: str, n: int) -> None:
-        """What BatchStats counts under `name`, in the counter that exports it (if any)."""
-        counter = self._counters.get(name)
-        if counter is None:
-            counter = self._counter_for(name)
-        counter.inc(n)
-
-    def _counter_for(self, name: str):
-        for prefix, family in ((STATUS_PREFIX, self.responses), (EXCEPTION_PREFIX, self.errors)):
-            if name.startswith(prefix):
-                counter = self._counters[name] = family.labels(self.namespace, name[len(prefix):])
-                return counter
-        return UNCOUNTED      # not exported (a spider's own names: not cached, there may be any number)
-
-    def batch_stats(self) -> BatchStats:
-        """The worker's BatchStats, counting here too."""
-        return MeteredStats(self)
-
-    def settled(self, done: int, failed: int) -> None:
-        if done:
-            self.tasks_done.inc(done)
-        if failed:
-            self.tasks_failed.inc(failed)
-
-
-class MeteredStats(BatchStats):
-    """A worker's BatchStats that also counts in its Prometheus counters: the same call sites for both."""
-
-    def __init__(self, metrics: WorkerMetrics):
-        super().__init__()
-        self.metrics = metrics
-
-    def inc(self, name: str, count: int = 1, batch_id=None) -> None:
-        super().inc(name, count, batch_id)
-        self.metrics.count(name, count)
-
-
-class MeteredLedger(SharedLedger):
-    """A worker's ledger row that also counts the tasks it is told were written back."""
-
-    def __init__(self, block: LedgerBlock, number: int, slots: int, metrics: WorkerMetrics):
-        super().__init__(block, number, min(slots, block.slots_per_worker))
-        self.metrics = metrics
-
-    def count(self, done: int = 0, failed: int = 0, items: int = 0) -> None:
-        super().count(done, failed, items)
-        self.metrics.settled(done, failed)
-
-
-class FetchLatencyMiddleware(DownloaderMiddleware):
-    """Innermost link: each attempt's time (Response.elapsed) into batchd_fetch_latency_seconds, and the
-    attempts under way. Only in the chain of a worker with metrics on."""
-
-    def __init__(self, metrics: WorkerMetrics):
-        self.latency, self.in_progress = metrics.latency, metrics.in_progress
-
-    @classmethod
-    def from_context(cls, context: ChainContext) -> Optional["FetchLatencyMiddleware"]:
-        return None if context.metrics is None else cls(context.metrics)
-
-    def process_request(self, request: Request) -> None:
-        self.in_progress.inc()
-
-    def process_response(self, request: Request, response: Response) -> Response:
-        self.in_progress.dec()
-        self.latency.observe(response.elapsed)
-        return response
-
-    def process_exception(self, request: Request, exception: Exception) -> None:
-        self.in_progress.dec()
-        if isinstance(exception, PageRejected):      # a page came back: its time counts
-            self.latency.observe(exception.response.elapsed)
-        return None
-
-
-# -- the supervisor's side
 
 def metrics_directory(instance_key: str, environ=os.environ) -> tuple:
     """(path, private): `metrics-<instance>` under systemd's RuntimeDirectory= (emptied: what a former
@@ -193,6 +64,56 @@ def metrics_directory(instance_key: str, environ=os.environ) -> tuple:
     shutil.rmtree(path, ignore_errors=True)
     os.makedirs(path, mode=0o700)
     return path, False
+
+
+class WorkerFilesCollector:
+    """The children's multiprocess files merged, as the client's MultiProcessCollector merges them, less the
+    files that cannot be read: one short read would fail the whole scrape (a struct.error, HTTP 500).
+
+    A worker that has just started may have made its file and not yet sized it (the client creates it, then
+    extends it to 64 KiB): 0 bytes, said at DEBUG, and read at a later scrape. A file too short for its header,
+    or for the bytes its header says are used, was cut short by something else: a WARNING naming it. A file
+    is told of at most once at each level, however many scrapes leave it out."""
+
+    def __init__(self, directory: str):
+        self.directory = directory
+        self._told: set = set()
+
+    def collect(self):
+        from prometheus_client.multiprocess import MultiProcessCollector
+
+        paths = glob.glob(os.path.join(self.directory, "*.db"))
+        return MultiProcessCollector.merge([path for path in paths if self._readable(path)], accumulate=True)
+
+    def _readable(self, path: str) -> bool:
+        try:
+            why = _unreadable_because(path)
+        except FileNotFoundError:      # a dead child's live gauge, removed since the listing: nothing to sum
+            return False
+        except OSError as e:
+            why = f"cannot be read: {e.strerror or e}"
+        if why is None:
+            return True
+        level = logging.DEBUG if why == EMPTY_FILE else logging.WARNING
+        if (path, level) not in self._told:
+            self._told.add((path, level))
+            log.log(level, "/metrics: %s left out of the sums: %s", os.path.basename(path), why)
+        return False
+
+
+def _unreadable_because(path: str) -> Optional[str]:
+    """Why the client could not read this multiprocess file, or None if it can (OSError: it cannot be opened)."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        header = f.read(FILE_HEADER_BYTES)
+    if size == 0:
+        return EMPTY_FILE
+    if len(header) < FILE_HEADER_BYTES:
+        return f"{size} bytes, shorter than its {FILE_HEADER_BYTES}-byte header"
+    (used,) = FILE_HEADER.unpack_from(header)
+    if used > size:
+        return f"{size} bytes, though its header says {used} are used"
+    return None
 
 
 class SupervisorCollector:
@@ -235,6 +156,8 @@ class SupervisorCollector:
             yield settled
             yield gauge("batchd_queue_length", "tasks waiting in the queue at the master's last patrol",
                         batch["queued"])
+        if figures.get("hosts") is not None:
+            yield from host_families(namespace, figures["hosts"])
 
     def _outages(self, namespace: str, down: set):
         from prometheus_client.core import GaugeMetricFamily
@@ -245,6 +168,33 @@ class SupervisorCollector:
         for backend in sorted(self._backends_seen):
             family.add_metric([namespace, backend], int(backend in down))
         return family
+
+
+def host_families(namespace: str, rows: list):
+    """The gauges per host of `rows` (backends/host_counts.py's bounded_rows: the label's values are bounded)."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    def family(name: str, meaning: str, *labels: str) -> Any:
+        return GaugeMetricFamily(name, meaning, labels=["namespace", "host", *labels])
+
+    waiting = family("batchd_host_tasks_waiting", "tasks set aside for their host's turn in the workers now")
+    in_flight = family("batchd_host_requests_in_flight", "attempts being sent to the host now")
+    attempts = family("batchd_host_attempts", "the batch's attempts at the host, by outcome", "outcome")
+    latency = family("batchd_host_latency_seconds", "the top of the latency bucket the quantile of the batch's "
+                     "answers from the host falls in", "quantile")
+    breaker = family("batchd_host_breaker", "1 for a host whose breaker is open, probing or down", "state")
+    for row in rows:
+        host = row["host"]
+        waiting.add_metric([namespace, host], row["waiting"])
+        in_flight.add_metric([namespace, host], row["in_flight"])
+        attempts.add_metric([namespace, host, "done"], row["done"])
+        attempts.add_metric([namespace, host, "failed"], row["failed"])
+        for field, quantile in (("p50", "0.5"), ("p95", "0.95")):
+            if row[field] is not None:
+                latency.add_metric([namespace, host, quantile], row[field])
+        if row["breaker"] not in (None, "closed"):
+            breaker.add_metric([namespace, host, row["breaker"]], 1)
+    return waiting, in_flight, attempts, latency, breaker
 
 
 class _Server(socketserver.ThreadingMixIn, socketserver.TCPServer):
@@ -288,9 +238,8 @@ class MetricsServer:
         os.environ[MULTIPROC_ENV] = self.directory
         try:
             client = prometheus_client()
-            from prometheus_client import multiprocess
             registry = client.CollectorRegistry()
-            multiprocess.MultiProcessCollector(registry, path=self.directory)
+            registry.register(WorkerFilesCollector(self.directory))
             registry.register(SupervisorCollector(figures))
             self.server = _bind(address, port)
         except BaseException:

@@ -11,24 +11,43 @@ namespace and a host, and must not overwrite each other's snapshot. Fields, all 
     done failed items                       tasks written back and items landed by its workers
     unflushed in_flight                     items in memory, tasks held (from the ledger)
     rate                                    its workers' settled tasks per second
-    batch_id batch_settled batch_total batch_rate   the master's view (a supervisor running one)
+    batch_id batch_settled batch_total      the master's view (a supervisor running one)
+    batch_samples                           ... the batch's tally over the last RATE_WINDOW (below)
     batch_is_done batch_done batch_failed batch_next_due   ... and, once the batch is over, its result
     outage_backend outage_since outage_reason       what its children wait for (only during an outage)
 
 `batchd status` (cli/status.py) reads these snapshots back, with the words and figures of this
-module (paused_text, duration, eta), so the journal's STATUS= line and the command say the same.
+module (paused_text, duration, eta, rate_text), so the journal's STATUS= line and the command say
+the same.
+
+The batch's rate and ETA are the tally's as it stands, not the master's last patrol (whose figures
+are as old as BATCH_MONITOR_INTERVAL). The supervisor running the master reads the tally (the
+BatchTally port: settled tasks, counted as write-backs land) at every snapshot and keeps the
+samples, (Unix time, settled), back to the first one at least RATE_WINDOW old: `batch_samples`, a
+JSON list (SettledSamples). Whoever reads the snapshot (`batchd status` in another process, STATUS=
+of this supervisor and of the worker supervisors on other hosts) takes the rate over the window
+from them (window_rate) and the ETA from it. Why there: the tally is the one count of the batch
+that every backend keeps exactly as tasks settle, and the snapshot is already written every
+STATUS_INTERVAL and read by every view, so one series serves them all, measured on one clock (the
+sampling host's), whatever BATCH_MONITOR_INTERVAL is and whoever asks. The rate is as of the
+newest sample: at most STATUS_INTERVAL old.
 """
+import collections
+import json
 import logging
 import time
 from typing import Optional
 
 from ..backends import open_supervisor_ports
+from ..backends.host_counts import bounded_rows, breaker_phases, host_rows
 from ..backends.ports import SupervisorPorts
 
 log = logging.getLogger("batchd.status")
 
 PUBLISH_TIMEOUT = 1.0        # the supervisor's loop must not wait on a slow Redis for longer
 MIN_SNAPSHOT_TTL = 10.0
+RATE_WINDOW = 30.0           # seconds of the tally behind a batch's rate and ETA
+MAX_SAMPLES = 30             # samples kept within the window: closer ones replace each other
 
 
 def snapshot_ttl(interval: float) -> int:
@@ -50,6 +69,59 @@ def eta(remaining: int, rate: Optional[float]) -> Optional[float]:
     return remaining / rate if rate else None
 
 
+class SettledSamples:
+    """One batch's tally as the supervisor running the master read it: (Unix time, settled) pairs, back to
+    the first one at least RATE_WINDOW old (the window's start). A sample closer than RATE_WINDOW / MAX_SAMPLES
+    to the one before the newest replaces the newest: any two in a row span that much, so a short
+    STATUS_INTERVAL keeps at most 2 * MAX_SAMPLES + 2 of them."""
+
+    def __init__(self):
+        self.batch_id = 0
+        self.samples: collections.deque = collections.deque()
+
+    def add(self, batch_id: int, when: float, settled: int) -> None:
+        if batch_id != self.batch_id:        # a new batch: its window starts with it
+            self.batch_id, self.samples = batch_id, collections.deque()
+        sample = (round(when, 3), settled)
+        if len(self.samples) >= 2 and when - self.samples[-2][0] < RATE_WINDOW / MAX_SAMPLES:
+            self.samples[-1] = sample
+        else:
+            self.samples.append(sample)
+        while len(self.samples) > 2 and self.samples[1][0] <= when - RATE_WINDOW:
+            self.samples.popleft()
+
+    def field(self) -> str:
+        return json.dumps([list(sample) for sample in self.samples])
+
+
+def samples_of(snapshot: Optional[dict]) -> list:
+    """The snapshot's batch_samples as (time, settled) pairs; [] when it has none (an older batchd)."""
+    try:
+        return [(float(t), int(n)) for t, n in json.loads((snapshot or {}).get("batch_samples") or "[]")]
+    except (ValueError, TypeError):
+        return []
+
+
+def window_rate(samples: list) -> Optional[tuple]:
+    """(settled tasks per second, seconds measured) from the last sample at least RATE_WINDOW before the
+    newest (or the oldest, in a younger batch) to the newest; None before two samples."""
+    if len(samples) < 2:
+        return None
+    end, end_settled = samples[-1]
+    start, start_settled = next((s for s in reversed(samples) if s[0] <= end - RATE_WINDOW), samples[0])
+    if end <= start:
+        return None
+    return max(0.0, (end_settled - start_settled) / (end - start)), end - start
+
+
+def rate_text(measured: Optional[tuple]) -> str:
+    """290.1 tasks/s over the last 30 s; 0.0 in a paused batch, or one where nothing settled meanwhile."""
+    if measured is None:
+        return "rate unknown yet"
+    rate, seconds = measured
+    return f"{rate:.1f} tasks/s over the last {seconds:.0f} s"
+
+
 def supervisor_ports(settings, namespace: str) -> Optional[SupervisorPorts]:
     """The ports a supervisor publishes on and gives leases back through (Redis, or the SQLite file), with
     short timeouts: its loop must never wait long on them. None when there are none."""
@@ -64,10 +136,16 @@ class SnapshotPublisher:
         self.key = f"{host}:{seat}"
         self.ttl = snapshot_ttl(interval)
         self._failing = False
+        self._hosts_failing = False
 
     def publish(self, snapshot: dict) -> None:
         fields = {k: str(v) for k, v in snapshot.items() if v is not None}
         self._guarded("publish the status snapshot", self.ports.board.write_status, self.key, fields, self.ttl)
+
+    def settled(self, batch_id: int) -> Optional[int]:
+        """The batch's settled tasks by its tally now; None while the tally cannot be read or is not held."""
+        tally = self._guarded("read the batch's tally", self.ports.tally.settled, batch_id)
+        return None if tally is None else sum(tally)
 
     def master_view(self) -> Optional[dict]:
         """The batch as the master's supervisor last published it, wherever it runs."""
@@ -79,6 +157,21 @@ class SnapshotPublisher:
         if given:
             self._guarded("wake the master", self.ports.wake.wake_master)
         return given
+
+    def hosts(self, batch_id: int, top: int) -> Optional[list]:
+        """The batch's `top` busiest hosts and OTHER as rows (backends/host_counts.py), for /metrics; None
+        while the counters cannot be read (one WARNING until they can)."""
+        ports = self.ports
+        try:
+            breakers = breaker_phases(ports.breakers) if ports.breakers is not None else {}
+            rows = host_rows(ports.counters.host_counts(batch_id), ports.counters.host_gauges(), breakers)
+        except Exception as e:    # /metrics shows what it can: no failure here may fail a scrape
+            if not self._hosts_failing:
+                log.warning("cannot read the counters per host for /metrics: %s", e)
+            self._hosts_failing = True
+            return None
+        self._hosts_failing = False
+        return bounded_rows(rows, top)
 
     def withdraw(self) -> None:
         self._guarded("remove the status snapshot", self.ports.board.delete_status, self.key)
@@ -113,8 +206,9 @@ def status_line(who: str, snapshot: dict, batch: Optional[dict]) -> str:
     """One line for STATUS=: an outage first, then the batch (progress X/Y, rate; or, once it is over,
     its result and when the next is due), workers alive, unflushed items."""
     parts = []
-    if batch and float(batch.get("batch_paused_since") or 0):
-        parts.append(f"paused since {paused_text(float(batch['batch_paused_since']))}")
+    paused_since = float((batch or {}).get("batch_paused_since") or 0)
+    if paused_since:
+        parts.append(f"paused since {paused_text(paused_since)}")
     if snapshot.get("outage_since"):
         since = time.strftime("%H:%M:%S", time.localtime(float(snapshot["outage_since"])))
         parts.append(f"waiting for {snapshot['outage_backend']} since {since} ({snapshot['outage_reason']})")
@@ -122,8 +216,11 @@ def status_line(who: str, snapshot: dict, batch: Optional[dict]) -> str:
         parts.append(f"batch {batch['batch_id']} finished: {batch['batch_done']} done, {batch['batch_failed']} "
                      f"failed of {batch['batch_total']}; next due {batch['batch_next_due']}")
     elif batch:
-        settled, total, rate = int(batch["batch_settled"]), int(batch["batch_total"]), float(batch["batch_rate"])
-        parts.append(f"batch {batch['batch_id']} {settled}/{total} ({rate:.1f} tasks/s, "
+        samples, total = samples_of(batch), int(batch["batch_total"])
+        settled = samples[-1][1] if samples else int(batch["batch_settled"])
+        measured = window_rate(samples)
+        rate = measured[0] if measured and not paused_since else None      # paused: no ETA
+        parts.append(f"batch {batch['batch_id']} {settled}/{total} ({rate_text(measured)}, "
                      f"ETA {duration(eta(total - settled, rate))})")
     else:
         parts.append("batch ?")

@@ -40,7 +40,7 @@ from ..process.lifecycle import Backoff
 from .loader import SpiderSource
 from ..master.patrol import ProgressRate
 from .metrics import MetricsServer
-from .snapshots import SnapshotPublisher, status_line, supervisor_ports
+from .snapshots import SettledSamples, SnapshotPublisher, status_line, supervisor_ports
 from ..process.systemd import Notifier, set_log_namespace, set_process_role, set_process_title, watchdog_usec
 from ..worker.worker import ledger_slots, worker_token_prefix
 
@@ -83,6 +83,7 @@ class Supervisor:
         self.rate = ProgressRate()
         self.ended: collections.Counter[str] = collections.Counter()   # the children gone: totals, what they left
         self.master_figures: dict = {}           # the batch as this host's master last wrote it in its row
+        self.settled_samples = SettledSamples()  # and its tally at each snapshot (its rate, its ETA)
         self._signals: collections.deque = collections.deque()
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._due = {"watchdog": 0.0, "status": 0.0, "extend": 0.0}
@@ -540,13 +541,23 @@ class Supervisor:
         row = max((r for r in rows if r.batch_id > 0), key=lambda r: r.heartbeat, default=None)
         if row is not None:
             self.master_figures = {"batch_id": row.batch_id, "batch_settled": row.settled,
-                                   "batch_total": row.total, "batch_rate": round(row.rate, 3),
-                                   "batch_is_done": row.is_done, "batch_done": row.done_count,
-                                   "batch_failed": row.fail_count,
+                                   "batch_total": row.total, "batch_is_done": row.is_done,
+                                   "batch_done": row.done_count, "batch_failed": row.fail_count,
                                    "batch_next_due": row.next_due.decode("ascii", "replace"),
-                                   "batch_paused_since": row.paused_since}
+                                   "batch_paused_since": row.paused_since, **self._sample_tally(row)}
         # The last figures of a master that stopped still describe the batch (a reload, the end of a stop).
         return {**snapshot, **self.master_figures, **self._outage()}
+
+    def _sample_tally(self, row) -> dict:
+        """The open batch's tally now, added to its samples: the batch_samples field (none once it is over)."""
+        if row.is_done:
+            return {}
+        settled = self.publisher.settled(row.batch_id) if self.publisher is not None else None
+        if settled is not None:
+            self.settled_samples.add(row.batch_id, time.time(), settled)
+        if self.settled_samples.batch_id != row.batch_id:
+            return {}
+        return {"batch_samples": self.settled_samples.field()}
 
     def _outage(self) -> dict:
         """The longest-running outage any child waits out, as snapshot fields (none: no fields)."""
@@ -574,6 +585,11 @@ class Supervisor:
         if row is not None:
             figures["batch"] = {"id": row.batch_id, "total": row.total, "done": row.done_count,
                                 "failed": row.fail_count, "queued": row.queued}
+            publisher, settings = self.publisher, self.settings      # (a reload may replace them meanwhile)
+            hosts = (publisher.hosts(row.batch_id, settings.HOST_STATS_TOP)
+                     if publisher is not None and settings is not None else None)
+            if hosts is not None:
+                figures["hosts"] = hosts
         return figures
 
     def _worker_line(self, child: Child) -> dict:

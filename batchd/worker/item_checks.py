@@ -9,7 +9,7 @@ item table (`__item_table__`) takes one column per top-level key: the key must b
 the value a number, text, bytes, a date or time, or a list / dict stored as JSON text.
 NaN and infinities are refused everywhere: MySQL's JSON and numeric columns reject them.
 
-An Item class (batchd/item_class.py) is checked against its table the first time a worker meets
+An Item class (batchd/item.py) is checked against its table the first time a worker meets
 it: the table exists, each field is a column, the unique key is a UNIQUE index; else ConfigError.
 An Item whose required field has no value is not stored: InvalidItems tells it, sparingly.
 """

@@ -11,17 +11,20 @@ One thread per worker process (the lander, under the thread guard) does both job
      land, and each refused item fails its task, named in one line with the key and the reason;
 2. take the landed counts off the ledger;
 3. write back every settled task: failed (at once, its failure record written just before: one
-   upsert for the turn, batchd/failures.py), or done / back to pending (its requests ended without
+   upsert for the turn, batchd/settle/failures.py), or done / back to pending (its requests ended without
    update_task) once none of its items is left unflushed. The worker's batch counters are
-   flushed first (batchd/settle/stats.py: a batch's counts reach the backend before its last task settles),
-   then the leases are released; a task whose lease was reclaimed meanwhile is not written (its new
-   holder owns it now).
+   flushed first (batchd/settle/stats.py: a batch's counts reach the backend before its last task settles).
+   The leases are renewed, then what re-crawls remember of the tasks' pages kept (recrawl/memory.py),
+   then the tasks written, then the leases released, then the tasks added to the
+   batch's tally: a task whose lease was reclaimed meanwhile is not written (its new holder owns it now),
+   a task is never without its lease while its row still says processing (the master would take it for
+   lost and crawl it again), and never counted settled while still in the queue (settle/settler.py).
 Items stored and dumped are counted ("item/stored", "item/dumped") per batch of their tasks, and the
 counters are flushed every STATS_FLUSH_INTERVAL besides.
 Items are checked as they are buffered: a value the table cannot store fails its task (BadItem); an Item
 whose required field has no value is dropped, told (InvalidItems) and counted ("item/invalid"); an Item
 class is checked against its table the first time it comes (ConfigError stops the worker).
-A dump raises the items_dumped alert of each batch it holds items of (batchd/alerts.py).
+A dump raises the items_dumped alert of each batch it holds items of (batchd/process/alerts.py).
 A write-back that meets an outage is kept and tried again, never dropped. A warm stop does not
 wait out an outage: what is left is given back through the leases, never marked done.
 """
@@ -31,21 +34,22 @@ import re
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from ..settle import failures
 from ..settle.settler import Settler
+from ..recrawl.memory import PageMemory
+from ..recrawl.pages import settled_unchanged
 from ..errors import BackendUnavailable, ConfigError
 from ..process.alerts import Alerts
 from .dumps import FailedItemsFile
-from ..http import RequestFailed
 from ..item import Item
 from .item_checks import InvalidItems, check_item, check_item_table
+from .task_run import TaskRun
 from ..process.lifecycle import Backoff
-from ..model import COLUMNS_ITEM_KIND, ItemDestination, ItemRow, Lease, TaskFailure
+from ..model import COLUMNS_ITEM_KIND, ItemDestination, ItemRow, TaskFailure
 from ..process.outages import retry_through_outages
-from ..backends.ports import BatchStore, BatchTally, LeaseQueue, store_items
+from ..backends.ports import WorkerPorts, store_items
 from ..settle.stats import StatsFlusher
 from ..task import TaskState, settling_move
 from ..process.threads import check_in, start_thread
@@ -57,36 +61,6 @@ REPLAY_DISK_RETRY = 60.0  # a replay the disk refused is tried again this much l
 COLUMN_IN_MESSAGE = re.compile(r"""(?:column|field)\s+['"]?((?:`[^`]+`\.?)+|[A-Za-z0-9_$]+)""", re.IGNORECASE)
 
 
-@dataclass(eq=False)
-class TaskRun:
-    """One leased task inside a worker, from lease to write-back."""
-
-    lease: Lease
-    slot: int
-    outcome: Optional[TaskState] = None   # DONE, FAILED, or PENDING: back to the queue
-    requests_finished: bool = False
-    released: bool = False        # the lease is ended; only the database write is left
-    lease_lost: bool = False      # reclaimed before the write-back: not ours to write
-    settled: bool = False         # its write-back is queued (or done)
-    request_seq: int = 0
-    url: Optional[str] = None     # of the request being processed
-    last_failure: Optional[RequestFailed] = None   # the one behind the failed_request() or errback call under way
-    failure: Optional[TaskFailure] = None          # why it failed (its outcome FAILED)
-    started: float = field(default_factory=time.monotonic)
-    timed_out: bool = False       # failed by TASK_TIMEOUT: its lease is no longer renewed
-    thread_ident: int = 0         # the fetch thread processing it
-    in_user_code: bool = False    # that thread is inside the spider's code (TASK_TIMEOUT may interrupt it)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    @property
-    def task_id(self):
-        return self.lease.task_id
-
-    def next_request_seq(self) -> int:
-        seq, self.request_seq = self.request_seq, self.request_seq + 1
-        return seq
-
-
 class Abandoned(Exception):
     """The lander gave up mid-turn (a stop met an outage): what it held stays for the leases."""
 
@@ -96,16 +70,17 @@ def count_nothing(name: str, n: int, batch_id: Any) -> None:
 
 
 class Pipeline:
-    def __init__(self, store: BatchStore, leases: LeaseQueue, tally: BatchTally, ledger, settings, item_table: str,
-                 item_kind: str, watch, on_written=lambda runs: None,
-                 count: Callable[[str, int, Any], None] = count_nothing,
-                 stats_flusher: Optional[StatsFlusher] = None, alerts: Optional[Alerts] = None):
-        self.store, self.leases, self.tally, self.ledger, self.watch = store, leases, tally, ledger, watch
-        self.alerts = alerts
-        self.count, self.stats_flusher = count, stats_flusher
+    def __init__(self, ports: WorkerPorts, ledger, settings, item_table: str, item_kind: str, watch,
+                 on_written=lambda runs: None, count: Callable[[str, int, Any], None] = count_nothing,
+                 stats_flusher: Optional[StatsFlusher] = None, alerts: Optional[Alerts] = None,
+                 memory: Optional[PageMemory] = None):
+        self.store, self.leases, self.tally = ports.store, ports.leases, ports.tally
+        self.memory = memory
+        self.ledger, self.watch, self.alerts, self.stats_flusher = ledger, watch, alerts, stats_flusher
         self.flush_size = settings.ITEM_FLUSH_SIZE
         self.flush_interval = settings.ITEM_FLUSH_INTERVAL
         self.give_up = settings.ITEM_FLUSH_GIVE_UP
+        self.lease_seconds = settings.BATCH_LOST_TASK_STALE
         self.failed_items = FailedItemsFile(settings.failed_items_path())
         self.item_table, self.item_kind = item_table, item_kind
         self.spider_destination = ItemDestination(item_table, item_kind)   # where dicts go
@@ -125,13 +100,21 @@ class Pipeline:
         self._replay_after = 0.0
         self._flush_outage_since: Optional[float] = None   # the flush's groups share one ITEM_FLUSH_GIVE_UP
         self._thread: Optional[threading.Thread] = None
-        self._columns = store.item_columns(item_table) if item_kind == COLUMNS_ITEM_KIND else None
-        self.settler = Settler(store, tally, counted=lambda done, failed: ledger.count(done=done, failed=failed))
+        self._columns = self.store.item_columns(item_table) if item_kind == COLUMNS_ITEM_KIND else None
+        self.settler = Settler(self.store, self.tally, counted=lambda done, failed: ledger.count(done=done, failed=failed))
 
     # -- called by the fetch threads
     def track(self, run: TaskRun) -> None:
         with self._cond:
             self._runs.add(run)
+
+    def forget(self, run: TaskRun) -> None:
+        """A task handed back to the queue before it sent anything: no longer this worker's to write."""
+        with self._cond:
+            self._runs.discard(run)
+            if run.slot >= 0:
+                self.ledger.release_slot(run.slot)
+                run.slot = -1
 
     def add_item(self, run: TaskRun, request_seq: int, item_seq: int, item: Mapping) -> None:
         """Buffer a copy of an item (a dict, or an Item); BadItem (nothing buffered) when its destination
@@ -184,6 +167,8 @@ class Pipeline:
         """The task's last request has ended; settle it now if nothing holds it back."""
         with self._cond:
             run.requests_finished = True
+            if run.outcome is None and settled_unchanged(run.visits):
+                run.outcome = TaskState.DONE       # a page found unchanged: its callback was not called
             if run.outcome is None:
                 log.warning("task %s: its requests ended without update_task(); it goes back to pending at "
                             "once (one of its BATCH_TASK_MAX_ATTEMPTS)", run.task_id)
@@ -208,7 +193,7 @@ class Pipeline:
     def held_leases(self) -> list:
         """The leases to renew: every task not yet written back, but those TASK_TIMEOUT failed."""
         with self._cond:
-            return [run.lease for run in self._runs if not run.released and not run.timed_out]
+            return [run.lease for run in self._runs if not run.timed_out]
 
     def in_flight(self) -> int:
         with self._cond:
@@ -217,7 +202,7 @@ class Pipeline:
     def unwritten_leases(self) -> list:
         """After a stop: the leases of tasks that were not written back (for give_back)."""
         with self._cond:
-            return [run.lease for run in self._runs if not run.released]
+            return [run.lease for run in self._runs if not run.written and not run.lease_lost]
 
     # -- the lander thread
     def start(self) -> None:
@@ -457,23 +442,36 @@ class Pipeline:
             runs = list(self._writebacks)
         if not runs:
             return 0
+        unchecked = [r for r in runs if not r.lease_checked]
+        if unchecked:
+            self._check_leases(unchecked)
+            self.watch.ok(self.leases.backend_name)      # a write that worked: an outage still open is over
+        unwritten = [r for r in runs if not r.lease_lost and not r.written]
+        if self.memory is not None:
+            self.memory.count_found(unwritten)     # with the batch's counters, flushed before the tasks settle
         if self.stats_flusher is not None:
             self.stats_flusher.flush()
-        unreleased = [r for r in runs if not r.released]
-        if unreleased:
-            self._release_leases(unreleased)
-            self.watch.ok(self.leases.backend_name)      # a write that worked: an outage still open is over
-        for (outcome, batch_id), owned in _by_outcome_and_batch(r for r in runs if not r.lease_lost).items():
+        if self.memory is not None:
+            self.memory.keep(unwritten)     # what re-crawls remember: its items landed, its row not moved yet
+        for (outcome, batch_id), owned in _by_outcome_and_batch(unwritten).items():
+            def release(owned=owned) -> None:
+                for run in owned:
+                    run.written = True
+                self.leases.release([r.lease for r in owned])
             self.settler.settle(settling_move(outcome), batch_id, [r.task_id for r in owned],
-                                failures=[r.failure for r in owned if r.failure is not None])
+                                failures=[r.failure for r in owned if r.failure is not None], release=release)
             self.watch.ok(self.store.backend_name)  # (and the replay of dumped items may start)
+        # Leases of tasks written in an earlier turn whose release did not get through.
+        self.leases.release([r.lease for r in runs if not r.lease_lost and r not in unwritten])
         self._forget(runs)
         return len(runs)
 
-    def _release_leases(self, runs: list) -> None:
-        owned = set(map(id, self.leases.release([r.lease for r in runs])))
+    def _check_leases(self, runs: list) -> None:
+        """Renewed for the write ahead (a lease the keeper has not renewed lately could expire during it);
+        a lease reclaimed already is another holder's now."""
+        owned = set(map(id, self.leases.renew([r.lease for r in runs], self.lease_seconds)))
         for run in runs:
-            run.released = True
+            run.lease_checked = True
             if id(run.lease) not in owned:
                 log.info("task %s: its lease was reclaimed before the write-back; the new holder owns it",
                          run.task_id)

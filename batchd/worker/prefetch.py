@@ -5,7 +5,9 @@ leases a few at once (LeaseQueue.lease_many, one round trip) and leaves the rest
 next threads. How many: up to PREFETCH_MOST, fewer while the queue runs short (a worker must
 not sit on the batch's last tasks while others idle), and never more than the ledger has free
 slots for. While the queue is empty, a worker's idle threads share one look every EMPTY_RECHECK
-seconds, so they can poll often (a new batch starts at once) without a round trip each. A lease waiting here is renewed with the worker's others and given back at a stop,
+seconds, so they can poll often (a new batch starts at once) without a round trip each; each look
+that finds it empty again doubles that wait, up to EMPTY_RECHECK_MOST (a worker whose threads wait
+on a slow host's answers for a minute asks a few times a second, not twenty). A lease waiting here is renewed with the worker's others and given back at a stop,
 like any lease it holds: nothing about the guarantees changes, only the round trips.
 """
 import collections
@@ -19,6 +21,7 @@ from ..backends.ports import LeaseQueue
 PREFETCH_MOST = 8      # leases per round trip, at most
 SHARE_OF_QUEUE = 16    # while the queue is short, take at most 1/16 of what is left in it
 EMPTY_RECHECK = 0.05   # s: after the queue was found empty, the worker's idle threads look again this often
+EMPTY_RECHECK_MOST = 0.4   # s: ... and, while it stays empty, at least this often
 
 
 class LeasePrefetch:
@@ -30,6 +33,7 @@ class LeasePrefetch:
         self._lock = threading.Lock()
         self._batch = 1          # how many the next round trip asks for
         self._empty_until = 0.0  # idle threads polling meanwhile share the last answer: one round trip
+        self._empty_wait = EMPTY_RECHECK
 
     def take(self) -> Optional[Lease]:
         """A leased task for the calling thread (which holds a ledger slot for it), or None when the queue
@@ -42,11 +46,18 @@ class LeasePrefetch:
             wanted = max(1, min(self._batch, self._free_slots() + 1))
             taken = self.leases.lease_many([self._next_token() for _ in range(wanted)], self.lease_seconds)
             if not taken:
-                self._batch, self._empty_until = 1, time.monotonic() + EMPTY_RECHECK
+                self._batch, self._empty_until = 1, time.monotonic() + self._empty_wait
+                self._empty_wait = min(EMPTY_RECHECK_MOST, self._empty_wait * 2)
                 return None
+            self._empty_wait = EMPTY_RECHECK
             self._batch = max(1, min(PREFETCH_MOST, taken[-1].queue_left // SHARE_OF_QUEUE))
             self._waiting.extend(taken[1:])
             return taken[0]
+
+    def hold_off(self, seconds: float) -> None:
+        """Lease nothing new for `seconds` (what was leased ahead is still taken)."""
+        with self._lock:
+            self._empty_until = max(self._empty_until, time.monotonic() + seconds)
 
     def waiting(self) -> list:
         """The leases no thread has taken yet (renewed with the others)."""

@@ -1,6 +1,6 @@
 """LocalQueue: every queue-side port of a MemoryBatchStore, shared by the threads of one process.
 
-The same contracts as the Redis ports (batchd/ports.py); the clock is time.monotonic() and the
+The same contracts as the Redis ports (batchd/backends/ports.py); the clock is time.monotonic() and the
 wake-up a Condition, since nothing here is seen by another process. One object serves every
 port: in one process they share one lock, and splitting them would only add indirection.
 """
@@ -10,6 +10,8 @@ import time
 from typing import Iterable, Optional, Sequence
 
 from ...model import Lease, task_key
+from ..host_counts import merge_hosts, sum_gauges
+from ..ports import LeaseView, lease_view
 
 
 class LocalMasterLock:
@@ -48,7 +50,8 @@ class LocalQueue:
         self._lock_owner: Optional[str] = None
         self._lock_expires = 0.0
         self._pending: collections.deque = collections.deque()
-        self._leases: dict = {}       # key -> (token, deadline)
+        self._id_field = "id"         # of the rows pushed last (a task handed back is queued as they are)
+        self._leases: dict = {}       # key -> (token, deadline, when it was taken)
         self._attempts: collections.Counter = collections.Counter()
         self._seen: set = set()       # (batch id, fingerprint)
         self._done = False
@@ -60,6 +63,8 @@ class LocalQueue:
         self._tallies: dict = {}      # batch id -> [done, failed, held since set or restored]
         self._counters: dict = {}     # batch id -> {name: n}
         self._flushes: dict = {}      # (batch id, source) -> the number of its last flush applied
+        self._hosts: dict = {}        # batch id -> {host: {field: n}} (host_counts.py)
+        self._gauges: dict = {}       # source -> ({host: {field: n}}, expiry)
 
     # -- the BatchTally port
     def add_settled(self, batch_id: int, done: int, failed: int) -> None:
@@ -84,7 +89,7 @@ class LocalQueue:
             self._tallies[batch_id] = [done, failed, True]
 
     # -- the BatchCounters port
-    def add_counts(self, batch_id: int, counts, source: str, seq: int) -> None:
+    def add_counts(self, batch_id: int, counts, source: str, seq: int, hosts={}, host_cap: int = 0) -> None:
         with self._cond:
             if self._flushes.get((batch_id, source), 0) >= seq:
                 return
@@ -92,10 +97,27 @@ class LocalQueue:
             totals = self._counters.setdefault(batch_id, {})
             for name, n in counts.items():
                 totals[name] = totals.get(name, 0) + n
+            merge_hosts(self._hosts.setdefault(batch_id, {}), hosts, host_cap)
 
     def counts(self, batch_id: int) -> dict:
         with self._cond:
             return dict(self._counters.get(batch_id, {}))
+
+    def host_counts(self, batch_id: int) -> dict:
+        with self._cond:
+            return {host: dict(fields) for host, fields in self._hosts.get(batch_id, {}).items()}
+
+    def set_host_gauges(self, source: str, gauges, ttl: float) -> None:
+        with self._cond:
+            self._gauges.pop(source, None)
+            if gauges:
+                self._gauges[source] = ({host: dict(fields) for host, fields in gauges.items()},
+                                        time.monotonic() + ttl)
+
+    def host_gauges(self) -> dict:
+        with self._cond:
+            now = time.monotonic()
+            return sum_gauges(gauges for gauges, expires in self._gauges.values() if expires > now)
 
     def claim_namespace(self, identity: str, record: bool = True) -> Optional[str]:
         with self._cond:
@@ -103,19 +125,35 @@ class LocalQueue:
                 self._identity = self._identity or identity
             return None if self._identity in (None, identity) else self._identity
 
+    def hand_back(self, leases: Sequence[Lease]) -> list:
+        with self._cond:
+            handed = [lease for lease in leases if self._leases.get(lease.key, (None,))[0] == lease.token]
+            for lease in handed:
+                del self._leases[lease.key]
+                self._pending.append((lease.batch_id, dict(lease.task), self._id_field))
+            if handed:
+                self._cond.notify_all()
+            return handed
+
     def give_back(self, leases: Sequence[Lease]) -> int:
         with self._cond:
             owned = [lease for lease in leases if self._leases.get(lease.key, (None,))[0] == lease.token]
             for lease in owned:
-                self._leases[lease.key] = (lease.token, 0.0)
+                self._leases[lease.key] = (lease.token, 0.0, self._leases[lease.key][2])
             return len(owned)
 
     def expire_leases_of(self, token_prefix: str) -> int:
         with self._cond:
-            theirs = [key for key, (token, _) in self._leases.items() if token.startswith(token_prefix)]
+            theirs = [key for key, (token, _, _) in self._leases.items() if token.startswith(token_prefix)]
             for key in theirs:
-                self._leases[key] = (self._leases[key][0], 0.0)
+                token, _, since = self._leases[key]
+                self._leases[key] = (token, 0.0, since)
             return len(theirs)
+
+    def held_leases(self, oldest: int) -> LeaseView:
+        with self._cond:
+            rows = [(key, token, deadline, since) for key, (token, deadline, since) in self._leases.items()]
+        return lease_view(rows, time.monotonic(), oldest)
 
     def master_lock(self, owner: str, ttl: float) -> LocalMasterLock:
         return LocalMasterLock(self, owner, ttl)
@@ -135,6 +173,7 @@ class LocalQueue:
     def push(self, batch_id: int, tasks: Sequence[dict], id_field: str) -> None:
         with self._cond:
             self._pending.extend((batch_id, dict(row), id_field) for row in tasks)
+            self._id_field = id_field
             self._cond.notify_all()
 
     def count_attempts(self, task_ids: Sequence) -> list:
@@ -153,7 +192,7 @@ class LocalQueue:
     def reclaim_expired(self, limit: int) -> list:
         with self._cond:
             now = time.monotonic()
-            expired = [key for key, (_, deadline) in self._leases.items() if deadline <= now][:limit]
+            expired = [key for key, (_, deadline, _) in self._leases.items() if deadline <= now][:limit]
             for key in expired:
                 del self._leases[key]
             return expired
@@ -202,6 +241,10 @@ class LocalQueue:
     def leased_count(self) -> int:
         return len(self._leases)
 
+    def queue_counts(self) -> tuple:
+        with self._cond:
+            return len(self._pending), len(self._leases)
+
     def lease(self, token: str, lease_seconds: float) -> Optional[Lease]:
         return next(iter(self.lease_many([token], lease_seconds)), None)
 
@@ -214,18 +257,17 @@ class LocalQueue:
                 batch_id, row, id_field = self._pending.popleft()
                 lease = Lease(task_id=row[id_field], batch_id=batch_id, task=row, token=token,
                               queue_left=len(self._pending))
-                self._leases[lease.key] = (token, time.monotonic() + lease_seconds)
+                now = time.monotonic()
+                self._leases[lease.key] = (token, now + lease_seconds, now)
                 leases.append(lease)
             return leases
 
-    def renew(self, leases: Iterable[Lease], lease_seconds: float) -> int:
+    def renew(self, leases: Iterable[Lease], lease_seconds: float) -> list:
         with self._cond:
-            renewed = 0
-            for lease in leases:
-                if self._leases.get(lease.key, (None,))[0] == lease.token:
-                    self._leases[lease.key] = (lease.token, time.monotonic() + lease_seconds)
-                    renewed += 1
-            return renewed
+            owned = [lease for lease in leases if self._leases.get(lease.key, (None,))[0] == lease.token]
+            for lease in owned:
+                self._leases[lease.key] = (lease.token, time.monotonic() + lease_seconds, self._leases[lease.key][2])
+            return owned
 
     def release(self, leases: Sequence[Lease]) -> list:
         with self._cond:

@@ -14,15 +14,18 @@ from typing import Iterable, Optional, Sequence
 
 from ...codec import plain_json
 from ...errors import ConfigError
-from ...model import (BatchRecord, FailureGroup, FailureQuery, ItemRow, Progress, TaskFailure, TaskLayout,
-                      reset_cursor, task_key)
-from ..ports import BatchStore
+from ...model import (BatchOpening, BatchRecord, FailureGroup, FailureQuery, ItemRow, PageRecord, Progress, Revisit,
+                      TaskFailure, TaskLayout, reset_cursor, task_key)
+from ..host_claim import HostClaim
+from ..ports import BatchStore, opened_with
 from ...task import Move, TaskState
 
 
 class MemoryBatchStore(BatchStore):
     runs_in_process = True
     served_by = "memory"
+    keeps_openings = True
+    keeps_pages = True
 
     def __init__(self, rows: Iterable[dict] = ()):
         self._rows = [dict(row) for row in rows]
@@ -30,7 +33,10 @@ class MemoryBatchStore(BatchStore):
         self._batches: list = []
         self._items: dict = {}     # (table, key) -> item, insertion-ordered
         self._failures: dict = {}  # (batch id, task key) -> TaskFailure
+        self._pages: dict = {}     # url -> PageRecord
+        self._revisits: dict = {}  # task key -> Revisit
         self._lock = threading.RLock()
+        self.host_claim: Optional[HostClaim] = None
 
     # -- what users read after a run
     @property
@@ -75,6 +81,7 @@ class MemoryBatchStore(BatchStore):
     def open(self, layout: TaskLayout) -> None:
         with self._lock:
             self.layout = layout
+            self.host_claim = HostClaim(self._pending_hosts, self._last_pending) if layout.host_field else None
             self._by_id = {}
             for row in self._rows:
                 self._index(row)
@@ -84,6 +91,9 @@ class MemoryBatchStore(BatchStore):
         if layout.id_field not in row:
             raise ConfigError(f"MemoryBatchStore: a task row has no {layout.id_field!r} "
                               f"(BATCH_TASK_ID_FIELD): {row!r}")
+        if layout.host_field and layout.host_field not in row:
+            raise ConfigError(f"MemoryBatchStore: task {row[layout.id_field]!r} of task table {layout.table!r} has "
+                              f"no {layout.host_field!r} (BATCH_TASK_HOST_FIELD)")
         row.setdefault(layout.state_field, int(TaskState.PENDING))
         row.setdefault(layout.time_field, self.now())
         self._by_id[task_key(row[layout.id_field])] = row   # queues hand ids back as keys
@@ -107,13 +117,17 @@ class MemoryBatchStore(BatchStore):
             self._batches.append(record)
             return record
 
-    def record_reset(self, batch_id: int, after, walked: int, finished: bool = False) -> None:
+    def record_reset(self, batch_id: int, after, walked: int, finished: bool = False,
+                     opening: Optional[BatchOpening] = None) -> None:
         with self._lock:
             record = self._batch(batch_id)
             if finished:
-                record.reset_cursor, record.total_count = None, walked
+                record.reset_cursor = None
+                record.total_count = opened_with(walked, opening)
             else:
                 record.reset_cursor = reset_cursor(after, walked)
+            if opening is not None:
+                record.opening = opening.to_json()
 
     def update_batch(self, batch_id: int, progress: Progress, is_done: bool) -> None:
         with self._lock:
@@ -134,11 +148,23 @@ class MemoryBatchStore(BatchStore):
             ids = self._ids_in(after, None)[:size]
             return (ids[-1], len(ids)) if ids else None
 
-    def reset_chunk(self, after, upper) -> int:
+    def reset_chunk(self, after, upper, move: Move = Move.RESET) -> int:
         with self._lock:
-            state = self.opened_layout.state_field
-            rows = [self._by_id[task_key(i)] for i in self._ids_in(after, upper)]
-            return self._apply(Move.RESET, [row for row in rows if row[state] != Move.RESET.target])
+            return self._apply(move, self._resetting(after, upper, move))
+
+    def reset_due_chunk(self, after, upper, due_before: float, move: Move = Move.RESET) -> int:
+        with self._lock:
+            return self._apply(move, [row for row in self._resetting(after, upper, move) if self._due(row, due_before)])
+
+    def _due(self, row: dict, due_before: float) -> bool:
+        revisit = self._revisits.get(task_key(row[self.opened_layout.id_field]))
+        return revisit is None or revisit.next_due <= due_before
+
+    def _resetting(self, after, upper, move: Move) -> list:
+        """The rows with after < id <= upper that are not pending already (_apply leaves those the move keeps)."""
+        state = self.opened_layout.state_field
+        rows = [self._by_id[task_key(i)] for i in self._ids_in(after, upper)]
+        return [row for row in rows if row[state] != move.target]
 
     def count_chunk(self, after, upper) -> tuple:
         with self._lock:
@@ -154,11 +180,27 @@ class MemoryBatchStore(BatchStore):
 
     def claim(self, limit: int, upto=None) -> list:
         with self._lock:
-            state, key = self.opened_layout.state_field, self.opened_layout.id_field
-            pending = sorted((row for row in self._rows if row[state] == TaskState.PENDING
-                              and (upto is None or row[key] <= upto)), key=lambda row: row[key])[:limit]
+            if self.host_claim is None:
+                pending = self._pending(None, upto)[:limit]
+            else:
+                pending = [self._by_id[task_key(i)] for i in self.host_claim.pick(limit, upto)]
             self._apply(Move.CLAIM, pending)
             return [dict(row) for row in pending]
+
+    def _pending(self, after, upto) -> list:
+        """The pending rows with after < id <= upto, in id order (either end open when None)."""
+        state, key = self.opened_layout.state_field, self.opened_layout.id_field
+        return sorted((row for row in self._rows if row[state] == TaskState.PENDING
+                       and (after is None or row[key] > after) and (upto is None or row[key] <= upto)),
+                      key=lambda row: row[key])
+
+    def _pending_hosts(self, after, upto, n: int) -> list:
+        key, host = self.opened_layout.id_field, self.opened_layout.host_field
+        return [(row[key], row[host]) for row in self._pending(after, upto)[:n]]
+
+    def _last_pending(self, upto):
+        pending = self._pending(None, upto)
+        return pending[-1][self.opened_layout.id_field] if pending else None
 
     def move(self, move: Move, ids: Sequence, older_than: Optional[float] = None) -> int:
         with self._lock:
@@ -216,6 +258,37 @@ class MemoryBatchStore(BatchStore):
                 groups[(f.status, f.error_class, alone)].append(f.reason)
             return sorted((FailureGroup(status=status, error_class=error_class, sample=min(reasons), count=len(reasons))
                            for (status, error_class, _), reasons in groups.items()), key=lambda g: -g.count)
+
+    # -- what a re-crawl remembers: pages and revisits, as the SQL stores keep them (PageRecord.fitted)
+    def remember_pages(self, pages: Sequence[PageRecord]) -> None:
+        with self._lock:
+            for page in pages:
+                fitted = page.fitted()
+                if fitted is not None:
+                    self._pages[fitted.url] = fitted
+
+    def recall_pages(self, urls: Sequence[str]) -> dict:
+        with self._lock:
+            return {url: self._pages[url] for url in urls if url in self._pages}
+
+    def forget_pages(self, urls: Sequence[str]) -> None:
+        with self._lock:
+            for url in urls:
+                self._pages.pop(url, None)
+
+    def pages_changed_in(self, batch_id: int) -> list:
+        with self._lock:
+            return sorted((page for page in self._pages.values() if page.changed_in == batch_id), key=lambda p: p.url)
+
+    def schedule_revisits(self, revisits: Sequence[Revisit]) -> None:
+        with self._lock:
+            for revisit in revisits:
+                self._revisits[task_key(revisit.task_id)] = revisit
+
+    def revisits(self, task_ids: Sequence) -> dict:
+        with self._lock:
+            keys = [task_key(task_id) for task_id in task_ids]
+            return {key: self._revisits[key] for key in keys if key in self._revisits}
 
     def _selected(self, query: FailureQuery) -> list:
         state = self.opened_layout.state_field

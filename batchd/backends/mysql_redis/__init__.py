@@ -4,8 +4,8 @@ hosts share them."""
 from ...errors import ConfigError
 from ..ports import Backend, BatchStore, SupervisorPorts
 from .mysql import MysqlBatchStore
-from .redis_ports import (RedisCounters, RedisHostRates, RedisLeaseQueue, RedisMasterLocks, RedisNamespaceRecord,
-                          RedisSeenFilter, RedisStatusBoard, RedisTally, RedisWake, connect_redis)
+from .redis_ports import (RedisCounters, RedisHostBreakers, RedisHostRates, RedisLeaseQueue, RedisMasterLocks,
+                          RedisNamespaceRecord, RedisSeenFilter, RedisStatusBoard, RedisTally, RedisWake, connect_redis)
 
 
 def open_store(url: str, setting: str = "MYSQL_URL") -> MysqlBatchStore:
@@ -23,14 +23,17 @@ def open_backend(store: BatchStore, namespace: str, settings) -> Backend:
                    board=RedisStatusBoard(url, namespace, client), seen=RedisSeenFilter(url, namespace, client),
                    namespaces=RedisNamespaceRecord(url, namespace, client), tally=RedisTally(url, namespace, client),
                    counters=RedisCounters(url, namespace, client),
-                   rates=RedisHostRates(url, namespace, client), closers=(client.close,))
+                   rates=RedisHostRates(url, namespace, client), breakers=RedisHostBreakers(url, namespace, client),
+                   closers=(client.close,))
 
 
 def open_supervisor_ports(settings, namespace: str, timeout: float) -> SupervisorPorts:
     url = redis_url(settings)
     client = connect_redis(url, timeout=timeout)
     return SupervisorPorts(board=RedisStatusBoard(url, namespace, client), leases=RedisLeaseQueue(url, namespace, client),
-                           wake=RedisWake(url, namespace, client), close=client.close)
+                           wake=RedisWake(url, namespace, client), tally=RedisTally(url, namespace, client),
+                           counters=RedisCounters(url, namespace, client),
+                           close=client.close, breakers=RedisHostBreakers(url, namespace, client))
 
 
 def redis_url(settings) -> str:

@@ -14,9 +14,9 @@ from contextlib import contextmanager
 from typing import Optional, Sequence
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from ...config import check_identifier, redact_url
+from ...config import IDENTIFIER, check_identifier, redact_url
 from ...errors import BackendUnavailable, ConfigError
-from ...model import CLASS_MOST, HOST_MOST, REASON_MOST, URL_MOST, TaskLayout
+from ...model import CLASS_MOST, HOST_MOST, PAGE_TEXT_MOST, PAGE_URL_MOST, REASON_MOST, URL_MOST, TaskLayout
 from ...process.threads import guard
 from ..sql import SqlBatchStore, column_sets
 
@@ -272,6 +272,18 @@ class MysqlBatchStore(SqlBatchStore):
                                "AND TABLE_NAME = %s AND COLUMN_NAME = %s AND SEQ_IN_INDEX = 1 LIMIT 1",
                                (table, column)))
 
+    def state_range_hint(self, layout: TaskLayout) -> str:
+        """MariaDB reads `state = 0 AND id > x ORDER BY id` as a ref on the state index and skips every pending
+        row up to x (53 ms at x = 877,500 of a million), unless forced to range over the index as (state, id)
+        (6 ms): an index of the state column alone (InnoDB appends the primary key) or of (state, id)."""
+        rows = self.fetch("SELECT INDEX_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() "
+                          "AND TABLE_NAME = %s GROUP BY INDEX_NAME HAVING MAX(CASE WHEN SEQ_IN_INDEX = 1 THEN "
+                          "COLUMN_NAME END) = %s AND (COUNT(*) = 1 OR (COUNT(*) = 2 AND MAX(CASE WHEN SEQ_IN_INDEX "
+                          "= 2 THEN COLUMN_NAME END) = %s)) LIMIT 1", (layout.table, layout.state_field, layout.id_field))
+        if not rows or not IDENTIFIER.match(rows[0][0]):
+            return ""
+        return f" FORCE INDEX ({self.quote(rows[0][0])})"
+
     def index_statement(self, table: str, column: str) -> str:
         index = check_identifier(f"idx_{column}"[:64], "index name")
         return f"ALTER TABLE {self.quote(table)} ADD INDEX {self.quote(index)} ({self.quote(column)})"
@@ -288,6 +300,7 @@ class MysqlBatchStore(SqlBatchStore):
             `is_done` TINYINT NOT NULL DEFAULT 0,
             `reset_cursor` VARCHAR(1024) NULL,
             `stats` JSON NULL,
+            `opening` VARCHAR(1024) NULL,
             `create_time` DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
             `update_time` DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
             PRIMARY KEY (`id`)
@@ -305,6 +318,35 @@ class MysqlBatchStore(SqlBatchStore):
             `host` VARCHAR({HOST_MOST}) NOT NULL,
             `fail_time` DATETIME NOT NULL,
             PRIMARY KEY (`batch_id`, `task_id`)
+        ) DEFAULT CHARSET=utf8mb4""")
+
+    def create_page_table(self, table: str) -> None:
+        most = PAGE_TEXT_MOST
+        self.execute(f"""CREATE TABLE IF NOT EXISTS {self.quote(table)} (
+            `url_key` CHAR(40) NOT NULL,
+            `url` VARCHAR({PAGE_URL_MOST}) NOT NULL,
+            `task_id` {self._id_type} NOT NULL,
+            `etag` VARCHAR({most['etag']}) NULL,
+            `last_modified` VARCHAR({most['last_modified']}) NULL,
+            `vary` VARCHAR({most['vary']}) NULL,
+            `signature` CHAR({most['signature']}) NULL,
+            `whole_at` DOUBLE NOT NULL,
+            `seen_in` BIGINT NOT NULL,
+            `changed_in` BIGINT NOT NULL,
+            `redirected` TINYINT NOT NULL DEFAULT 0,
+            PRIMARY KEY (`url_key`),
+            KEY `idx_changed_in` (`changed_in`)
+        ) DEFAULT CHARSET=utf8mb4""")
+
+    def create_revisit_table(self, table: str) -> None:
+        self.execute(f"""CREATE TABLE IF NOT EXISTS {self.quote(table)} (
+            `task_id` {self._id_type} NOT NULL,
+            `interval_s` DOUBLE NOT NULL,
+            `next_due` DOUBLE NOT NULL,
+            `verdict` VARCHAR(16) NOT NULL,
+            `batch_id` BIGINT NOT NULL,
+            PRIMARY KEY (`task_id`),
+            KEY `idx_next_due` (`next_due`)
         ) DEFAULT CHARSET=utf8mb4""")
 
     def task_table_statements(self, layout: TaskLayout) -> list:

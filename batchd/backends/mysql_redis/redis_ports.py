@@ -7,6 +7,7 @@ The key schema, all under `<ns>:` (built only by `Keys`):
     <ns>:queued          SET     keys of the tasks in batch_pending (to tell waiting from lost)
     <ns>:leases          ZSET    key -> lease deadline, in ms of Redis's own clock (TIME)
     <ns>:lease_owner     HASH    key -> token of the lease that holds it
+    <ns>:lease_since     ZSET    key -> when its lease was taken, in ms of Redis's clock (renewals keep it)
     <ns>:attempts        HASH    key -> leases this batch (BATCH_TASK_MAX_ATTEMPTS)
     <ns>:master_lock     STRING  the master's owner string, with a TTL the live master renews
     <ns>:wake            LIST    wake-ups for the master, trimmed to one entry, with a TTL
@@ -16,6 +17,13 @@ The key schema, all under `<ns>:` (built only by `Keys`):
     <ns>:stats:<batch>   HASH    counter name -> n: the batch's counters (batchd/settle/stats.py), added by every
                                  worker's flushes, with a TTL
     <ns>:stats_flushes:<batch>  HASH  worker -> the number of its last flush applied to the batch, with a TTL
+    <ns>:breaker:<host>  HASH    the host's breaker record (backends/host_breakers.py FIELDS), with a TTL
+    <ns>:breakers        ZSET    host -> when its breaker record last changed (for display), trimmed
+
+    <ns>:hosts:<batch>   HASH    host -> JSON {field: n}: the batch's counters per host (backends/host_counts.py),
+                                 HOST_STATS_TOP hosts at most and "(other)", added by the same flushes, with a TTL
+    <ns>:host_gauges:<worker>  STRING  JSON {host: {waiting, in_flight}}: a worker's busiest hosts now, with a
+                                 TTL its flushes renew
     <ns>:store           STRING  the identity of the one store this namespace serves (server, database,
                                  task table; never a password), recorded by the first master or worker
     <ns>:status:<host>:<seat>      HASH  a supervisor's snapshot for `batchd status`, with a TTL
@@ -27,32 +35,54 @@ Every step that must not be split (pop + lease, check owner + renew / release,
 find expired + remove) is one Lua script, so it is atomic on the server.
 """
 import functools
+import json
 from typing import Any, Iterable, Optional, Sequence, Union
 
 from ...config import redact_url
 from ...errors import BackendUnavailable, ConfigError
 from ...process.threads import guard
 from ...codec import decode_task, encode_task
+from ..host_breakers import FIELDS as BREAKER_FIELDS, KEPT_HOSTS, RECORD_TTL, STEPS as BREAKER_STEPS, state_of
 from ...model import Lease, task_key
+from ..host_counts import OTHER, sum_gauges
+from ..ports import LeaseView, lease_view
 
 WAKE_TTL = 60
 SEEN_TTL = 40 * 24 * 3600
 TALLY_TTL = 400 * 24 * 3600     # longer than any batch: a tally is set when its batch opens
 STATS_TTL = TALLY_TTL           # the counters outlive their batch as long: the record has them at its close
 
-# A worker's flush of a batch's counters, applied once. KEYS: the counters, the flush numbers. ARGV: the
-# worker, the flush's number, the ttl s, then name, n pairs. Returns 1 when applied, 0 when it was already.
+# A worker's flush of a batch's counters, applied once. KEYS: the counters, the flush numbers, the table of hosts.
+# ARGV: the worker, the flush's number, the ttl s, the hosts' counts (JSON {host: {field: n}}), the cap on the
+# hosts kept, the name of the others' entry, then name, n pairs. Returns 1 when applied, 0 when it was already.
+# A host the table has is added to; a new one beyond the cap goes to the others' entry (host_counts.py).
 ADD_COUNTS_SCRIPT = """
 local last = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
 if tonumber(ARGV[2]) <= last then
   return 0
 end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-for i = 4, #ARGV, 2 do
+for i = 7, #ARGV, 2 do
   redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1])
 end
-redis.call('EXPIRE', KEYS[1], ARGV[3])
-redis.call('EXPIRE', KEYS[2], ARGV[3])
+local cap, other = tonumber(ARGV[5]), ARGV[6]
+for host, fields in pairs(cjson.decode(ARGV[4])) do
+  if redis.call('HEXISTS', KEYS[3], host) == 0 then
+    local held = redis.call('HLEN', KEYS[3]) - redis.call('HEXISTS', KEYS[3], other)
+    if host == other or held >= cap then
+      host = other
+    end
+  end
+  local kept = redis.call('HGET', KEYS[3], host)
+  local counts = kept and cjson.decode(kept) or {}
+  for field, n in pairs(fields) do
+    counts[field] = (counts[field] or 0) + n
+  end
+  redis.call('HSET', KEYS[3], host, cjson.encode(counts))
+end
+for i = 1, 3 do
+  redis.call('EXPIRE', KEYS[i], ARGV[3])
+end
 return 1
 """
 
@@ -68,12 +98,13 @@ return 0
 """
 
 # ARGV: lease ms, then one token per task wanted. Returns the payloads taken (in list order), then the
-# list's length left. A paused namespace (KEYS[5] set) has nothing to take.
+# list's length left. A paused namespace (KEYS[5] set) has nothing to take. KEYS[6]: lease_since.
 LEASE_SCRIPT = """
 if redis.replicate_commands then redis.replicate_commands() end
 if redis.call('EXISTS', KEYS[5]) == 1 then return {redis.call('LLEN', KEYS[1])} end
 local t = redis.call('TIME')
-local deadline = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[1])
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local deadline = now + tonumber(ARGV[1])
 local taken = {}
 for i = 2, #ARGV do
   local payload = redis.call('LPOP', KEYS[1])
@@ -82,34 +113,45 @@ for i = 2, #ARGV do
   redis.call('SREM', KEYS[2], key)
   redis.call('ZADD', KEYS[3], deadline, key)
   redis.call('HSET', KEYS[4], key, ARGV[i])
+  redis.call('ZADD', KEYS[6], now, key)
   taken[#taken + 1] = payload
 end
 taken[#taken + 1] = redis.call('LLEN', KEYS[1])
 return taken
 """
 
-# ARGV: lease ms, then key, token pairs. Returns how many were still owned.
+# ARGV: lease ms, then key, token pairs. Returns 1 / 0 per pair: renewed, or no longer ours.
 RENEW_SCRIPT = """
 if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
 local deadline = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[1])
-local renewed = 0
+local out = {}
 for i = 2, #ARGV, 2 do
   if redis.call('HGET', KEYS[2], ARGV[i]) == ARGV[i + 1] then
     redis.call('ZADD', KEYS[1], 'XX', deadline, ARGV[i])
-    renewed = renewed + 1
+    out[#out + 1] = 1
+  else
+    out[#out + 1] = 0
   end
 end
-return renewed
+return out
 """
 
-# ARGV: key, token pairs. Returns 1 / 0 per pair: released, or no longer ours.
+# KEYS: leases, lease_owner, lease_since, and to hand back, pending and queued. ARGV: key, token pairs to
+# release, or key, token, payload triples to hand back (the task back at the queue's tail). Returns 1 / 0 per
+# entry: done, or the lease no longer ours (left alone).
 RELEASE_SCRIPT = """
+local stride = #KEYS == 5 and 3 or 2
 local out = {}
-for i = 1, #ARGV, 2 do
+for i = 1, #ARGV, stride do
   if redis.call('HGET', KEYS[2], ARGV[i]) == ARGV[i + 1] then
     redis.call('HDEL', KEYS[2], ARGV[i])
     redis.call('ZREM', KEYS[1], ARGV[i])
+    redis.call('ZREM', KEYS[3], ARGV[i])
+    if stride == 3 then
+      redis.call('SADD', KEYS[5], ARGV[i])
+      redis.call('RPUSH', KEYS[4], ARGV[i + 2])
+    end
     out[#out + 1] = 1
   else
     out[#out + 1] = 0
@@ -143,7 +185,7 @@ end
 return given
 """
 
-# ARGV: limit. Returns the keys whose lease expired, removed.
+# KEYS: leases, lease_owner, lease_since. ARGV: limit. Returns the keys whose lease expired, removed.
 RECLAIM_SCRIPT = """
 if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
@@ -152,6 +194,7 @@ local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, to
 for _, key in ipairs(expired) do
   redis.call('ZREM', KEYS[1], key)
   redis.call('HDEL', KEYS[2], key)
+  redis.call('ZREM', KEYS[3], key)
 end
 return expired
 """
@@ -193,6 +236,65 @@ return tostring(start - now)
 """
 
 
+# One step of a host's breaker: host_breakers.breaker_step() on the host's hash. KEYS: the hash, the index.
+# ARGV: the step, now (s), its arguments. Returns the answer, then the record's FIELDS (none: no record).
+BREAKER_SCRIPT = """
+local step, now = ARGV[1], tonumber(ARGV[2])
+local f = redis.call('HGETALL', KEYS[1])
+local r = {phase = 'closed', since = 0, failures = 0, wait = 0, next_probe = 0, probe_until = 0, not_before = 0,
+           down = 0, said = ''}
+local had = #f > 0
+for i = 1, #f, 2 do r[f[i]] = f[i + 1] end
+for _, k in ipairs({'since', 'failures', 'wait', 'next_probe', 'probe_until', 'not_before', 'down'}) do
+  r[k] = tonumber(r[k])
+end
+local answer = 0
+if step == 'hold_off' then
+  r.not_before = math.max(r.not_before, tonumber(ARGV[3]))
+elseif step == 'trip' then
+  if r.phase == 'closed' then
+    r.phase, r.since, r.failures = 'open', now, tonumber(ARGV[3])
+    r.wait = tonumber(ARGV[4])
+    r.next_probe = now + r.wait
+    answer = 1
+  else
+    r.failures = r.failures + tonumber(ARGV[3])
+  end
+elseif r.phase == 'closed' then
+  if not had then return {0} end
+  local out = {0}
+  for _, k in ipairs(FIELDS) do out[#out + 1] = tostring(r[k]) end
+  return out
+elseif step == 'claim' then
+  if math.max(r.next_probe, r.not_before) <= now and not (r.phase == 'probing' and r.probe_until > now) then
+    r.phase, r.probe_until = 'probing', now + tonumber(ARGV[3])
+    answer = 1
+  end
+elseif step == 'probe_failed' then
+  r.wait = math.min(r.wait * 2, tonumber(ARGV[3]))
+  r.phase, r.failures, r.next_probe, r.probe_until = 'open', r.failures + 1, now + r.wait, 0
+elseif step == 'release' then
+  if r.phase == 'probing' then r.phase, r.probe_until = 'open', 0 end
+elseif step == 'say_down' then
+  if r.said ~= ARGV[3] then answer = 1 end
+  r.down, r.said = 1, ARGV[3]
+end
+local out, flat = {answer}, {}
+for _, k in ipairs(FIELDS) do
+  local v = k == 'phase' and r[k] or (k == 'said' and r[k] or string.format('%.17g', r[k]))
+  out[#out + 1] = v
+  flat[#flat + 1] = k
+  flat[#flat + 1] = v
+end
+redis.call('HSET', KEYS[1], unpack(flat))
+redis.call('EXPIRE', KEYS[1], ARGV[#ARGV - 1])
+redis.call('ZADD', KEYS[2], now, ARGV[#ARGV])
+if redis.call('ZCARD', KEYS[2]) > tonumber(ARGV[#ARGV - 2]) then
+  redis.call('ZREMRANGEBYRANK', KEYS[2], 0, 0)
+end
+return out
+"""
+
 class Keys:
     def __init__(self, namespace: str):
         self.ns = namespace
@@ -205,6 +307,7 @@ class Keys:
     queued = property(lambda self: self._key("queued"))
     leases = property(lambda self: self._key("leases"))
     lease_owner = property(lambda self: self._key("lease_owner"))
+    lease_since = property(lambda self: self._key("lease_since"))
     attempts = property(lambda self: self._key("attempts"))
     master_lock = property(lambda self: self._key("master_lock"))
     wake = property(lambda self: self._key("wake"))
@@ -222,8 +325,19 @@ class Keys:
     def stats_flushes(self, batch_id: int) -> str:
         return self._key(f"stats_flushes:{batch_id}")
 
+    def hosts(self, batch_id: int) -> str:
+        return self._key(f"hosts:{batch_id}")
+
+    def host_gauges(self, source: str) -> str:
+        return self._key(f"host_gauges:{source}")
+
     def rate(self, host: str) -> str:
         return self._key(f"rate:{host}")
+
+    def breaker(self, host: str) -> str:
+        return self._key(f"breaker:{host}")
+
+    breakers = property(lambda self: self._key("breakers"))
 
     def status(self, name: str) -> str:
         """A supervisor's snapshot; `name` is host:seat (the verb, with @NAME for a named instance)."""
@@ -234,7 +348,7 @@ class Keys:
 
     def batch_keys(self) -> list:
         """What a new batch forgets."""
-        return [self.pending, self.done, self.queued, self.leases, self.lease_owner,
+        return [self.pending, self.done, self.queued, self.leases, self.lease_owner, self.lease_since,
                 self.attempts, self.wake, self.seen]
 
 
@@ -404,32 +518,50 @@ class RedisLeaseQueue(RedisPort):
     def leased_count(self) -> int:
         return self.redis.zcard(self.keys.leases)
 
+    @translated
+    def queue_counts(self) -> tuple:
+        with self.redis.pipeline(transaction=True) as pipe:
+            pending, leased = pipe.llen(self.keys.pending).zcard(self.keys.leases).execute()
+        return pending, leased
+
     def lease(self, token: str, lease_seconds: float) -> Optional[Lease]:
         return next(iter(self.lease_many([token], lease_seconds)), None)
 
     @translated
     def lease_many(self, tokens: Sequence[str], lease_seconds: float) -> list:
         *payloads, left = self._lease(keys=[self.keys.pending, self.keys.queued, self.keys.leases,
-                                            self.keys.lease_owner, self.keys.paused],
+                                            self.keys.lease_owner, self.keys.paused, self.keys.lease_since],
                                       args=[int(lease_seconds * 1000), *tokens])
         return [Lease.of_payload(decode_task(payload), token, left + len(payloads) - 1 - n)
                 for n, (payload, token) in enumerate(zip(payloads, tokens))]
 
     @translated
-    def renew(self, leases: Iterable[Lease], lease_seconds: float) -> int:
+    def renew(self, leases: Iterable[Lease], lease_seconds: float) -> list:
+        leases = list(leases)
+        if not leases:
+            return []
         args: list[Union[int, str]] = [int(lease_seconds * 1000)]
         for lease in leases:
             args += [lease.key, lease.token]
-        if len(args) == 1:
-            return 0
-        return self._renew(keys=[self.keys.leases, self.keys.lease_owner], args=args)
+        flags = self._renew(keys=[self.keys.leases, self.keys.lease_owner], args=args)
+        return [lease for lease, flag in zip(leases, flags) if flag]
 
     @translated
     def release(self, leases: Sequence[Lease]) -> list:
         if not leases:
             return []
         args = [part for lease in leases for part in (lease.key, lease.token)]
-        flags = self._release(keys=[self.keys.leases, self.keys.lease_owner], args=args)
+        flags = self._release(keys=[self.keys.leases, self.keys.lease_owner, self.keys.lease_since], args=args)
+        return [lease for lease, flag in zip(leases, flags) if flag]
+
+    @translated
+    def hand_back(self, leases: Sequence[Lease]) -> list:
+        if not leases:
+            return []
+        args = [part for lease in leases
+                for part in (lease.key, lease.token, encode_task(lease.key, lease.batch_id, lease.task_id, lease.task))]
+        flags = self._release(keys=[self.keys.leases, self.keys.lease_owner, self.keys.lease_since,
+                                    self.keys.pending, self.keys.queued], args=args)
         return [lease for lease, flag in zip(leases, flags) if flag]
 
     @translated
@@ -445,8 +577,19 @@ class RedisLeaseQueue(RedisPort):
 
     @translated
     def reclaim_expired(self, limit: int) -> list:
-        expired = self._reclaim(keys=[self.keys.leases, self.keys.lease_owner], args=[limit])
+        expired = self._reclaim(keys=[self.keys.leases, self.keys.lease_owner, self.keys.lease_since], args=[limit])
         return [key.decode() for key in expired]
+
+    @translated
+    def held_leases(self, oldest: int) -> LeaseView:
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.time().hgetall(self.keys.lease_owner)
+            pipe.zrange(self.keys.leases, 0, -1, withscores=True).zrange(self.keys.lease_since, 0, -1, withscores=True)
+            (seconds, micros), owners, deadlines, since = pipe.execute()
+        taken = {key.decode(): ms / 1000 for key, ms in since}
+        rows = [(key.decode(), owners.get(key, b"").decode("utf-8", "replace"), ms / 1000, taken.get(key.decode()))
+                for key, ms in deadlines]
+        return lease_view(rows, seconds + micros / 1e6, oldest)
 
     @translated
     def known(self, task_keys: Sequence[str]) -> set:
@@ -568,6 +711,49 @@ class RedisHostRates(RedisPort):
         return max(0.0, float(waited_ms) / 1000)
 
 
+class RedisHostBreakers(RedisPort):
+    """The HostBreakers port: a hash per host with a breaker record, an index of them for display."""
+
+    _step = LuaScript("local FIELDS = {'" + "', '".join(BREAKER_FIELDS) + "'}\n" + BREAKER_SCRIPT)
+
+    @translated
+    def step(self, host: str, step: str, now: float, arg=None) -> tuple:
+        if step not in BREAKER_STEPS:
+            raise ValueError(f"no breaker step {step!r}")
+        args = [step, repr(now)] + [repr(a) if isinstance(a, float) else a for a in
+                                    (arg if isinstance(arg, tuple) else () if arg is None else (arg,))]
+        reply = self._step(keys=[self.keys.breaker(host), self.keys.breakers],
+                           args=args + [KEPT_HOSTS, int(RECORD_TTL), host])
+        return _breaker_state(reply[1:]), int(reply[0])
+
+    @translated
+    def look(self, host: str):
+        return _breaker_state(self.redis.hmget(self.keys.breaker(host), *BREAKER_FIELDS))
+
+    @translated
+    def close(self, host: str) -> None:
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.delete(self.keys.breaker(host))
+            pipe.zrem(self.keys.breakers, host)
+            pipe.execute()
+
+    @translated
+    def states(self, limit: int = 20) -> dict:
+        hosts = [host.decode() for host in self.redis.zrevrange(self.keys.breakers, 0, max(0, limit - 1))]
+        with self.redis.pipeline(transaction=False) as pipe:
+            for host in hosts:
+                pipe.hmget(self.keys.breaker(host), *BREAKER_FIELDS)
+            records = pipe.execute()
+        shown = {host: _breaker_state(record) for host, record in zip(hosts, records)}
+        return {host: state for host, state in shown.items() if state is not None}     # (expired records)
+
+
+def _breaker_state(values):
+    """The BreakerState of a record's FIELDS as Redis gave them (all None or none: no record)."""
+    if not values or values[0] is None:
+        return None
+    return state_of({name: (v.decode() if isinstance(v, bytes) else v) for name, v in zip(BREAKER_FIELDS, values)})
+
 class RedisTally(RedisPort):
     """The BatchTally port: one hash per batch."""
 
@@ -604,14 +790,30 @@ class RedisCounters(RedisPort):
     _add = LuaScript(ADD_COUNTS_SCRIPT)
 
     @translated
-    def add_counts(self, batch_id: int, counts, source: str, seq: int) -> None:
+    def add_counts(self, batch_id: int, counts, source: str, seq: int, hosts={}, host_cap: int = 0) -> None:
         pairs = [part for name, n in counts.items() for part in (name, int(n))]
-        self._add(keys=[self.keys.stats(batch_id), self.keys.stats_flushes(batch_id)],
-                  args=[source, seq, STATS_TTL] + pairs)
+        self._add(keys=[self.keys.stats(batch_id), self.keys.stats_flushes(batch_id), self.keys.hosts(batch_id)],
+                  args=[source, seq, STATS_TTL, json.dumps(hosts), host_cap, OTHER] + pairs)
 
     @translated
     def counts(self, batch_id: int) -> dict:
         return {name.decode(): int(n) for name, n in self.redis.hgetall(self.keys.stats(batch_id)).items()}
+
+    @translated
+    def host_counts(self, batch_id: int) -> dict:
+        return {host.decode(): json.loads(counts) for host, counts in self.redis.hgetall(self.keys.hosts(batch_id)).items()}
+
+    @translated
+    def set_host_gauges(self, source: str, gauges, ttl: float) -> None:
+        if gauges:
+            self.redis.set(self.keys.host_gauges(source), json.dumps(gauges), px=max(1, int(ttl * 1000)))
+        else:
+            self.redis.delete(self.keys.host_gauges(source))
+
+    @translated
+    def host_gauges(self) -> dict:
+        keys = list(self.redis.scan_iter(match=self.keys.host_gauges("*"), count=100))
+        return sum_gauges(json.loads(value) for value in (self.redis.mget(keys) if keys else ()) if value is not None)
 
 
 class RedisNamespaceRecord(RedisPort):

@@ -26,4 +26,5 @@ def open_supervisor_ports(path: str, namespace: str, timeout: float) -> Supervis
     db = SqliteFile(path, busy_timeout=timeout)
     create_schema(db)
     return SupervisorPorts(board=SqliteStatusBoard(db, namespace), leases=SqliteLeaseQueue(db, namespace),
-                           wake=SqliteWake(db, namespace), close=db.close)
+                           wake=SqliteWake(db, namespace), tally=SqliteTally(db, namespace),
+                           counters=SqliteCounters(db, namespace), close=db.close)

@@ -1,11 +1,12 @@
 """The queue-side ports of a SqliteBatchStore, in the same SQLite file, for one host with no Redis.
 
-The same guarantees as the Redis ports (batchd/ports.py), with tables in place of keys; every
+The same guarantees as the Redis ports (batchd/backends/ports.py), with tables in place of keys; every
 table has the namespace as a column, so spiders sharing a file keep apart:
 
     batchd_queue     seq (push order), namespace, task_key, payload   the pending list (JSON payloads)
-    batchd_lease     namespace, task_key, token, deadline             a lease: the token that holds it,
-                                                                      and its deadline (Unix time)
+    batchd_lease     namespace, task_key, token, deadline, since      a lease: the token that holds it,
+                                                                      its deadline and when it was taken
+                                                                      (Unix time; renewals keep `since`)
     batchd_attempts  namespace, task_key, attempts                    leases this batch (BATCH_TASK_MAX_ATTEMPTS)
     batchd_seen      namespace, batch_id, fingerprint                 request fingerprints (REQUEST_FILTER_ENABLE)
     batchd_lock      namespace, owner, expires                        the master lock: owner string and expiry
@@ -16,6 +17,9 @@ table has the namespace as a column, so spiders sharing a file keep apart:
     batchd_tally     namespace, batch_id, done, failed, held          tasks settled per batch (BatchTally)
     batchd_stats     namespace, batch_id, name, count                 a batch's counters (BatchCounters)
     batchd_stats_flush  namespace, batch_id, source, seq              each worker's last flush applied to a batch
+    batchd_host_stats   namespace, batch_id, host, counts             a batch's counters per host (JSON; at most
+                                                                      HOST_STATS_TOP hosts and "(other)")
+    batchd_host_gauges  namespace, source, gauges, expires            a worker's hosts now (JSON), until expires
 
 A step that must not be split (pop + lease, check the token + renew / release, take the
 lock unless another owner holds it) is one statement or one `BEGIN IMMEDIATE`
@@ -23,11 +27,14 @@ transaction, so no other process sees it half done. Deadlines and expiries are r
 from the host's clock (time.time()), the clock of every process that opens the file.
 """
 import json
+import sqlite3
 import time
 from typing import Iterable, Optional, Sequence
 
 from ...codec import decode_task, encode_task
 from ...model import Lease, task_key
+from ..host_counts import OTHER, merge_hosts, sum_gauges
+from ..ports import LeaseView, lease_view
 from ..sql import chunks, marks
 from .file import IN_CHUNK, SqliteFile
 
@@ -40,7 +47,7 @@ CREATE TABLE IF NOT EXISTS batchd_queue (
 CREATE INDEX IF NOT EXISTS batchd_queue_order ON batchd_queue (namespace, seq);
 CREATE INDEX IF NOT EXISTS batchd_queue_key ON batchd_queue (namespace, task_key);
 CREATE TABLE IF NOT EXISTS batchd_lease (
-    namespace TEXT NOT NULL, task_key TEXT NOT NULL, token TEXT NOT NULL, deadline REAL NOT NULL,
+    namespace TEXT NOT NULL, task_key TEXT NOT NULL, token TEXT NOT NULL, deadline REAL NOT NULL, since REAL,
     PRIMARY KEY (namespace, task_key)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS batchd_lease_deadline ON batchd_lease (namespace, deadline);
 CREATE TABLE IF NOT EXISTS batchd_attempts (
@@ -64,10 +71,17 @@ CREATE TABLE IF NOT EXISTS batchd_stats (
 CREATE TABLE IF NOT EXISTS batchd_stats_flush (
     namespace TEXT NOT NULL, batch_id INTEGER NOT NULL, source TEXT NOT NULL, seq INTEGER NOT NULL,
     PRIMARY KEY (namespace, batch_id, source)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS batchd_host_stats (
+    namespace TEXT NOT NULL, batch_id INTEGER NOT NULL, host TEXT NOT NULL, counts TEXT NOT NULL,
+    PRIMARY KEY (namespace, batch_id, host)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS batchd_host_gauges (
+    namespace TEXT NOT NULL, source TEXT NOT NULL, gauges TEXT NOT NULL, expires REAL NOT NULL,
+    PRIMARY KEY (namespace, source)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS batchd_status (
     namespace TEXT NOT NULL, name TEXT NOT NULL, fields TEXT NOT NULL, expires REAL NOT NULL,
     PRIMARY KEY (namespace, name)) WITHOUT ROWID;
 """
+HOST_TABLE = "SELECT host, counts FROM batchd_host_stats WHERE namespace = ? AND batch_id = ?"
 BATCH_TABLES = ("batchd_queue", "batchd_lease", "batchd_attempts", "batchd_seen")
 
 
@@ -94,9 +108,17 @@ class SqliteMasterLock:
 
 
 def create_schema(db: SqliteFile) -> None:
-    """The tables of every port, made if missing (idempotent)."""
+    """The tables of every port, made if missing (idempotent); a file made by an older batchd gains the
+    lease's `since` column (NULL in the leases it holds)."""
     with db.translated():
-        db.connection().executescript(SCHEMA)
+        connection = db.connection()
+        connection.executescript(SCHEMA)
+        if "since" not in {row[1] for row in connection.execute("PRAGMA table_info(batchd_lease)")}:
+            try:
+                connection.execute("ALTER TABLE batchd_lease ADD COLUMN since REAL")
+            except sqlite3.OperationalError as e:     # another process added it meanwhile
+                if "duplicate column" not in str(e):
+                    raise
 
 
 class SqlitePort:
@@ -167,6 +189,11 @@ class SqliteLeaseQueue(SqlitePort):
     def leased_count(self) -> int:
         return self.db.rows("SELECT COUNT(*) FROM batchd_lease WHERE namespace = ?", (self.namespace,))[0][0]
 
+    def queue_counts(self) -> tuple:
+        return tuple(self.db.rows("SELECT (SELECT COUNT(*) FROM batchd_queue WHERE namespace = ?), "
+                                  "(SELECT COUNT(*) FROM batchd_lease WHERE namespace = ?)",
+                                  (self.namespace, self.namespace))[0])
+
     def lease(self, token: str, lease_seconds: float) -> Optional[Lease]:
         return next(iter(self.lease_many([token], lease_seconds)), None)
 
@@ -181,25 +208,26 @@ class SqliteLeaseQueue(SqlitePort):
             taken = sorted(tuple(row) for row in conn.execute(
                 "DELETE FROM batchd_queue WHERE seq IN (SELECT seq FROM batchd_queue WHERE namespace = ? "
                 "ORDER BY seq LIMIT ?) RETURNING seq, task_key, payload", (self.namespace, len(tokens))))
-            deadline = time.time() + lease_seconds
-            conn.executemany("INSERT INTO batchd_lease (namespace, task_key, token, deadline) VALUES (?, ?, ?, ?) "
-                             "ON CONFLICT (namespace, task_key) DO UPDATE SET token = excluded.token, "
-                             "deadline = excluded.deadline",
-                             [(self.namespace, key, token, deadline) for (_, key, _), token in zip(taken, tokens)])
+            now = time.time()
+            conn.executemany("INSERT INTO batchd_lease (namespace, task_key, token, deadline, since) "
+                             "VALUES (?, ?, ?, ?, ?) ON CONFLICT (namespace, task_key) DO UPDATE SET "
+                             "token = excluded.token, deadline = excluded.deadline, since = excluded.since",
+                             [(self.namespace, key, token, now + lease_seconds, now)
+                              for (_, key, _), token in zip(taken, tokens)])
             left = conn.execute("SELECT COUNT(*) FROM batchd_queue WHERE namespace = ?",
                                 (self.namespace,)).fetchall()[0][0]
         return [Lease.of_payload(decode_task(payload), token, left + len(taken) - 1 - n)
                 for n, ((_, _, payload), token) in enumerate(zip(taken, tokens))]
 
-    def renew(self, leases: Iterable[Lease], lease_seconds: float) -> int:
+    def renew(self, leases: Iterable[Lease], lease_seconds: float) -> list:
         leases = list(leases)
         if not leases:
-            return 0
+            return []
         deadline = time.time() + lease_seconds
         with self.db.transaction() as conn:
-            return sum(conn.execute("UPDATE batchd_lease SET deadline = ? WHERE namespace = ? AND task_key = ? "
-                                    "AND token = ?", (deadline, self.namespace, lease.key, lease.token)).rowcount
-                       for lease in leases)
+            return [lease for lease in leases
+                    if conn.execute("UPDATE batchd_lease SET deadline = ? WHERE namespace = ? AND task_key = ? "
+                                    "AND token = ?", (deadline, self.namespace, lease.key, lease.token)).rowcount]
 
     def release(self, leases: Sequence[Lease]) -> list:
         if not leases:
@@ -208,6 +236,18 @@ class SqliteLeaseQueue(SqlitePort):
             return [lease for lease in leases
                     if conn.execute("DELETE FROM batchd_lease WHERE namespace = ? AND task_key = ? AND token = ?",
                                     (self.namespace, lease.key, lease.token)).rowcount]
+
+    def hand_back(self, leases: Sequence[Lease]) -> list:
+        if not leases:
+            return []
+        with self.db.transaction() as conn:
+            handed = [lease for lease in leases
+                      if conn.execute("DELETE FROM batchd_lease WHERE namespace = ? AND task_key = ? AND token = ?",
+                                      (self.namespace, lease.key, lease.token)).rowcount]
+            conn.executemany("INSERT INTO batchd_queue (namespace, task_key, payload) VALUES (?, ?, ?)",
+                             [(self.namespace, lease.key,
+                               encode_task(lease.key, lease.batch_id, lease.task_id, lease.task)) for lease in handed])
+        return handed
 
     def give_back(self, leases: Sequence[Lease]) -> int:
         if not leases:
@@ -220,6 +260,11 @@ class SqliteLeaseQueue(SqlitePort):
     def expire_leases_of(self, token_prefix: str) -> int:
         return self.db.change("UPDATE batchd_lease SET deadline = 0 WHERE namespace = ? "
                               "AND substr(token, 1, ?) = ?", (self.namespace, len(token_prefix), token_prefix))
+
+    def held_leases(self, oldest: int) -> LeaseView:
+        rows = self.db.rows("SELECT task_key, token, deadline, since FROM batchd_lease WHERE namespace = ?",
+                            (self.namespace,))
+        return lease_view(rows, time.time(), oldest)
 
     def reclaim_expired(self, limit: int) -> list:
         rows = self.db.rows("DELETE FROM batchd_lease WHERE namespace = ? AND task_key IN (SELECT task_key "
@@ -349,7 +394,7 @@ class SqliteTally(SqlitePort):
 class SqliteCounters(SqlitePort):
     """The BatchCounters port: batchd_stats, and batchd_stats_flush for the flushes applied, in one transaction."""
 
-    def add_counts(self, batch_id: int, counts, source: str, seq: int) -> None:
+    def add_counts(self, batch_id: int, counts, source: str, seq: int, hosts={}, host_cap: int = 0) -> None:
         key = (self.namespace, batch_id, source)
         with self.db.transaction() as conn:
             applied = conn.execute("SELECT seq FROM batchd_stats_flush WHERE namespace = ? AND batch_id = ? "
@@ -361,10 +406,36 @@ class SqliteCounters(SqlitePort):
             conn.executemany("INSERT INTO batchd_stats (namespace, batch_id, name, count) VALUES (?, ?, ?, ?) "
                              "ON CONFLICT (namespace, batch_id, name) DO UPDATE SET count = count + excluded.count",
                              [(self.namespace, batch_id, name, int(n)) for name, n in counts.items()])
+            if hosts:
+                self._add_hosts(conn, batch_id, hosts, host_cap)
+
+    def _add_hosts(self, conn, batch_id: int, hosts, host_cap: int) -> None:
+        """The batch's table of hosts read, merged and written back within the flush's transaction."""
+        table = {host: json.loads(counts) for host, counts in conn.execute(HOST_TABLE, (self.namespace, batch_id))}
+        merge_hosts(table, hosts, host_cap)
+        conn.executemany("INSERT INTO batchd_host_stats (namespace, batch_id, host, counts) VALUES (?, ?, ?, ?) "
+                         "ON CONFLICT (namespace, batch_id, host) DO UPDATE SET counts = excluded.counts",
+                         [(self.namespace, batch_id, host, json.dumps(table[host]))
+                          for host in set(hosts) | {OTHER} if host in table])
 
     def counts(self, batch_id: int) -> dict:
         return {name: n for name, n in self.db.rows("SELECT name, count FROM batchd_stats WHERE namespace = ? "
                                                     "AND batch_id = ?", (self.namespace, batch_id))}
+
+    def host_counts(self, batch_id: int) -> dict:
+        return {host: json.loads(counts) for host, counts in self.db.rows(HOST_TABLE, (self.namespace, batch_id))}
+
+    def set_host_gauges(self, source: str, gauges, ttl: float) -> None:
+        now = time.time()
+        self.db.change("DELETE FROM batchd_host_gauges WHERE namespace = ? AND (source = ? OR expires <= ?)",
+                       (self.namespace, source, now))    # (and those of workers gone without a word)
+        if gauges:
+            self.db.change("INSERT INTO batchd_host_gauges (namespace, source, gauges, expires) VALUES (?, ?, ?, ?)",
+                           (self.namespace, source, json.dumps(gauges), now + ttl))
+
+    def host_gauges(self) -> dict:
+        return sum_gauges(json.loads(row[0]) for row in self.db.rows(
+            "SELECT gauges FROM batchd_host_gauges WHERE namespace = ? AND expires > ?", (self.namespace, time.time())))
 
 
 class SqliteNamespaceRecord(SqlitePort):

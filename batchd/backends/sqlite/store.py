@@ -11,6 +11,7 @@ is UTC text 'YYYY-MM-DD HH:MM:SS', so rows a user inserts with `DEFAULT CURRENT_
 correctly. Comparisons go through datetime(), which also reads ISO text with a 'T' or fractions
 of a second. So batch dates, and the calendar rule that opens a batch at a new day or hour, are UTC.
 """
+import hashlib
 from datetime import date, datetime, timedelta
 from datetime import time as time_of_day
 from decimal import Decimal
@@ -151,6 +152,7 @@ class SqliteBatchStore(SqlBatchStore):
             "is_done" INTEGER NOT NULL DEFAULT 0,
             "reset_cursor" TEXT,
             "stats" TEXT,
+            "opening" TEXT,
             "create_time" DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
             "update_time" DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP)""")
 
@@ -166,6 +168,40 @@ class SqliteBatchStore(SqlBatchStore):
             "host" TEXT NOT NULL,
             "fail_time" DATETIME NOT NULL,
             PRIMARY KEY ("batch_id", "task_id"))""")
+
+    def create_page_table(self, table: str) -> None:
+        self.execute(f"""CREATE TABLE IF NOT EXISTS {self.quote(table)} (
+            "url_key" TEXT NOT NULL PRIMARY KEY,
+            "url" TEXT NOT NULL,
+            "task_id" {self._id_affinity} NOT NULL,
+            "etag" TEXT,
+            "last_modified" TEXT,
+            "vary" TEXT,
+            "signature" TEXT,
+            "whole_at" REAL NOT NULL,
+            "seen_in" INTEGER NOT NULL,
+            "changed_in" INTEGER NOT NULL,
+            "redirected" INTEGER NOT NULL DEFAULT 0)""")
+        self._create_index(table, "changed_in")
+
+    def create_revisit_table(self, table: str) -> None:
+        self.execute(f"""CREATE TABLE IF NOT EXISTS {self.quote(table)} (
+            "task_id" {self._id_affinity} NOT NULL PRIMARY KEY,
+            "interval_s" REAL NOT NULL,
+            "next_due" REAL NOT NULL,
+            "verdict" TEXT NOT NULL,
+            "batch_id" INTEGER NOT NULL)""")
+        self._create_index(table, "next_due")
+
+    def _create_index(self, table: str, column: str, index: Optional[str] = None) -> None:
+        """Index `column` of a table batchd made, unless it is. Index names are global in an SQLite file: by
+        default idx_<table>_<column>, cut to 64 characters with a hash of the whole, so that the indexes of
+        two tables with long names never share one (an index named before: `index`)."""
+        if index is None:
+            index = f"idx_{table}_{column}"
+            if len(index) > 64:
+                index = f"{index[:55]}_{hashlib.sha1(index.encode()).hexdigest()[:8]}"
+        self.execute(f"CREATE INDEX IF NOT EXISTS {self.quote(index)} ON {self.quote(table)} ({self.quote(column)})")
 
     def task_table_statements(self, layout: TaskLayout) -> list:
         q = self.quote
@@ -186,5 +222,4 @@ class SqliteBatchStore(SqlBatchStore):
             "item" TEXT NOT NULL,
             "create_time" DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
             UNIQUE ("batch_id", "task_id", "request_seq", "item_seq"))""")
-        index = check_identifier(f"idx_{table}_task"[:64], "index name")
-        self.execute(f'CREATE INDEX IF NOT EXISTS {self.quote(index)} ON {self.quote(table)} ("task_id")')
+        self._create_index(table, "task_id", check_identifier(f"idx_{table}_task"[:64], "index name"))

@@ -1,109 +1,54 @@
 """Politeness toward each site, across the threads of a worker: at most CONCURRENT_REQUESTS_PER_DOMAIN
 requests in flight to one host, and DOWNLOAD_DELAY seconds between two requests to it (randomised
-0.5x to 1.5x unless RANDOMIZE_DOWNLOAD_DELAY is off, so that a site sees no fixed rhythm). DOMAIN_RATE_LIMIT is
-a backend's HostRates port (backends/host_rates.py in one process, Redis for every worker).
+0.5x to 1.5x unless RANDOMIZE_DOWNLOAD_DELAY is off, so that a site sees no fixed rhythm), or what the
+host's [hosts] table says (download/host_terms.py). DOMAIN_RATE_LIMIT is a backend's HostRates port
+(backends/host_rates.py in one process, Redis for every worker).
 
-A thread asks for its turn before each attempt (retries too) and gives it back when the attempt
-ends. Waiting for a turn is a wait by design: the thread promises the heart no more than the delay
-or an attempt's bound (threads.py). A host's state is dropped once it is idle, so a crawl of many
-hosts keeps this small.
+This link is the one gate of a host's pace: robots.txt's Crawl-delay and the throttle tell the shared
+HostPaces their delays, and the gap after a start is the largest of them and the host's own delay.
+Each attempt (retries too) takes its turn and gives it back when the attempt ends. An attempt whose
+turn has not come takes nothing and raises NotYet: after the delay, or (math.inf) once a request to
+the host ends; in a worker its task is set aside and the thread takes other work.
 """
-import random
-import threading
-import time
-from typing import Callable, Optional
-from urllib.parse import urlsplit
+from typing import Optional
 
-from ...backends.host_rates import KEPT_HOSTS
 from ...http import Request, Response
-from ...process.threads import guard
-from ..chain import ChainContext, DownloaderMiddleware
-
-
-class _Host:
-    __slots__ = ("in_flight", "next_start")
-
-    def __init__(self):
-        self.in_flight = 0
-        self.next_start = 0.0    # time.monotonic() before which no request to this host starts
+from ..chain import ChainContext, DownloaderMiddleware, NotYet
+from ..host_terms import HostPaces, HostTerms
 
 
 class PolitenessMiddleware(DownloaderMiddleware):
     """Each attempt takes its turn at its host (politeness_for: only when it could hold one back)."""
 
-    def __init__(self, politeness: "Politeness"):
-        self.politeness = politeness
+    def __init__(self, paces: HostPaces):
+        self.paces = paces
 
     @classmethod
     def from_context(cls, context: ChainContext) -> Optional["PolitenessMiddleware"]:
-        politeness = politeness_for(context.settings, context.threads)
+        assert context.paces is not None      # (ChainContext makes it)
+        politeness = politeness_for(context.settings, context.threads, context.paces)
         return cls(politeness) if politeness is not None else None
 
     def process_request(self, request: Request) -> None:
-        self.politeness.take(request.url)
+        wait = self.paces.take(request.url)
+        if wait > 0:
+            raise NotYet(request, wait, "the host's turn")
 
     def process_response(self, request: Request, response: Response) -> Response:
-        self.politeness.give_back(request.url)
+        self.paces.give_back(request.url)
         return response
 
     def process_exception(self, request: Request, exception: BaseException) -> None:
-        self.politeness.give_back(request.url)
+        self.paces.give_back(request.url)
         return None
 
 
-def politeness_for(settings, threads: int) -> Optional["Politeness"]:
-    """None when it could hold nothing back: no delay, and no more threads than a host may take at once."""
-    if settings.DOWNLOAD_DELAY <= 0 and settings.CONCURRENT_REQUESTS_PER_DOMAIN >= threads:
+def politeness_for(settings, threads: int, paces: Optional[HostPaces] = None) -> Optional[HostPaces]:
+    """The paces to keep (the settings', unless given), or None when they could hold nothing back: no
+    host's terms with a delay or fewer places than threads, no Crawl-delay read, no throttle."""
+    paces = paces or HostPaces(HostTerms.from_settings(settings), settings.RANDOMIZE_DOWNLOAD_DELAY)
+    holds_back = any(terms.delay > 0 or terms.concurrency < threads for terms in paces.terms.every())
+    if not (holds_back or settings.ROBOTSTXT_OBEY or settings.AUTOTHROTTLE_ENABLED):
         return None
-    return Politeness(settings.CONCURRENT_REQUESTS_PER_DOMAIN, settings.DOWNLOAD_DELAY,
-                      settings.RANDOMIZE_DOWNLOAD_DELAY, attempt_bound=settings.DOWNLOAD_TIMEOUT)
+    return paces
 
-
-class Politeness:
-    def __init__(self, concurrency: int, delay: float, randomize: bool = True, attempt_bound: float = 600.0,
-                 clock: Callable[[], float] = time.monotonic):
-        self.concurrency, self.delay, self.randomize = concurrency, delay, randomize
-        self.attempt_bound, self.clock = attempt_bound, clock
-        self._hosts: dict = {}
-        self._changed = threading.Condition()
-
-    def take(self, url: str) -> None:
-        """Wait for, and take, one of the places of `url`'s host (an attempt to fetch it)."""
-        key = host_of(url)
-        with self._changed:
-            host = self._hosts.get(key) or self._remember(key)
-            while True:
-                wait = self._wait_for(host)
-                if wait <= 0:
-                    break
-                with guard.waiting(wait + 1):
-                    self._changed.wait(wait)
-            host.in_flight += 1
-            host.next_start = self.clock() + self._gap()
-
-    def _wait_for(self, host: _Host) -> float:
-        """0 when a request to the host may start now; else how long to wait before looking again."""
-        if host.in_flight >= self.concurrency:
-            return self.attempt_bound       # woken when one ends
-        return host.next_start - self.clock()
-
-    def give_back(self, url: str) -> None:
-        with self._changed:
-            host = self._hosts.get(host_of(url))
-            if host is not None:
-                host.in_flight -= 1
-            self._changed.notify_all()
-
-    def _gap(self) -> float:
-        return self.delay * random.uniform(0.5, 1.5) if self.randomize else self.delay
-
-    def _remember(self, key: str) -> _Host:
-        if len(self._hosts) >= KEPT_HOSTS:
-            now = self.clock()
-            self._hosts = {k: h for k, h in self._hosts.items() if h.in_flight or h.next_start > now}
-        host = self._hosts[key] = _Host()
-        return host
-
-
-def host_of(url: str) -> str:
-    return urlsplit(url).netloc.lower()

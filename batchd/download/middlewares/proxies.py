@@ -7,7 +7,8 @@ path (a provider's API), read one proxy per line, again every PROXY_POOL_REFRESH
 that fails PROXY_MAX_FAILURES attempts in a row (a connection error or a timeout through it) is
 retired for PROXY_RETIRE_SECONDS; an answer, whatever its status, resets its count. A retry is
 never sent through the proxy its last attempt failed on, while the pool has another. Passwords
-never reach a log line (config.redact_url).
+never reach a log line (config.redact_url). A host whose [hosts] table names a proxy goes through
+that one (download/host_terms.py), the pool aside; a request's own proxy wins over both.
 """
 import logging
 import threading
@@ -19,6 +20,7 @@ from ...config import redact_url
 from ...errors import ConfigError
 from ...http import Request, Response
 from ..chain import TRANSIENT_ERRORS, ChainContext, Counts, DownloaderMiddleware, NoCounts
+from ..host_terms import HostTerms
 from ...process.threads import guard
 
 log = logging.getLogger("batchd")
@@ -38,22 +40,28 @@ def proxy_pool(settings) -> Optional["ProxyPool"]:
 
 
 class ProxyMiddleware(DownloaderMiddleware):
-    """Each attempt of a request without a proxy of its own goes through the pool's next proxy: never the
-    one this thread's last attempt failed through, while the pool has another."""
+    """Each attempt of a request without a proxy of its own goes through its host's proxy, else the pool's
+    next proxy: never the one this thread's last attempt failed through, while the pool has another."""
 
-    def __init__(self, pool: "ProxyPool", stats: Counts = NoCounts()):
-        self.pool, self.stats = pool, stats
+    def __init__(self, pool: Optional["ProxyPool"], stats: Counts = NoCounts(), host_terms: HostTerms = HostTerms()):
+        self.pool, self.stats, self.host_terms = pool, stats, host_terms
         self._local = threading.local()     # .proxy: the current attempt's; .failed: the last that failed
 
     @classmethod
     def from_context(cls, context: ChainContext) -> Optional["ProxyMiddleware"]:
-        pool = proxy_pool(context.settings)
-        return cls(pool, context.stats) if pool is not None else None
+        pool, terms = proxy_pool(context.settings), context.host_terms
+        assert terms is not None      # (ChainContext makes them)
+        if pool is None and not any(host.proxy for host in terms.every()):
+            return None
+        return cls(pool, context.stats, terms)
 
     def process_request(self, request: Request) -> Optional[Request]:
         self._local.proxy = None
         if request.proxy or request.proxies is not None:
             return None
+        hosts_own = self.host_terms.for_url(request.url).proxy
+        if hosts_own or self.pool is None:
+            return request.replace(proxy=hosts_own) if hosts_own else None
         proxy = self._local.proxy = self.pool.pick(avoid=getattr(self._local, "failed", None))
         return request.replace(proxy=proxy)
 
@@ -67,7 +75,7 @@ class ProxyMiddleware(DownloaderMiddleware):
 
     def _settle(self, failed: bool) -> None:
         proxy = getattr(self._local, "proxy", None)
-        if proxy is None:
+        if proxy is None or self.pool is None:      # (a proxy of the request's, or of its host's: not the pool's)
             return
         if failed:
             self.stats.inc("proxy/failures")

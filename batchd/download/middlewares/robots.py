@@ -3,7 +3,7 @@ parsed by Protego, before it is sent; a disallowed one fails at once with "forbi
 
 A worker reads an origin's robots.txt once per batch, with one attempt outside the chain (its own
 short timeout and size bound; the downloader follows a few redirects), and keeps the verdict until
-the next batch starts. Threads that need the same origin meanwhile wait for that one fetch. What
+the next batch starts. Requests to the same origin meanwhile wait for that one fetch (NotYet: their tasks are set aside). What
 the answer means, after RFC 9309:
 
   2xx             its rules; a file that is not robots.txt at all (an HTML page, bytes that are not
@@ -16,8 +16,11 @@ the answer means, after RFC 9309:
   over MAXSIZE    (Google reads 500 KiB) not a robots.txt to honour: everything is allowed, with a
                   warning naming the origin.
 
-Protego's Crawl-delay for our user agent is honoured too: the starts of two requests to the origin
-are that far apart in this worker (at most CRAWL_DELAY_MOST seconds).
+Protego's Crawl-delay for our user agent is honoured too (at most CRAWL_DELAY_MOST seconds): it is told to
+the worker's HostPaces (download/host_terms.py), where the rate-limit link books it as one request per
+Crawl-delay in the HostRates port, shared by every worker of the namespace (a site asks it of the crawler,
+not of each process), and the politeness link keeps it between two starts in this worker too (more if the
+host's own delay or the throttle's is longer).
 """
 import logging
 import threading
@@ -29,9 +32,8 @@ from protego import Protego
 
 from ..bodies import ResponseTooLarge
 from ...http import Request, RequestFailed, Response
-from ..chain import (CHECK_IN_SLACK, ChainContext, Counts, DownloaderMiddleware, NoCounts, sleep_without_stop,
-                     wait_or_stop)
-from ...process.threads import guard
+from ..chain import ChainContext, Counts, DownloaderMiddleware, NoCounts, NotYet
+from ..host_terms import HostPaces, HostTerms
 
 log = logging.getLogger("batchd")
 
@@ -40,6 +42,7 @@ FETCH_TIMEOUT = 10.0             # seconds to connect, and between two reads, fo
 MAXSIZE = 512 * 1024             # bytes of a robots.txt, at most
 UNREACHABLE_FOR = 60.0           # seconds an origin whose robots.txt could not be had stays disallowed
 KEPT_ORIGINS = 10_000            # past this many, the oldest origins are forgotten (and read again if met)
+ROBOTS_RECHECK = 0.05            # s: a request waiting for another thread's read of robots.txt looks again
 CRAWL_DELAY_MOST = 60.0          # a site's Crawl-delay beyond this is held to this
 FORBIDDEN = "forbidden by robots.txt"
 
@@ -52,7 +55,7 @@ class _Verdict:
     """One origin's robots.txt: being fetched until `ready` is set; then `settled` with its rules, or
     with None for a site that could not answer (disallowed until `expires`)."""
 
-    __slots__ = ("ready", "settled", "rules", "unreachable", "expires", "next_start")
+    __slots__ = ("ready", "settled", "rules", "unreachable", "expires")
 
     def __init__(self):
         self.ready = threading.Event()
@@ -60,24 +63,25 @@ class _Verdict:
         self.rules: Optional[Protego] = None
         self.unreachable = ""          # why the site could not say (HTTP 503, ConnectTimeout...)
         self.expires = float("inf")
-        self.next_start = 0.0          # Crawl-delay: no request to the origin starts before this
 
 
 class RobotsTxtMiddleware(DownloaderMiddleware):
     """Fails a request its origin's robots.txt disallows for its user agent (see this module's text)."""
 
     def __init__(self, download: Callable[[Request], Response], user_agent: str = "batchd",
-                 stats: Counts = NoCounts(), sleep: Callable[[float], bool] = sleep_without_stop,
-                 fetch_bound: float = 180.0, unreachable_for: float = UNREACHABLE_FOR,
+                 stats: Counts = NoCounts(), unreachable_for: float = UNREACHABLE_FOR,
                  maxsize: int = MAXSIZE, kept: int = KEPT_ORIGINS, proxy: Optional[str] = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, paces: Optional[HostPaces] = None,
+                 host_terms: HostTerms = HostTerms()):
         """`download`: one attempt outside the chain; `user_agent`: matched when a request has no
-        User-Agent of its own; `fetch_bound`: seconds a fetch of robots.txt may take at most (the
-        downloader's DOWNLOAD_TIMEOUT), which threads waiting for it promise the guard; `proxy`: PROXY,
-        through which robots.txt is read too (with a PROXY_POOL, the environment's proxy serves)."""
+        User-Agent of its own; `proxy`: PROXY,
+        through which robots.txt is read too (with a PROXY_POOL, the environment's proxy serves);
+        `paces`: the worker's (its politeness link's), where Crawl-delay is told (None: paces of its own);
+        `host_terms`: a host with a proxy of its own has its robots.txt read through it."""
+        self.host_terms = host_terms
+        self.paces = paces or HostPaces(clock=clock)
         self.download, self.user_agent, self.stats = download, user_agent, stats
-        self.sleep = sleep
-        self.fetch_bound, self.unreachable_for, self.maxsize, self.kept = fetch_bound, unreachable_for, maxsize, kept
+        self.unreachable_for, self.maxsize, self.kept = unreachable_for, maxsize, kept
         self.proxy, self.clock = proxy, clock
         self._origins: dict = {}          # origin -> _Verdict, oldest first
         self._lock = threading.Lock()
@@ -90,8 +94,8 @@ class RobotsTxtMiddleware(DownloaderMiddleware):
         if context.download is None:
             raise TypeError("RobotsTxtMiddleware needs the context's download (one attempt outside the chain)")
         user_agent = settings.USER_AGENT[0] if settings.USER_AGENT else "batchd"
-        return cls(context.download, user_agent, context.stats, context.sleep, fetch_bound=settings.DOWNLOAD_TIMEOUT,
-                   proxy=settings.PROXY)
+        return cls(context.download, user_agent, context.stats, proxy=settings.PROXY, paces=context.paces,
+                   host_terms=context.host_terms or HostTerms())
 
     def batch_started(self, batch_id) -> None:
         with self._lock:
@@ -101,13 +105,14 @@ class RobotsTxtMiddleware(DownloaderMiddleware):
         parts = urlsplit(request.url)
         if parts.path == ROBOTS_PATH or parts.scheme not in ("http", "https"):
             return None
-        verdict = self._verdict_for(f"{parts.scheme}://{parts.netloc.lower()}")
+        verdict = self._verdict_for(f"{parts.scheme}://{parts.netloc.lower()}", request)
         if verdict.rules is None:
             self._forbid(request, f"{FORBIDDEN} (unreachable: {verdict.unreachable})")
         user_agent = self._agent_of(request)
         if not verdict.rules.can_fetch(request.url, user_agent):
             self._forbid(request, FORBIDDEN)
-        self._keep_crawl_delay(verdict, verdict.rules.crawl_delay(user_agent), request)
+        delay = verdict.rules.crawl_delay(user_agent)
+        self.paces.keep_crawl_delay(request.url, min(float(delay), CRAWL_DELAY_MOST) if delay and delay > 0 else 0.0)
         return None
 
     def _forbid(self, request: Request, reason: str) -> NoReturn:
@@ -120,24 +125,16 @@ class RobotsTxtMiddleware(DownloaderMiddleware):
                 return value.decode("latin-1") if isinstance(value, bytes) else value
         return self.user_agent
 
-    def _keep_crawl_delay(self, verdict: _Verdict, delay: Optional[float], request: Request) -> None:
-        if not delay or delay <= 0:
-            return
-        with self._lock:
-            now = self.clock()
-            start = max(now, verdict.next_start)
-            verdict.next_start = start + min(float(delay), CRAWL_DELAY_MOST)
-        wait_or_stop(self.sleep, start - now, request)
-
     # -- the verdicts
-    def _verdict_for(self, origin: str) -> _Verdict:
+    def _verdict_for(self, origin: str, request: Request) -> _Verdict:
         while True:
             verdict, mine = self._claim(origin)
             if mine:
                 self._fill(origin, verdict)
-            else:
-                with guard.waiting(self.fetch_bound + CHECK_IN_SLACK):
-                    verdict.ready.wait(self.fetch_bound + CHECK_IN_SLACK)
+            elif not verdict.ready.is_set():
+                # Another thread reads it: this request's task is set aside meanwhile (NotYet), or the
+                # waiting is the downloader's when it may not park.
+                raise NotYet(request, ROBOTS_RECHECK, f"{ROBOTS_PATH} being read")
             if verdict.settled:
                 return verdict
             # The fetching thread was interrupted (its task's timeout): this one asks again.
@@ -174,7 +171,7 @@ class RobotsTxtMiddleware(DownloaderMiddleware):
         """The origin's rules (everything allowed where it has none), or why the site could not say."""
         self.stats.inc("robotstxt/request_count")
         request = Request(origin + ROBOTS_PATH, headers={"User-Agent": self.user_agent}, timeout=FETCH_TIMEOUT,
-                          maxsize=self.maxsize, proxy=self.proxy)
+                          maxsize=self.maxsize, proxy=self.host_terms.for_url(origin).proxy or self.proxy)
         try:
             response = self.download(request)
         except RequestFailed as exc:

@@ -12,7 +12,9 @@ A host met for the first time gets AUTOTHROTTLE_START_DELAY. Each answer moves i
   anything else       (a 404, a 500) may raise the delay as a 2xx would, never lower it: a quick error
                       page says nothing of how fast the host serves its pages.
 
-The delay stays within DOWNLOAD_DELAY (the floor) and AUTOTHROTTLE_MAX_DELAY. A line at INFO names a
+The delay stays within DOWNLOAD_DELAY (the floor) and AUTOTHROTTLE_MAX_DELAY. It is told to the worker's
+HostPaces (download/host_terms.py), where the politeness link spaces the host's starts by the largest of
+it, the host's own delay and its Crawl-delay: without that link, the throttle learns but spaces nothing. A line at INFO names a
 host whose delay rises past a notable threshold (each 4x the start delay) or comes back down, not
 each request.
 """
@@ -26,8 +28,8 @@ import requests
 
 from ...errors import ConfigError
 from ...http import Request, Response
-from ..chain import ChainContext, DownloaderMiddleware, sleep_without_stop, wait_or_stop
-from .politeness import KEPT_HOSTS, host_of
+from ..chain import ChainContext, DownloaderMiddleware
+from ..host_terms import KEPT_HOSTS, HostPaces, host_of
 
 log = logging.getLogger("batchd")
 
@@ -37,11 +39,10 @@ OVERLOADED_STATUSES = frozenset({429, 503})
 
 
 class _Pace:
-    __slots__ = ("delay", "next_start", "logged_level")
+    __slots__ = ("delay", "logged_level")
 
     def __init__(self, delay: float):
         self.delay = delay
-        self.next_start = 0.0        # time.monotonic() before which no request to the host starts
         self.logged_level = 0        # the threshold level last said at INFO
 
 
@@ -49,11 +50,13 @@ class AutoThrottleMiddleware(DownloaderMiddleware):
     """Spaces each host's requests by a delay learnt from its answers (see this module's text)."""
 
     def __init__(self, start_delay: float = 1.0, max_delay: float = 60.0, target_concurrency: float = 1.0,
-                 min_delay: float = 0.0, sleep: Callable[[float], bool] = sleep_without_stop,
-                 kept: int = KEPT_HOSTS, clock: Callable[[], float] = time.monotonic):
+                 min_delay: float = 0.0, kept: int = KEPT_HOSTS, clock: Callable[[], float] = time.monotonic,
+                 paces: Optional[HostPaces] = None):
+        """`paces`: the worker's (its politeness link's), where the delays are told (None: paces of its own)."""
+        self.paces = paces or HostPaces(clock=clock)
         self.min_delay, self.max_delay = min_delay, max(max_delay, min_delay)
         self.start_delay = min(max(start_delay, min_delay), self.max_delay)
-        self.target_concurrency, self.sleep, self.kept, self.clock = target_concurrency, sleep, kept, clock
+        self.target_concurrency, self.kept, self.clock = target_concurrency, kept, clock
         self.unit = max(self.start_delay, 0.1)    # what the INFO thresholds are multiples of
         self._hosts: dict = {}                    # host -> _Pace, oldest first
         self._lock = threading.Lock()
@@ -67,7 +70,7 @@ class AutoThrottleMiddleware(DownloaderMiddleware):
             raise ConfigError(f"AUTOTHROTTLE_START_DELAY ({settings.AUTOTHROTTLE_START_DELAY:g}) is more than "
                               f"AUTOTHROTTLE_MAX_DELAY ({settings.AUTOTHROTTLE_MAX_DELAY:g})")
         return cls(settings.AUTOTHROTTLE_START_DELAY, settings.AUTOTHROTTLE_MAX_DELAY,
-                   settings.AUTOTHROTTLE_TARGET_CONCURRENCY, settings.DOWNLOAD_DELAY, context.sleep)
+                   settings.AUTOTHROTTLE_TARGET_CONCURRENCY, settings.DOWNLOAD_DELAY, paces=context.paces)
 
     def delay_of(self, url: str) -> float:
         """The delay between two starts of requests to `url`'s host now."""
@@ -76,12 +79,10 @@ class AutoThrottleMiddleware(DownloaderMiddleware):
             return pace.delay if pace is not None else self.start_delay
 
     def process_request(self, request: Request) -> None:
+        """The host's delay, told again before each attempt: the paces forget an idle host."""
         with self._lock:
-            pace = self._pace_of(host_of(request.url))
-            now = self.clock()
-            start = max(now, pace.next_start)
-            pace.next_start = start + pace.delay
-        wait_or_stop(self.sleep, start - now, request)
+            delay = self._pace_of(host_of(request.url)).delay
+        self.paces.keep_throttle_delay(request.url, delay)
 
     def process_response(self, request: Request, response: Response) -> Response:
         status = response.status_code
@@ -101,8 +102,8 @@ class AutoThrottleMiddleware(DownloaderMiddleware):
         with self._lock:
             pace = self._pace_of(host)
             pace.delay = self._bounded(max(pace.delay * PENALTY, self.start_delay))
-            pace.next_start = max(pace.next_start, self.clock() + pace.delay)
             self._say_if_notable(host, pace, why)
+        self.paces.keep_throttle_delay(url, pace.delay, put_off=True)
 
     def _follow_latency(self, url: str, latency: float, may_lower: bool) -> None:
         host = host_of(url)
@@ -112,6 +113,7 @@ class AutoThrottleMiddleware(DownloaderMiddleware):
             if may_lower or towards > pace.delay:
                 pace.delay = self._bounded(towards)
             self._say_if_notable(host, pace, f"latency {latency:.2f} s")
+        self.paces.keep_throttle_delay(url, pace.delay)
 
     def _bounded(self, delay: float) -> float:
         return min(self.max_delay, max(self.min_delay, delay))
@@ -132,13 +134,6 @@ class AutoThrottleMiddleware(DownloaderMiddleware):
         pace = self._hosts.get(host)
         if pace is None:
             if len(self._hosts) >= self.kept:
-                self._forget_idle_hosts()
+                del self._hosts[next(iter(self._hosts))]      # the oldest goes: met again, it starts afresh
             pace = self._hosts[host] = _Pace(self.start_delay)
         return pace
-
-    def _forget_idle_hosts(self) -> None:
-        """Hosts with no start booked ahead go (the oldest, if every host has one)."""
-        now = self.clock()
-        self._hosts = {host: pace for host, pace in self._hosts.items() if pace.next_start > now}
-        if len(self._hosts) >= self.kept:
-            del self._hosts[next(iter(self._hosts))]

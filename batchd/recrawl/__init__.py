@@ -1,0 +1,11 @@
+"""Re-crawls that move only what changed (issue 21, docs/recrawl.md).
+
+    pages.py      what one request found (a PageVisit: new, changed, unchanged, gone), the validators a
+                  conditional request sends, as a browser cache would (Vary, redirects), and signatures
+    schedule.py   when a task is due again (BATCH_MODE = "due"): Nutch's adaptive interval
+    memory.py     the worker's side: a page's record looked up before its request, what the task found
+                  kept at its write-back, after its items landed
+
+What is kept lives in the store, in two tables of batchd's own beside the task table (`<table>_page`,
+`<table>_revisit`; backends/ports.py, BatchStore.keeps_pages); the user's tables are never altered.
+"""

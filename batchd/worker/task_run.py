@@ -1,0 +1,349 @@
+"""The run of one leased task through the spider: task_requests, then each request downloaded and its
+callback called (its errback, or failed_request, if it failed), the follow-up requests they yield run
+in turn, the items they yield handed to the pipeline. A request that may not go yet (a link's NotYet)
+stops the run where it stands: the worker sets the task aside (set_aside.py), and the next thread to
+take it goes on from that request, with its sequence number and its attempts so far.
+
+What the spider's code raises fails the task, not the worker (its traceback logged once per task and
+error); an Item class its table cannot take stops the worker (ConfigError: no task of it could
+succeed). The spider's code runs under TASK_TIMEOUT's watch (timeout.py).
+
+`HeldTasks` is the index of a process's runs by task: update_task() finds the worker holding its
+task there, at once, whichever thread calls it.
+"""
+import collections
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Protocol
+
+from requests.cookies import RequestsCookieJar
+
+from ..config import Settings
+from ..download.chain import NotYet
+from ..errors import ConfigError
+from ..http import Request, RequestFailed
+from ..model import Lease, TaskFailure, task_key
+from ..recrawl.memory import PageMemory
+from ..recrawl.pages import ITEMS_UNCHANGED, UNCHANGED, items_signature
+from ..settle import failures
+from ..task import TaskState
+from ..backends.ports import SeenFilter
+from .item_checks import BadItem
+from .timeout import TaskTimedOut, user_code
+
+log = logging.getLogger("batchd.worker")
+
+ERRORS_REMEMBERED = 10000    # distinct (task, error) pairs whose traceback was logged
+SPIDER_HOOKS = ("download_midware", "validate")     # what the downloader may call for each attempt
+
+
+@dataclass(eq=False)
+class TaskRun:
+    """One leased task inside a worker, from lease to write-back."""
+
+    lease: Lease
+    slot: int
+    outcome: Optional[TaskState] = None   # DONE, FAILED, or PENDING: back to the queue
+    requests_finished: bool = False
+    lease_checked: bool = False   # still ours at the write-back, and renewed for it
+    lease_lost: bool = False      # reclaimed before the write-back: not ours to write
+    written: bool = False         # its row is settled; only the lease is left to release
+    settled: bool = False         # its write-back is queued (or done)
+    request_seq: int = 0
+    url: Optional[str] = None     # of the request being processed
+    last_failure: Optional[RequestFailed] = None   # the one behind the failed_request() or errback call under way
+    failure: Optional[TaskFailure] = None          # why it failed (its outcome FAILED)
+    started: float = field(default_factory=time.monotonic)
+    timed_out: bool = False       # failed by TASK_TIMEOUT: its lease is no longer renewed
+    thread_ident: int = 0         # the fetch thread processing it (the last one, while set aside)
+    pending: Optional[collections.deque] = None    # requests to run, once task_requests has run
+    parked: Optional[tuple] = None    # (request, as it goes, seq, attempts): the one that may not go yet
+    aside_since: Optional[float] = None    # set aside since (TASK_TIMEOUT counts the time in a thread only)
+    cookies: RequestsCookieJar = field(default_factory=RequestsCookieJar)
+    visits: list = field(default_factory=list)     # PageVisits: what its requests found (recrawl/)
+    found_counted: bool = False   # what they found is in its batch's counters
+    in_user_code: bool = False    # that thread is inside the spider's code (TASK_TIMEOUT may interrupt it)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def task_id(self):
+        return self.lease.task_id
+
+    def sent_nothing(self) -> bool:
+        """Whether the task waits at its first request, with no attempt made yet and no outcome: it may
+        start again in another worker as if never leased."""
+        return (self.parked is not None and self.parked[2] == 0 and self.parked[3] == 0 and self.outcome is None
+                and not self.timed_out)
+
+    def next_request_seq(self) -> int:
+        seq, self.request_seq = self.request_seq, self.request_seq + 1
+        return seq
+
+    def failure_at_hand(self) -> TaskFailure:
+        """Why update_task(ok=False) fails the task: the request whose failed_request() or errback is
+        running, else the spider's own word."""
+        if self.last_failure is None:
+            return failures.marked(self.task_id, self.lease.batch_id)
+        return failures.of_request(self.task_id, self.lease.batch_id, self.last_failure)
+
+
+class HeldTasks:
+    """The runs a process's workers are processing, by task key, each with the worker that holds it."""
+
+    def __init__(self):
+        self._held: dict = {}       # task key -> (holder, TaskRun)
+        self._lock = threading.Lock()
+
+    def hold(self, run: TaskRun, holder: Any) -> None:
+        with self._lock:
+            self._held[run.lease.key] = (holder, run)
+
+    def release(self, run: TaskRun) -> None:
+        with self._lock:
+            if self._held.get(run.lease.key, (None, None))[1] is run:
+                del self._held[run.lease.key]
+
+    def find(self, task_id) -> Optional[tuple]:
+        """(holder, run) of the task, or None where no worker of this process is processing it."""
+        return self._held.get(task_key(task_id))
+
+
+class Gate(Protocol):
+    """What a run hands to the worker's pipeline (pipeline.py)."""
+
+    def add_item(self, run: TaskRun, request_seq: int, item_seq: int, item: Mapping) -> None: ...
+
+    def record_outcome(self, run: TaskRun, ok: bool, failure: Optional[TaskFailure] = None) -> None: ...
+
+    def finish_requests(self, run: TaskRun) -> None: ...
+
+
+def overridden_hooks(spider) -> frozenset:
+    """The SPIDER_HOOKS the spider's class overrides (BatchSpider marks its defaults `does_nothing`)."""
+    return frozenset(name for name in SPIDER_HOOKS
+                     if not getattr(getattr(type(spider), name, None), "does_nothing", False))
+
+
+class TaskRunner:
+    """Runs the tasks of one worker through its spider. `stop_worker(reason)` ends the worker with exit 78
+    (an Item class its table cannot take)."""
+
+    def __init__(self, spider, settings: Settings, downloader, gate: Gate, seen: SeenFilter, namespace: str,
+                 worker_name: str, stop_worker: Callable[[str], None], memory: Optional[PageMemory] = None):
+        """`memory`: what re-crawls remember of pages (None: nothing, every page is fetched and parsed)."""
+        self.spider, self.settings, self.downloader, self.gate, self.seen = spider, settings, downloader, gate, seen
+        self.namespace, self.worker_name, self.stop_worker = namespace, worker_name, stop_worker
+        self.memory = memory
+        self._overridden_hooks = overridden_hooks(spider)
+
+    def process(self, run: TaskRun, stop) -> Optional[NotYet]:
+        """Run the task's requests from where it stands: None once they are over (the outcome is the
+        gate's), or the NotYet of the one that may not go yet (the caller sets the task aside)."""
+        wait = None
+        try:
+            wait = self._advance(run, stop)
+        except TaskTimedOut:
+            pass                      # failed and logged by the watching thread already
+        except BadItem as e:
+            log.error("task %s failed: %s", run.task_id, e)
+            self._fail_with(run, e)
+        except ConfigError as e:     # an Item class its table cannot take: no task of it could succeed
+            log.critical("%s: %s; this worker stops (task %s is given back)", self.worker_name, e, run.task_id)
+            self.stop_worker(str(e))
+        except Exception as e:   # the user's code failed: this task fails, the worker carries on
+            log.error("task %s failed: %s: %s", run.task_id, type(e).__name__, e,
+                      exc_info=_first_time((self.namespace, run.lease.batch_id, str(run.task_id)), e))
+            self._fail_with(run, e)
+        finally:
+            if wait is None:
+                if stop.cold:
+                    log.info("task %s abandoned at a cold stop; its lease is given back", run.task_id)
+                self.gate.finish_requests(run)
+        return wait
+
+    def _advance(self, run: TaskRun, stop) -> Optional[NotYet]:
+        task = run.lease.task
+        if run.pending is None:
+            with user_code(run):
+                run.pending = collections.deque(_as_requests(self.spider.task_requests(task), "task_requests"))
+        self.downloader.use_cookies(run.cookies)
+        while not stop.cold:
+            if run.parked is not None:
+                (request, sent, seq, attempts), run.parked = run.parked, None
+            elif run.pending:
+                request = sent = run.pending.popleft()
+                if self._is_duplicate(run, request):
+                    continue
+                seq, attempts = run.next_request_seq(), 0
+            else:
+                return None
+            try:
+                run.pending.extend(self._run_request(run, request, sent, seq, attempts, task))
+            except NotYet as wait:
+                run.parked = (request, wait.request, seq, wait.attempts)
+                return wait
+        return None
+
+    def _fail_with(self, run: TaskRun, error: Exception) -> None:
+        self.gate.record_outcome(run, ok=False, failure=failures.of_exception(
+            run.task_id, run.lease.batch_id, error, url=run.url))
+
+    def _run_request(self, run: TaskRun, request: Request, sent: Request, request_seq: int, attempts: int,
+                     task: dict) -> list:
+        """Download one request (`sent`: as it goes now, a retry of it say) and run its callback (its
+        errback if it failed); returns the follow-ups. NotYet when it may not go yet."""
+        run.url = request.url
+        page = None
+        if self.memory is not None:
+            sent, page = self.memory.prepare(sent)
+        try:
+            response = self._fetch(run, sent, attempts)
+            if response.status_code == 304 and response.history and self.memory is not None:
+                response = self._fetch(run, self.memory.whole(sent), 0)
+        except RequestFailed as failure:
+            if self.memory is not None:
+                self.memory.failed(run, request, failure.response_or_exception, page)
+            run.last_failure = failure
+            try:
+                return self._run_errback(run, request, request_seq, failure, task)
+            finally:
+                run.last_failure = None
+        if self.memory is not None and request.method == "GET":
+            return self._run_remembered(run, request, request_seq, response, page, task)
+        return self._run_callback(run, request, request.callback or self.spider.parse, request_seq, response, task)
+
+    def _fetch(self, run: TaskRun, sent: Request, attempts: int):
+        return self.downloader.fetch(sent, *self._spider_hooks(run), park=True, attempts=attempts)
+
+    def _run_callback(self, run: TaskRun, request: Request, callback, request_seq: int, response, task: dict,
+                      held: Optional[list] = None) -> list:
+        callback = self._spider_method(callback)
+        with user_code(run):
+            produced = callback(request, response, task, **request.cb_kwargs)
+        return self._take(run, request_seq, callback, produced, held)
+
+    def _run_remembered(self, run: TaskRun, request: Request, request_seq: int, response, page, task: dict) -> list:
+        """A response whose page is remembered (recrawl/): an unchanged page (a 304, or the same body) is
+        not parsed (its on_unchanged is called, if it has one) and its earlier items stand; a page whose
+        items are the ones stored does not write them again."""
+        assert self.memory is not None
+        signature = self.memory.body_signature(response)
+        if self.memory.unchanged(page, response, signature):
+            self.memory.visit(run, request, response, page, signature, settled=True)
+            if request.on_unchanged is None:
+                return []
+            return self._run_callback(run, request, request.on_unchanged, request_seq, response, task)
+        callback = request.callback or self.spider.parse
+        if signature is not None:
+            self.memory.visit(run, request, response, page, signature)
+            return self._run_callback(run, request, callback, request_seq, response, task)
+        held: list = []
+        follow_ups = self._run_callback(run, request, callback, request_seq, response, task, held)
+        visit = self.memory.visit(run, request, response, page, items_signature([item for _, item in held]))
+        if visit.verdict == UNCHANGED:
+            self.memory.count(ITEMS_UNCHANGED, len(held), run.lease.batch_id)
+        else:
+            for item_seq, item in held:
+                self.gate.add_item(run, request_seq, item_seq, item)
+        return follow_ups
+
+    def _run_errback(self, run: TaskRun, request: Request, request_seq: int, failure: RequestFailed,
+                     task: dict) -> list:
+        """The request's errback, else the spider's failed_request: with the failure at hand, so that an
+        update_task(ok=False) they call records it."""
+        if request.errback is None:
+            with user_code(run):
+                self.spider.failed_request(request, failure.response_or_exception, task)
+            return []
+        errback = self._spider_method(request.errback)
+        with user_code(run):
+            produced = errback(request, failure.response_or_exception, task)
+        return self._take(run, request_seq, errback, produced, None)
+
+    def _spider_hooks(self, run: TaskRun) -> tuple:
+        """The spider's download_midware and validate for the downloader, run as the spider's code; None
+        for one it does not override (nothing to call for each attempt)."""
+        def as_spider_code(method):
+            def call(*args):
+                with user_code(run):
+                    return method(*args)
+            return call
+
+        return tuple(as_spider_code(getattr(self.spider, name)) if name in self._overridden_hooks else None
+                     for name in SPIDER_HOOKS)
+
+    def _take(self, run: TaskRun, request_seq: int, callback, produced, held: Optional[list]) -> list:
+        """What a callback or errback produced: its items to the pipeline (or, `held`, into that list as
+        (item_seq, item)), its Requests returned."""
+        follow_ups, item_seq = [], 0
+        for result in _each(run, produced):
+            if isinstance(result, Request):
+                follow_ups.append(result)
+            elif isinstance(result, Mapping):      # a dict, or a batchd.Item
+                if held is None:
+                    self.gate.add_item(run, request_seq, item_seq, result)
+                else:
+                    held.append((item_seq, result))
+                item_seq += 1
+            elif result is not None:
+                raise TypeError(f"{getattr(callback, '__name__', callback)} yielded a {type(result).__name__}; "
+                                "yield dicts or batchd.Items (items) or Requests")
+        return follow_ups
+
+    def _spider_method(self, callback):
+        """A callback or errback given as the name of a method of the spider, or as a callable."""
+        return getattr(self.spider, callback) if isinstance(callback, str) else callback
+
+    def _is_duplicate(self, run: TaskRun, request: Request) -> bool:
+        if not self.settings.REQUEST_FILTER_ENABLE or request.dont_filter:
+            return False
+        if self.seen.first_seen(run.lease.batch_id, request.fingerprint()):
+            return False
+        log.debug("task %s: %s dropped as a duplicate", run.task_id, request)
+        return True
+
+
+def _each(run: TaskRun, produced):
+    """What a callback produced, one by one, each step of its generator run as the spider's code."""
+    if produced is None:
+        return
+    iterator = iter(produced)
+    while True:
+        with user_code(run):
+            try:
+                result = next(iterator)
+            except StopIteration:
+                return
+        yield result
+
+
+def _as_requests(produced, where: str) -> list:
+    if produced is None:
+        return []
+    if isinstance(produced, Request):
+        return [produced]
+    requests = list(produced)
+    for request in requests:
+        if not isinstance(request, Request):
+            raise TypeError(f"{where} produced a {type(request).__name__}; it must yield Requests")
+    return requests
+
+
+_logged_errors: set = set()
+_logged_errors_lock = threading.Lock()
+
+
+def _first_time(task: tuple, error: Exception) -> bool:
+    """Whether this task (namespace, batch, id) has not failed with this error before in this process:
+    its traceback is logged once, not at every attempt."""
+    key = task + (type(error).__name__, str(error))
+    with _logged_errors_lock:
+        if key in _logged_errors:
+            return False
+        if len(_logged_errors) >= ERRORS_REMEMBERED:
+            _logged_errors.clear()
+        _logged_errors.add(key)
+        return True
