@@ -195,8 +195,11 @@ def test_a_worker_wakes_the_master_once_half_the_queue_is_leased(backend, site):
     HeldSpider.go_on.clear()
 
     def spider(threads):
+        # A place at the host for every thread: a task finding none would be set aside, and its thread
+        # would lease another (worker/set_aside.py), so a slow fetch would lease more than one per thread.
         return lambda: HeldSpider(batch_store=backend.store(),
-                                  settings=backend.settings(BATCH_PUSH_LIMIT=20, SPIDER_THREAD_COUNT=threads))
+                                  settings=backend.settings(BATCH_PUSH_LIMIT=20, SPIDER_THREAD_COUNT=threads,
+                                                            CONCURRENT_REQUESTS_PER_DOMAIN=16))
 
     with InProcessBatch(spider(9), master=False) as batch:
         try:
