@@ -50,6 +50,7 @@ INSTANCE_ROLES = ("master", "worker")
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 NAMESPACE_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
 WEBHOOK_PATTERN = re.compile(r"^https?://[^\s/]+(/\S*)?$", re.IGNORECASE)
+LISTEN_PATTERN = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[^\s:\[\]]+):\d{1,5}$")      # ADDRESS:PORT, [IPv6]:PORT
 INTERVAL_UNITS = ("day", "hour")
 SIGNATURES = ("items", "body")    # what tells a changed page from an unchanged one (batchd/recrawl/)
 BATCH_MODES = ("full", "incremental", "due")     # what a new batch crawls (docs/architecture.md, A batch's life)
@@ -253,6 +254,15 @@ class Settings:
                                    "needs prometheus-client)", 0, 65535)
     METRICS_ADDRESS: str = setting("127.0.0.1", "the address METRICS_PORT listens on (0.0.0.0: every IPv4 "
                                                 "address)")
+    # -- the dashboard: batchd web (batchd/cli/web/, docs/web.md)
+    WEB_LISTEN: str = setting("127.0.0.1:9380", "the ADDRESS:PORT `batchd web` serves the dashboard on ([::1]:PORT "
+                                                "for IPv6; another address than loopback shows it to the network)",
+                              pattern=LISTEN_PATTERN, may_hold="ADDRESS:PORT")
+    WEB_TOKEN: Optional[str] = setting(None, "the bearer token the dashboard's actions (pause, resume, open-batch, "
+                                             "requeue) take; without it or WEB_TOKEN_FILE they do not exist (never "
+                                             "logged or shown)", default_text="none: read-only", secret=True)
+    WEB_TOKEN_FILE: Optional[str] = setting(None, "a file holding WEB_TOKEN (its first line), readable by the "
+                                                  "batchd user only", default_text="none")
 
     @property
     def refill_mark(self) -> int:

@@ -108,6 +108,7 @@ def test_package_contents(built):
     files = built.files()
     for path in ("/usr/bin/batchd", "/lib/systemd/system/batchd-master.service",
                  "/lib/systemd/system/batchd-master@.service", "/lib/systemd/system/batchd-worker@.service",
+                 "/lib/systemd/system/batchd-web.service",
                  "/etc/batchd/batchd.toml", "/etc/batchd/spiders/example.py", "/usr/lib/sysusers.d/batchd.conf",
                  "/usr/share/man/man1/batchd.1.gz", "/usr/share/man/man5/batchd.toml.5.gz",
                  "/usr/share/batchd/grafana/batchd.json"):
@@ -290,7 +291,7 @@ def check_service_lifecycle(built, box, site, backend):
     assert box.run("systemctl", "is-active", "batchd-master", check=False).stdout.strip() == "inactive"
     # Installed, with their man page and executable: verify has nothing to say.
     verify = box.run("systemd-analyze", "verify", "batchd-master.service", "batchd-master@news.service",
-                     "batchd-worker@1.service")
+                     "batchd-worker@1.service", "batchd-web.service")
     assert verify.stderr == ""
     # batchd.toml(5), generated at build time, renders as lintian reads it: no warning from man.
     page = box.sh("MANWIDTH=80 man --warnings -E UTF-8 batchd.toml 2>/tmp/warnings; cat /tmp/warnings >&2")
@@ -377,6 +378,8 @@ def check_service_lifecycle(built, box, site, backend):
     assert {item["failed_items"] for item in items} == {"/var/lib/batchd/failed_items.jsonl"}
     print(f"batch of {TASKS} tasks done in {batch_seconds:.1f} s; warm stop of a worker unit {drain_seconds:.1f} s")
 
+    check_dashboard(box)
+
     # -- what the operator reads
     assert "批次进度" in box.journal("batchd-master")
     for unit in units:
@@ -404,6 +407,19 @@ def check_service_lifecycle(built, box, site, backend):
     for path in ("/etc/batchd/batchd.toml", "/var/lib/batchd"):
         assert box.run("test", "-e", path, check=False).returncode != 0, path
     assert box.run("dpkg-statoverride", "--list", "/etc/batchd/batchd.toml", check=False).stdout == ""
+
+
+def check_dashboard(box) -> None:
+    """batchd-web.service, hardened, serves the finished batch's figures on the box's loopback; a stop ends it
+    with 0."""
+    box.run("systemctl", "start", "batchd-web", timeout=60)
+    fetch = ("import json, urllib.request; tasks = json.load(urllib.request.urlopen("
+             "'http://127.0.0.1:9380/api/status', timeout=5))['tasks']; print(tasks['done'], tasks['total'])")
+    assert box.run("python3", "-c", fetch).stdout.split() == [str(TASKS), str(TASKS)]
+    assert {user for _, user, _ in box.unit_processes("batchd-web")} == {"batchd"}
+    cursor = box.cursor()
+    box.run("systemctl", "stop", "batchd-web", timeout=30)
+    assert box.show("batchd-web")["ExecMainStatus"] == "0", box.journal("batchd-web", cursor)
 
 
 def unit_status(box, unit) -> str:

@@ -177,6 +177,32 @@ def test_the_units_run_the_same_way():
     assert service(MASTER) == service(MASTER_OF) == service(WORKER)
 
 
+WEB = os.path.join(UNITS, "batchd-web.service")
+HARDENING = ("NoNewPrivileges", "CapabilityBoundingSet", "AmbientCapabilities", "ProtectSystem", "ProtectHome",
+             "PrivateTmp", "PrivateDevices", "PrivateIPC", "PrivateMounts", "ProtectKernelTunables",
+             "ProtectKernelModules", "ProtectKernelLogs", "ProtectControlGroups", "ProtectClock", "ProtectHostname",
+             "ProtectProc", "ProcSubset", "RestrictAddressFamilies", "RestrictNamespaces", "RestrictRealtime",
+             "RestrictSUIDSGID", "RemoveIPC", "LockPersonality", "MemoryDenyWriteExecute", "SystemCallArchitectures",
+             "SystemCallFilter", "SystemCallErrorNumber")
+
+
+def test_the_dashboards_unit_is_hardened_like_the_others(tmp_path):
+    """batchd-web.service: verified, the same sandbox as the master's (and a user namespace of its own, having no
+    reload), run as batchd, a notify service that a configuration error does not restart."""
+    result = analyze_verify(WEB, tmp_path)
+    assert (result.returncode, result.stderr, result.stdout) == (0, "", "")
+    web, master = unit_settings(WEB), unit_settings(MASTER)
+    assert {key: web[("Service", key)] for key in HARDENING} == {key: master[("Service", key)] for key in HARDENING}
+    assert web[("Service", "PrivateUsers")] == ["yes"]
+    assert web[("Service", "ExecStart")] == ["/usr/bin/batchd web"]
+    for key in ("Type", "NotifyAccess", "User", "Group", "Restart", "RestartPreventExitStatus"):
+        assert web[("Service", key)] == master[("Service", key)], key
+    security = subprocess.run(["systemd-analyze", "security", "--offline=yes", "--no-pager", WEB],
+                              capture_output=True, text=True, timeout=60)
+    found = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", security.stdout)
+    assert found and float(found.group(1)) < 3.0, security.stdout
+
+
 def commented_settings() -> str:
     """The `# NAME = value` lines of batchd.toml, uncommented: a TOML document."""
     with open(CONFIG, encoding="utf-8") as f:

@@ -53,15 +53,7 @@ def open_batch(runtime, force: bool) -> str:
     """Ask for the next batch now and wait until its record exists; BatchStillOpen while one is open
     (unless `force`), NoMasterAnswered when no master opened it in time (the request stays)."""
     store = runtime.store
-    store.open(runtime.layout)
-    last = store.last_batch()
-    last_id = last.id if last is not None else None
-    was_open = last is not None and not last.is_done     # (read now: a store in memory hands out its live record)
-    if was_open and not force:
-        raise BatchStillOpen(f"batch {last.id} is still open (opened {last.batch_date:%Y-%m-%d %H:%M}); "
-                             "`batchd open-batch --force` closes it as it stands and opens the next")
-    runtime.backend.leases.ask_open_batch(force)
-    wake_master(runtime)
+    last_id, was_open = ask_open_batch(runtime, force)
     wait = max(OPEN_WAIT_LEAST, 2 * runtime.settings.BATCH_MONITOR_INTERVAL)
     opened = _wait_for_batch_after(store, last_id, wait)
     if opened is None:
@@ -70,6 +62,21 @@ def open_batch(runtime, force: bool) -> str:
                                "patrol")
     closed = f"batch {last_id} closed as it stood; " if was_open else ""
     return f"{closed}batch {opened.id} opened at {opened.batch_date:%Y-%m-%d %H:%M:%S}"
+
+
+def ask_open_batch(runtime, force: bool) -> tuple:
+    """Leave the request for the next batch and wake the master: (the last batch's id, whether it was open);
+    BatchStillOpen while one is open, unless `force`."""
+    store = runtime.store
+    store.open(runtime.layout)
+    last = store.last_batch()
+    was_open = last is not None and not last.is_done     # (read now: a store in memory hands out its live record)
+    if was_open and not force:
+        raise BatchStillOpen(f"batch {last.id} is still open (opened {last.batch_date:%Y-%m-%d %H:%M}); "
+                             "`batchd open-batch --force` closes it as it stands and opens the next")
+    runtime.backend.leases.ask_open_batch(force)
+    wake_master(runtime)
+    return (last.id if last is not None else None), was_open
 
 
 def _wait_for_batch_after(store, last_id: Optional[int], seconds: float) -> Optional[BatchRecord]:

@@ -15,6 +15,7 @@
     batchd demo              a whole batch on a bundled site: no network, no MySQL, no Redis
     batchd init [FOLDER]     a starter spider and config
     batchd tasks add|import  load tasks into the task table
+    batchd web [SPIDER ...]  the dashboard and its JSON API (--listen ADDR:PORT; batchd-web.service)
 
 SPIDER is `path/file.py:Class` or `module:Class`; when omitted, BATCHD_SPIDER or SPIDER in the
 config file. Exit codes (docs/architecture.md, Exit codes): 0 done, 1 items still refused (retry),
@@ -23,7 +24,7 @@ config file. Exit codes (docs/architecture.md, Exit codes): 0 done, 1 items stil
 
 Each verb group is a module with its own VerbGroup (cli/arguments.py): serve (run, master, worker,
 reload), inspect (status, check), operate (pause, resume, open-batch, failed, requeue, retry) and
-project (demo, init, tasks). This module only gathers them into the parser, in that order.
+project (demo, init, tasks) and web (web/verb.py). This module only gathers them into the parser, in that order.
 """
 import argparse
 import logging
@@ -31,12 +32,13 @@ from typing import Optional
 
 from ..config import VERSION
 from . import inspect, operate, project, serve
+from .web import verb as web
 from ..errors import BatchdError
 from ..process.systemd import setup_logging
 
 log = logging.getLogger("batchd")
 
-VERBS = {entry.name: entry for group in (serve.VERBS, inspect.VERBS, operate.VERBS, project.VERBS)
+VERBS = {entry.name: entry for group in (serve.VERBS, inspect.VERBS, operate.VERBS, project.VERBS, web.VERBS)
          for entry in group}
 
 

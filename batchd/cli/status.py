@@ -37,7 +37,8 @@ def gather_status(runtime) -> dict:
     snapshots, settled, (waiting, leased), counters, paused_since = seen or ([], None, (None, None), None, None)
     master = freshest_master(snapshots)
     batch, tasks = _batch_and_tasks(record, settled, (waiting or 0) + (leased or 0), None if reached else master)
-    samples = samples_of(master) if master and batch and int(master["batch_id"]) == batch["id"] else []
+    of_this_batch = master is not None and batch is not None and int(master["batch_id"]) == batch["id"]
+    samples = samples_of(master) if of_this_batch else []
     measured = window_rate(samples)
     rate = measured[0] if measured else None
     return {
@@ -54,6 +55,7 @@ def gather_status(runtime) -> dict:
         "rate_seconds": round(measured[1], 3) if measured else None,
         "rate_as_of": samples[-1][0] if samples else None,
         "rate_window": RATE_WINDOW,
+        "life": samples_of(master, "batch_life") if of_this_batch else [],    # (Unix time, settled): its chart
         "eta_seconds": eta(tasks["total"] - tasks["settled"], None if paused_since else rate) if tasks else None,
         "hosts": [_host_entry(s) for s in sorted(snapshots, key=lambda s: (s["host"], s["instance"]))],
         "workers_alive": sum(int(s.get("workers_alive", 0)) for s in snapshots),

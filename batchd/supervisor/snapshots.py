@@ -13,6 +13,7 @@ namespace and a host, and must not overwrite each other's snapshot. Fields, all 
     rate                                    its workers' settled tasks per second
     batch_id batch_settled batch_total      the master's view (a supervisor running one)
     batch_samples                           ... the batch's tally over the last RATE_WINDOW (below)
+    batch_life                              ... and over its whole life, thinned to LIFE_POINTS (its chart)
     batch_is_done batch_done batch_failed batch_next_due   ... and, once the batch is over, its result
     outage_backend outage_since outage_reason       what its children wait for (only during an outage)
 
@@ -48,6 +49,7 @@ PUBLISH_TIMEOUT = 1.0        # the supervisor's loop must not wait on a slow Red
 MIN_SNAPSHOT_TTL = 10.0
 RATE_WINDOW = 30.0           # seconds of the tally behind a batch's rate and ETA
 MAX_SAMPLES = 30             # samples kept within the window: closer ones replace each other
+LIFE_POINTS = 120            # samples of a batch's whole life kept for its chart (batch_life), at most
 
 
 def snapshot_ttl(interval: float) -> int:
@@ -78,11 +80,13 @@ class SettledSamples:
     def __init__(self):
         self.batch_id = 0
         self.samples: collections.deque = collections.deque()
+        self.life: list = []                 # the batch's whole life, thinned (LIFE_POINTS)
 
     def add(self, batch_id: int, when: float, settled: int) -> None:
         if batch_id != self.batch_id:        # a new batch: its window starts with it
-            self.batch_id, self.samples = batch_id, collections.deque()
+            self.batch_id, self.samples, self.life = batch_id, collections.deque(), []
         sample = (round(when, 3), settled)
+        self._add_to_life(sample)
         if len(self.samples) >= 2 and when - self.samples[-2][0] < RATE_WINDOW / MAX_SAMPLES:
             self.samples[-1] = sample
         else:
@@ -90,14 +94,25 @@ class SettledSamples:
         while len(self.samples) > 2 and self.samples[1][0] <= when - RATE_WINDOW:
             self.samples.popleft()
 
+    def _add_to_life(self, sample: tuple) -> None:
+        """Every sample joins the life; past LIFE_POINTS every other one goes (the first and the newest stay),
+        so a batch of days is drawn from as many points as one of minutes, at half the density each time."""
+        self.life.append(sample)
+        if len(self.life) > LIFE_POINTS:
+            self.life = self.life[:-1:2] + [self.life[-1]]
+
     def field(self) -> str:
         return json.dumps([list(sample) for sample in self.samples])
 
+    def life_field(self) -> str:
+        return json.dumps([list(sample) for sample in self.life])
 
-def samples_of(snapshot: Optional[dict]) -> list:
-    """The snapshot's batch_samples as (time, settled) pairs; [] when it has none (an older batchd)."""
+
+def samples_of(snapshot: Optional[dict], field: str = "batch_samples") -> list:
+    """The snapshot's batch_samples (or batch_life) as (time, settled) pairs; [] when it has none (an older
+    batchd)."""
     try:
-        return [(float(t), int(n)) for t, n in json.loads((snapshot or {}).get("batch_samples") or "[]")]
+        return [(float(t), int(n)) for t, n in json.loads((snapshot or {}).get(field) or "[]")]
     except (ValueError, TypeError):
         return []
 

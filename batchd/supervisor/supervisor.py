@@ -557,7 +557,7 @@ class Supervisor:
             self.settled_samples.add(row.batch_id, time.time(), settled)
         if self.settled_samples.batch_id != row.batch_id:
             return {}
-        return {"batch_samples": self.settled_samples.field()}
+        return {"batch_samples": self.settled_samples.field(), "batch_life": self.settled_samples.life_field()}
 
     def _outage(self) -> dict:
         """The longest-running outage any child waits out, as snapshot fields (none: no fields)."""

@@ -66,3 +66,13 @@ class ManyItemsCrawlTask(CrawlTask):
         for n in range(int(os.environ.get("TEST_ITEMS_PER_TASK", "1"))):
             yield {"url": task["url"], "title": title, "n": n}
         self.update_task(task["id"], ok=True)
+
+
+class TellingCrawlTask(CrawlTask):
+    """A page under /text fails its task with what the page said as the reason: crawled text, shown by
+    `batchd failed` and the dashboard."""
+
+    def parse(self, request, response, task):
+        if "/text" in request.url:
+            raise ValueError(response.text)
+        yield from super().parse(request, response, task)
