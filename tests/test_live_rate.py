@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from batchd.supervisor.snapshots import (MAX_SAMPLES, RATE_WINDOW, SettledSamples, rate_text, samples_of, status_line,
+from batchd.supervisor.snapshots import (LIFE_POINTS, MAX_SAMPLES, RATE_WINDOW, SettledSamples, rate_text, samples_of, status_line,
                                       window_rate)
 from batchd.task import TaskState
 from harness import wait_for
@@ -94,6 +94,25 @@ def test_samples_closer_than_the_window_allows_replace_each_other():
     rate, seconds = window_rate(list(samples.samples))
     assert rate == pytest.approx(10.0) and RATE_WINDOW <= seconds <= RATE_WINDOW + 1.1
     assert samples_of({"batch_samples": "not json"}) == [] and samples_of({}) == []
+
+
+def test_a_batchs_life_is_kept_whole_thinned_to_a_bound_and_ends_at_its_close():
+    """batch_life, the dashboard's chart: from the first sample to the last, at most LIFE_POINTS of them, however
+    long the batch; its close adds the final count once; a new batch starts a new life."""
+    samples = SettledSamples()
+    for second in range(0, 36000):                  # ten hours at a sample a second
+        samples.add(4, 1000.0 + second, second // 10)
+    life = samples_of({"batch_life": samples.life_field()}, "batch_life")
+    assert LIFE_POINTS // 2 <= len(life) <= LIFE_POINTS
+    assert life[0] == (1000.0, 0) and life[-1] == (1000.0 + 35999, 3599)
+    assert [t for t, _ in life] == sorted(t for t, _ in life)
+    gaps = [b[0] - a[0] for a, b in zip(life, life[1:-1])]
+    assert max(gaps) <= 2 * min(gaps), "evenly thinned, not one end kept dense"
+    samples.close(40000.0, 3600)
+    samples.close(40005.0, 3600)
+    assert samples.life[-2:] == [(1000.0 + 35999, 3599), (40000.0, 3600)]
+    samples.add(5, 50000.0, 0)
+    assert samples.life == [(50000.0, 0)]
 
 
 def test_status_line_takes_settled_rate_and_eta_from_the_samples_and_none_while_paused():

@@ -81,10 +81,11 @@ class SettledSamples:
         self.batch_id = 0
         self.samples: collections.deque = collections.deque()
         self.life: list = []                 # the batch's whole life, thinned (LIFE_POINTS)
+        self.life_spacing = 0.0              # seconds between the points kept in it
 
     def add(self, batch_id: int, when: float, settled: int) -> None:
         if batch_id != self.batch_id:        # a new batch: its window starts with it
-            self.batch_id, self.samples, self.life = batch_id, collections.deque(), []
+            self.batch_id, self.samples, self.life, self.life_spacing = batch_id, collections.deque(), [], 0.0
         sample = (round(when, 3), settled)
         self._add_to_life(sample)
         if len(self.samples) >= 2 and when - self.samples[-2][0] < RATE_WINDOW / MAX_SAMPLES:
@@ -94,12 +95,24 @@ class SettledSamples:
         while len(self.samples) > 2 and self.samples[1][0] <= when - RATE_WINDOW:
             self.samples.popleft()
 
+    def close(self, when: float, settled: int) -> None:
+        """The batch is over with `settled` tasks: its life ends there (once)."""
+        if self.life and self.life[-1][1] != settled:
+            self._add_to_life((round(when, 3), settled))
+
     def _add_to_life(self, sample: tuple) -> None:
-        """Every sample joins the life; past LIFE_POINTS every other one goes (the first and the newest stay),
-        so a batch of days is drawn from as many points as one of minutes, at half the density each time."""
-        self.life.append(sample)
+        """A sample joins the life when it is `life_spacing` after the one before the newest, else it replaces
+        the newest (which so stays fresh). Past LIFE_POINTS every other one goes, the first and the newest
+        staying, and the spacing becomes the mean gap left: a batch of days is drawn from as many points as
+        one of minutes, evenly spaced over its whole life."""
+        if len(self.life) >= 2 and sample[0] - self.life[-2][0] < self.life_spacing:
+            self.life[-1] = sample
+        else:
+            self.life.append(sample)
         if len(self.life) > LIFE_POINTS:
-            self.life = self.life[:-1:2] + [self.life[-1]]
+            newest = self.life[-1]
+            self.life = self.life[:-1:2] + [newest]
+            self.life_spacing = (newest[0] - self.life[0][0]) / (len(self.life) - 1)
 
     def field(self) -> str:
         return json.dumps([list(sample) for sample in self.samples])

@@ -549,9 +549,13 @@ class Supervisor:
         return {**snapshot, **self.master_figures, **self._outage()}
 
     def _sample_tally(self, row) -> dict:
-        """The open batch's tally now, added to its samples: the batch_samples field (none once it is over)."""
+        """The open batch's tally now, added to its samples: the batch_samples and batch_life fields; once it is
+        over, its life alone, ending at its close (as long as this supervisor saw it run)."""
         if row.is_done:
-            return {}
+            if self.settled_samples.batch_id != row.batch_id:
+                return {}
+            self.settled_samples.close(time.time(), row.done_count + row.fail_count)
+            return {"batch_life": self.settled_samples.life_field()}
         settled = self.publisher.settled(row.batch_id) if self.publisher is not None else None
         if settled is not None:
             self.settled_samples.add(row.batch_id, time.time(), settled)

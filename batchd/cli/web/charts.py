@@ -9,6 +9,7 @@ from typing import Optional
 
 WIDTH, HEIGHT = 640, 180
 LEFT, RIGHT, TOP, BOTTOM = 56, 12, 14, 28          # margins: the axes' labels stand in them
+BAR_SLOT_MOST = 48                                  # px per bar and its gap: a few batches are not wide slabs
 
 
 def _esc(value) -> str:
@@ -86,7 +87,7 @@ def bars(label: str, names: list, stacks: list, unit: str = "") -> str:
     totals = [sum(values[i] or 0 for _, values in stacks) for i in range(len(names))]
     top = max(max(totals), 1)
     inner_w, inner_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
-    slot = inner_w / len(names)
+    slot = min(inner_w / len(names), BAR_SLOT_MOST)
     parts = _axes(top, unit)
     for i, name in enumerate(names):
         x, base = LEFT + slot * i + slot * 0.15, float(HEIGHT - BOTTOM)

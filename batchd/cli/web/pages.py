@@ -95,16 +95,19 @@ def batch_page(status: dict, why: dict, namespaces: list, actions: bool) -> str:
 
 
 def _progress(tasks: dict, status: dict) -> str:
+    finished = bool(status["batch"] and status["batch"]["is_done"])     # its chart ends at its close, not now
     figures = [("total", tasks["total"]), ("settled", tasks["settled"]), ("done", tasks["done"]),
                ("failed", tasks["failed"]), ("pending", tasks["pending"]), ("in flight", tasks["processing"])]
     head = "".join(f"<th>{name}</th>" for name, _ in figures)
     cells = "".join(f'<td id="{name.replace(" ", "-")}">{_figure(value)}</td>' for name, value in figures)
     measured = (status["rate"], status["rate_seconds"]) if status["rate"] is not None else None
-    return (f'<section><h2>Progress</h2><div id="progress-bar">{charts.bar(tasks["done"] or 0, tasks["failed"] or 0, tasks["total"])}</div>'
-            f'<table class="figures"><tr>{head}</tr><tr>{cells}</tr></table>'
-            f'<p>Rate <b id="rate">{esc(rate_text(measured))}</b>, ETA <b id="eta">{esc(duration(status["eta_seconds"]))}'
-            f'</b></p><div id="progress-chart">{charts.progress(status["life"], tasks["total"], status["time"])}</div>'
-            '</section>')
+    pace = ('<b id="rate">finished</b>' if finished else
+            f'<b id="rate">{esc(rate_text(measured))}</b>; ETA <b id="eta">{esc(duration(status["eta_seconds"]))}</b>')
+    bar = charts.bar(tasks["done"] or 0, tasks["failed"] or 0, tasks["total"])
+    chart = charts.progress(status["life"], tasks["total"], None if finished else status["time"])
+    return (f'<section><h2>Progress</h2><div id="progress-bar">{bar}</div>'
+            f'<table class="figures"><tr>{head}</tr><tr>{cells}</tr></table><p>{pace}</p>'
+            f'<h3>Tasks settled over the batch\'s life</h3><div id="progress-chart">{chart}</div></section>')
 
 
 def _why_details(why: dict) -> str:
@@ -153,8 +156,14 @@ def _workers(status: dict) -> str:
 def _actions() -> str:
     buttons = "".join(f'<button type="button" data-action="{name}">{label}</button>'
                       for name, label in (("pause", "Pause"), ("resume", "Resume"), ("open-batch", "Open batch")))
-    return ('<section class="actions"><h2>Actions</h2><label>Token <input id="token" type="password" '
-            f'autocomplete="off"></label> {buttons}<p id="action-result" role="status"></p></section>')
+    return f'<section class="actions"><h2>Actions</h2>{_token_field(buttons)}</section>'
+
+
+def _token_field(buttons: str = "") -> str:
+    """The token's field (app.js keeps what is typed in the tab's sessionStorage), the buttons beside it, and
+    where an action's answer is shown."""
+    return (f'<p><label>Token <input id="token" type="password" autocomplete="off"></label> {buttons}</p>'
+            '<p id="action-result" role="status"></p>')
 
 
 # -- hosts, failures, history
@@ -178,11 +187,10 @@ def _seconds(value) -> str:
 
 
 def failures_page(namespace: str, report: dict, namespaces: list, actions: bool) -> str:
-    base = f"/ns/{quote(namespace, safe='')}/failures"
+    base, requeue = f"/ns/{quote(namespace, safe='')}/failures", actions and report["open"]
     kinds = "".join(f'<tr><td><a href="{base}?reason={quote(k["kind"], safe="")}">{esc(k["kind"])}</a></td>'
-                    f'<td>{esc(k["count"])}</td>'
-                    + (f'<td><button type="button" data-action="requeue" data-reason="{esc(k["kind"])}">Requeue</button>'
-                       '</td>' if actions and report["open"] else "") + "</tr>" for k in report["kinds"])
+                    f'<td>{esc(k["count"])}</td>{_requeue_button(k["kind"]) if requeue else ""}</tr>'
+                    for k in report["kinds"])
     rows = "".join(f'<tr><td>{esc(f["task_id"])}</td><td class="url">{esc(f["url"])}</td>'
                    f'<td class="reason">{esc(f["reason"])}</td><td>{esc(f["attempts"])}</td>'
                    f'<td>{esc(f["time"])}</td></tr>' for f in report["failures"])
@@ -190,24 +198,25 @@ def failures_page(namespace: str, report: dict, namespaces: list, actions: bool)
     body = (f'<p id="failed-total">Batch {_figure(report["batch"])}: {esc(report["total"])} failed tasks{which}</p>'
             f'<table id="kinds"><tr><th>reason</th><th>tasks</th></tr>{kinds}</table>'
             '<h2>Tasks</h2><table id="failures"><tr><th>task</th><th>URL</th><th>reason</th><th>attempts</th>'
-            f'<th>time</th></tr>{rows}</table>'
-            + ('<p class="actions"><label>Token <input id="token" type="password" autocomplete="off"></label></p>'
-               '<p id="action-result" role="status"></p>' if actions and report["open"] else ""))
+            f'<th>time</th></tr>{rows}</table>{_token_field() if requeue else ""}')
     return page("Failures", namespace, "failures", body, namespaces, actions)
+
+
+def _requeue_button(kind: str) -> str:
+    return f'<td><button type="button" data-action="requeue" data-reason="{esc(kind)}">Requeue</button></td>'
 
 
 def history_page(namespace: str, entries: list, namespaces: list) -> str:
     oldest_first = list(reversed(entries))
     names = [str(e["id"]) for e in oldest_first]
-    charts_html = (
-        '<div id="history-tasks">' + charts.bars("tasks per batch: done, failed", names,
-                                                 [("done", [e["done"] for e in oldest_first]),
-                                                  ("failed", [e["failed"] for e in oldest_first])]) + "</div>"
-        '<div id="history-duration">' + charts.bars("duration per batch", names,
-                                                    [("line-bar", [e["duration_seconds"] for e in oldest_first])],
-                                                    "s") + "</div>"
-        '<div id="history-items">' + charts.bars("items per batch", names,
-                                                 [("items", [e["items"] for e in oldest_first])]) + "</div>")
+
+    def chart(title: str, element_id: str, stacks: list, unit: str = "") -> str:
+        drawn = charts.bars(title, names, [(css, [e[field] for e in oldest_first]) for css, field in stacks], unit)
+        return f'<h2>{esc(title)}</h2><div id="{element_id}">{drawn}</div>'
+
+    charts_html = (chart("Tasks per batch: done, failed", "history-tasks", [("done", "done"), ("failed", "failed")])
+                   + chart("Duration", "history-duration", [("line-bar", "duration_seconds")], "s")
+                   + chart("Items stored", "history-items", [("items", "items")]))
     rows = "".join(f'<tr><td>{esc(e["id"])}</td><td>{esc(e["mode"])}</td><td>{esc(e["opened"])}</td>'
                    f'<td>{esc(e["closed"] or ("" if e["is_done"] else "(running)"))}</td>'
                    f'<td>{esc(duration(e["duration_seconds"]) if e["duration_seconds"] is not None else "-")}</td>'
