@@ -8,19 +8,22 @@ import signal
 import socket
 
 from harness import batch_done, wait_for
-from supervised import slow_urls, start_batchd, workers_of
+from supervised import DAEMON_SETTINGS, slow_urls, start_batchd, workers_of
 from test_cli import batchd
 from test_ports import LONG, opener, ports, pushed  # noqa: F401  (fixtures)
+from test_web import Web
 
 STOPPED_STALE = 10      # BATCH_LOST_TASK_STALE: a stopped worker's leases count as stalled after 6 s unrenewed
+DAEMON_STALE = DAEMON_SETTINGS["BATCH_LOST_TASK_STALE"]     # what start_batchd gives the daemon
 DEAD_STALE = 24         # longer than a snapshot's TTL (11 s): a dead worker's leases are still held when looked at
 
 
 def why(backend, stale=None) -> dict:
     """`batchd status --why --json`, under the daemon's BATCH_LOST_TASK_STALE (as one config serves both)."""
     result = batchd("status", "spiders/seed.py:CrawlTask", "--why", "--json", backend=backend, env=stale_env(stale))
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
+    report = json.loads(result.stdout)
+    assert result.returncode == (69 if report["unreachable"] else 0), result.stderr     # 69: a backend is down
+    return report
 
 
 def stale_env(stale) -> dict:
@@ -138,7 +141,8 @@ def test_why_names_the_leases_of_a_dead_worker_whose_supervisor_is_gone(shared_b
 
 def test_why_says_paused_and_finished(shared_backend, site, procs):
     shared_backend.create_tasks(slow_urls(site, 12, seconds=1))
-    proc = start_batchd(procs, shared_backend, "run", "--workers", "1")
+    # Two threads: six seconds of work, which the pause (a command's start, a second) lands well within.
+    proc = start_batchd(procs, shared_backend, "run", "--workers", "1", SPIDER_THREAD_COUNT=2)
     wait_for(lambda: why(shared_backend)["batch"], message="a batch open")
     assert batchd("pause", "spiders/seed.py:CrawlTask", backend=shared_backend).returncode == 0
     report = why(shared_backend)
@@ -160,5 +164,48 @@ def test_why_says_no_worker_is_alive_when_the_master_runs_alone(shared_backend, 
                        message="the batch open, its tasks queued")
     assert report["workers_alive"] == 0 and report["verdict"] == "the workers are idle: none alive"
     assert "verdict  the workers are idle: none alive" in why_text(shared_backend)
+    proc.send(signal.SIGTERM)
+    assert proc.wait(30) == 0, proc.output()
+
+
+def test_why_names_the_host_a_paced_batch_waits_on(shared_backend, site, procs):
+    """One host held to a task a second: most tasks in hand are set aside for its turn, and the verdict says so,
+    in the command and on the dashboard."""
+    shared_backend.create_tasks([site.url(f"/page/{n}") for n in range(1, 41)])
+    proc = start_batchd(procs, shared_backend, "run", "--workers", "1", SPIDER_THREAD_COUNT=8, DOMAIN_RATE_LIMIT=1)
+    report = why_until(shared_backend, DAEMON_STALE, lambda r: "wait on their hosts' turn" in r.get("verdict", ""),
+                       message="the verdict naming the host's turn")
+    host = site.url("/")[len("http://"):-1]
+    assert report["waiting_on_hosts"][0]["host"] == host and f"most on {host}" in report["verdict"]
+    web = Web(procs, shared_backend, spider="spiders/seed.py:CrawlTask", DOMAIN_RATE_LIMIT=1)
+    wait_for(lambda: "wait on their hosts' turn" in web.api("why")["verdict"], timeout=15,
+             message="the dashboard's verdict")
+    page = web.get(f"/ns/{report['namespace']}/").text
+    assert "wait on their hosts&#x27; turn" in page and f"Set aside, waiting on their host: {host}" in page
+    proc.send(signal.SIGTERM)
+    assert proc.wait(30) == 0, proc.output()
+
+
+def test_why_names_the_outage_the_workers_wait_out(private_mysql, site, procs):
+    """MySQL down mid-batch: the verdict, from the supervisors' snapshots in Redis, is the outage, in the command
+    and on the dashboard (which says what it cannot read)."""
+    db, backend = private_mysql
+    backend.create_tasks(slow_urls(site, 30, seconds=0.3))
+    proc = start_batchd(procs, backend, "run", "--workers", "1")
+    web = Web(procs, backend, spider="spiders/seed.py:CrawlTask")
+    why_until(backend, DAEMON_STALE, lambda r: r["tasks"] and r["tasks"]["settled"] > 0,
+              message="the batch under way")
+    backend.conn.close()
+    db.stop()
+    report = why_until(backend, DAEMON_STALE, lambda r: r["verdict"].startswith("the workers wait for MySQL since "),
+                       message="the verdict naming the outage")
+    assert report["outages"] and report["outages"][0]["backend"] == "MySQL" and report["unreachable"]
+    wait_for(lambda: web.api("why")["verdict"].startswith("the workers wait for MySQL since "), timeout=15,
+             message="the dashboard's verdict")
+    page = web.get(f"/ns/{report['namespace']}/").text
+    assert "MISSING" in page and "waits for MySQL since" in page
+    db.start()
+    backend.reconnect()
+    wait_for(lambda: batch_done(backend), timeout=60, message="the batch finished once MySQL is back")
     proc.send(signal.SIGTERM)
     assert proc.wait(30) == 0, proc.output()

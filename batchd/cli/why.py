@@ -44,8 +44,9 @@ def gather_why(runtime) -> dict:
            "paused_since": status["paused_since"], "workers_alive": status["workers_alive"],
            "outages": _outages(status["hosts"]), "next_due": None, "tasks": None, "holders": [], "oldest": [],
            "waiting_on_hosts": [], "failures": [], "eta_seconds": status["eta_seconds"]}
+    reached = status["store_reached"]       # else the batch is the master's last word on it, and no record is read
     if batch is not None and batch["is_done"]:
-        why["next_due"] = _next_due(runtime, status)
+        why["next_due"] = _next_due(runtime, status) if reached else None
     elif batch is not None:
         lease_seconds = runtime.settings.BATCH_LOST_TASK_STALE
         view = read_or_note(unreachable, lambda: backend.leases.held_leases(OLDEST_SHOWN))
@@ -59,7 +60,7 @@ def gather_why(runtime) -> dict:
         why["tasks"] = _task_counts(status, holders)
         gauges = read_or_note(unreachable, backend.counters.host_gauges) or {}
         why["waiting_on_hosts"] = _waiting_hosts(gauges)
-        why["failures"] = _failure_kinds(runtime, batch["id"], unreachable)
+        why["failures"] = _failure_kinds(runtime, batch["id"], unreachable) if reached else []
     why["verdict"] = verdict(why, runtime.settings.BATCH_LOST_TASK_STALE)
     return why
 
