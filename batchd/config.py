@@ -96,7 +96,11 @@ class Settings:
     STORE: Optional[str] = setting(None, "the task store as a URL: mysql://... or sqlite:///PATH",
                                    default_text="MYSQL_URL")
     REDIS_URL: Optional[str] = setting(None, "Redis for the queue, the leases and the master lock: "
-                                             "redis://host:6379/0")
+                                             "redis://host:6379/0, or under Sentinel the primary of a service: "
+                                             "redis+sentinel://host:26379[,host:26379...]/SERVICE[/DB]")
+    REDIS_SENTINEL_PASSWORD: Optional[str] = setting(None, "the Sentinels' own password (REDIS_URL's is Redis's: "
+                                                           "the primary's and its replicas'; never logged or shown)",
+                                                     default_text="none", secret=True)
     SPIDER: Optional[str] = setting(None, "the spider class: path/file.py:Class or module:Class")
     # -- the batch: its calendar, the patrol, leases, the task table's columns (docs/architecture.md)
     BATCH_INTERVAL: int = setting(7, "a new batch opens on the date (or at the hour) this many days (hours) "

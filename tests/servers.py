@@ -93,11 +93,22 @@ class _Server:
 class PrivateRedis(_Server):
     name = "redis"
 
+    def __init__(self, host: str = "127.0.0.1", *options: str):
+        super().__init__(host)
+        self.options = list(options)          # more of redis-server's options: --replicaof, --requirepass...
+
     def command(self) -> list:
         # Protected mode refuses clients from any address but loopback when there is no password,
         # and clients in a network namespace come from one; the server is private either way.
         return ["redis-server", "--port", str(self.port), "--bind", self.host, "--protected-mode", "no",
-                "--save", "", "--appendonly", "no", "--dir", self.dir]
+                "--save", "", "--appendonly", "no", "--dir", self.dir, *self.options]
+
+    def kill(self) -> None:
+        """SIGKILL: what it had not handed on is gone."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait(10)
+            self.process = None
 
     def url(self, db: int = 0) -> str:
         return f"redis://{self.host}:{self.port}/{db}"
@@ -175,3 +186,109 @@ def fill_disk(directory) -> None:
             raise
     finally:
         os.close(fd)
+
+
+class PrivateSentinel(_Server):
+    """A Redis Sentinel watching `service` (primary at 127.0.0.1:primary_port), quick to call a primary down."""
+
+    name = "sentinel"
+
+    def __init__(self, service: str, primary_port: int, password: str, redis_password: str,
+                 down_after_ms: int = 1000, failover_timeout_ms: int = 3000):
+        super().__init__()
+        self.config = os.path.join(self.dir, "sentinel.conf")
+        with open(self.config, "w") as f:
+            f.write(f"port {self.port}\nbind 127.0.0.1\nprotected-mode no\ndir {self.dir}\n"
+                    f"requirepass {password}\nsentinel sentinel-pass {password}\n"
+                    f"sentinel monitor {service} 127.0.0.1 {primary_port} 2\n"
+                    f"sentinel auth-pass {service} {redis_password}\n"
+                    f"sentinel down-after-milliseconds {service} {down_after_ms}\n"
+                    f"sentinel failover-timeout {service} {failover_timeout_ms}\n"
+                    f"sentinel parallel-syncs {service} 1\n")
+
+    def command(self) -> list:
+        return ["redis-server", self.config, "--sentinel"]
+
+
+class SentinelGroup:
+    """A primary, a replica and three Sentinels on spare loopback ports, each with a password: what a highly
+    available Redis is.
+
+        with SentinelGroup() as group:
+            group.url(3)                       # redis+sentinel://:PASSWORD@127.0.0.1:S1,...:S3/SERVICE/3
+            group.sentinel_password            # for REDIS_SENTINEL_PASSWORD
+            group.kill_primary(); group.wait_for_failover()
+    """
+
+    def __init__(self, service: str = "batchd-ha"):
+        self.service = service
+        self.password, self.sentinel_password = f"r-{uuid.uuid4().hex[:10]}", f"s-{uuid.uuid4().hex[:10]}"
+        self.primary = PrivateRedis("127.0.0.1", "--requirepass", self.password, "--masterauth", self.password)
+        self.replica = None
+        self.sentinels: list = []
+
+    def __enter__(self):
+        self.primary.__enter__()
+        self.replica = PrivateRedis("127.0.0.1", "--requirepass", self.password, "--masterauth", self.password,
+                                    "--replicaof", "127.0.0.1", str(self.primary.port))
+        self.replica.__enter__()
+        _wait_until(lambda: "master_link_status:up" in self._redis(self.replica.port, "INFO", "replication"),
+                    "the replica's link to its primary", self.replica.log_path)
+        for _ in range(3):
+            sentinel = PrivateSentinel(self.service, self.primary.port, self.sentinel_password, self.password)
+            sentinel.__enter__()
+            self.sentinels.append(sentinel)
+        _wait_until(self._watched, "three Sentinels seeing each other and the replica", self.sentinels[0].log_path)
+        return self
+
+    def __exit__(self, *exc_info):
+        for server in [*self.sentinels, self.replica, self.primary]:
+            if server is not None:
+                server.__exit__(*exc_info)
+
+    def url(self, db: int = 0) -> str:
+        hosts = ",".join(f"127.0.0.1:{s.port}" for s in self.sentinels)
+        return f"redis+sentinel://:{self.password}@{hosts}/{self.service}/{db}"
+
+    def primary_port(self) -> int:
+        """The port of the primary as the first Sentinel answering names it."""
+        for sentinel in self.sentinels:
+            answer = self._sentinel(sentinel.port, "SENTINEL", "get-master-addr-by-name", self.service).split()
+            if len(answer) == 2:
+                return int(answer[1])
+        raise RuntimeError("no Sentinel names a primary")
+
+    def kill_primary(self) -> PrivateRedis:
+        """SIGKILL the server that is the primary now; it is returned (stopped)."""
+        port = self.primary_port()
+        server = self.primary if self.primary.port == port else self.replica
+        server.kill()
+        return server
+
+    def wait_for_failover(self, old_port: int, timeout: float = 30.0) -> float:
+        """Seconds until every Sentinel names another primary than `old_port`."""
+        started = time.monotonic()
+        _wait_until(lambda: all(self._sentinel(s.port, "SENTINEL", "get-master-addr-by-name", self.service)
+                                .split()[-1:] not in ([str(old_port)], []) for s in self.sentinels),
+                    "the Sentinels' failover", self.sentinels[0].log_path, timeout)
+        return time.monotonic() - started
+
+    def _watched(self) -> bool:
+        for sentinel in self.sentinels:
+            primary = self._sentinel(sentinel.port, "SENTINEL", "master", self.service).split()
+            fields = dict(zip(primary[::2], primary[1::2]))
+            if fields.get("num-slaves") != "1" or fields.get("num-other-sentinels") != "2":
+                return False
+        return True
+
+    def _redis(self, port: int, *command: str) -> str:
+        return _cli(port, self.password, *command)
+
+    def _sentinel(self, port: int, *command: str) -> str:
+        return _cli(port, self.sentinel_password, *command)
+
+
+def _cli(port: int, password: str, *command: str) -> str:
+    result = subprocess.run(["redis-cli", "-p", str(port), "--no-auth-warning", "-a", password, *command],
+                            capture_output=True, text=True, timeout=10)
+    return result.stdout

@@ -83,8 +83,8 @@ class MysqlBackend:
     kind = "mysql"
     multiprocess = True
 
-    def __init__(self, mysql_url, redis_url, failed_items_path):
-        self.mysql_url, self.redis_url = mysql_url, redis_url
+    def __init__(self, mysql_url, redis_url, failed_items_path, sentinel_password=None):
+        self.mysql_url, self.redis_url, self.sentinel_password = mysql_url, redis_url, sentinel_password
         self.failed_items_path = failed_items_path
         self.reconnect()
         # A namespace of its own: test runs side by side share one Redis without meeting.
@@ -96,8 +96,8 @@ class MysqlBackend:
         self.conn = MySQLdb.connect(autocommit=True, **parse_mysql_url(self.mysql_url))
 
     def close(self):
-        import redis
-        client = redis.Redis.from_url(self.redis_url)
+        from batchd.backends.mysql_redis.redis_client import connect_redis
+        client = connect_redis(self.redis_url, timeout=5, sentinel_password=self.sentinel_password)
         keys = list(client.scan_iter(match=f"{self.namespace}:*"))
         if keys:
             client.delete(*keys)
@@ -129,8 +129,9 @@ class MysqlBackend:
         return batchd.MysqlBatchStore(self.mysql_url)
 
     def settings(self, **extra):
+        sentinel = {"REDIS_SENTINEL_PASSWORD": self.sentinel_password} if self.sentinel_password else {}
         return {**FAST, "FAILED_ITEMS_PATH": self.failed_items_path, "MYSQL_URL": self.mysql_url,
-                "REDIS_URL": self.redis_url, "NAMESPACE": self.namespace, **extra}
+                "REDIS_URL": self.redis_url, "NAMESPACE": self.namespace, **sentinel, **extra}
 
     def env(self, **extra):
         """Environment for a batchd subprocess using this backend."""

@@ -8,7 +8,8 @@ from datetime import datetime, timezone
 import pytest
 
 from batchd.backends.host_breakers import BreakerPhase, LocalHostBreakers
-from batchd.backends.mysql_redis.redis_ports import RedisHostBreakers, connect_redis
+from batchd.backends.mysql_redis.redis_client import connect_redis
+from batchd.backends.mysql_redis.redis_ports import RedisHostBreakers
 from batchd.config import Settings
 from batchd.download.chain import NotYet
 from batchd.download.middlewares.breaker import HostBreakerMiddleware, down_reason, host_of

@@ -14,7 +14,8 @@ import time
 import pytest
 
 import batchd
-from batchd.backends.mysql_redis.redis_ports import RedisCounters, connect_redis
+from batchd.backends.mysql_redis.redis_client import connect_redis
+from batchd.backends.mysql_redis.redis_ports import RedisCounters
 from batchd.errors import BackendUnavailable
 from batchd.settle.stats import BatchStats, StatsFlusher, report
 from batchd.task import TaskState

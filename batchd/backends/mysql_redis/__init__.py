@@ -4,8 +4,9 @@ hosts share them."""
 from ...errors import ConfigError
 from ..ports import Backend, BatchStore, SupervisorPorts
 from .mysql import MysqlBatchStore
+from .redis_client import connect_redis
 from .redis_ports import (RedisCounters, RedisHostBreakers, RedisHostRates, RedisLeaseQueue, RedisMasterLocks,
-                          RedisNamespaceRecord, RedisSeenFilter, RedisStatusBoard, RedisTally, RedisWake, connect_redis)
+                          RedisNamespaceRecord, RedisSeenFilter, RedisStatusBoard, RedisTally, RedisWake)
 
 
 def open_store(url: str, setting: str = "MYSQL_URL") -> MysqlBatchStore:
@@ -17,7 +18,7 @@ def open_store(url: str, setting: str = "MYSQL_URL") -> MysqlBatchStore:
 def open_backend(store: BatchStore, namespace: str, settings) -> Backend:
     """Every port of `namespace`: `store` for the tasks, Redis (REDIS_URL) for the rest, one client."""
     url = redis_url(settings)
-    client = connect_redis(url)
+    client = connect_redis(url, sentinel_password=settings.REDIS_SENTINEL_PASSWORD)
     return Backend(store=store, leases=RedisLeaseQueue(url, namespace, client),
                    locks=RedisMasterLocks(url, namespace, client), wake=RedisWake(url, namespace, client),
                    board=RedisStatusBoard(url, namespace, client), seen=RedisSeenFilter(url, namespace, client),
@@ -29,7 +30,7 @@ def open_backend(store: BatchStore, namespace: str, settings) -> Backend:
 
 def open_supervisor_ports(settings, namespace: str, timeout: float) -> SupervisorPorts:
     url = redis_url(settings)
-    client = connect_redis(url, timeout=timeout)
+    client = connect_redis(url, timeout=timeout, sentinel_password=settings.REDIS_SENTINEL_PASSWORD)
     return SupervisorPorts(board=RedisStatusBoard(url, namespace, client), leases=RedisLeaseQueue(url, namespace, client),
                            wake=RedisWake(url, namespace, client), tally=RedisTally(url, namespace, client),
                            counters=RedisCounters(url, namespace, client),
@@ -38,6 +39,7 @@ def open_supervisor_ports(settings, namespace: str, timeout: float) -> Superviso
 
 def redis_url(settings) -> str:
     if not settings.REDIS_URL:
-        raise ConfigError("no Redis configured: set BATCHD_REDIS_URL (redis://host:6379/0) "
+        raise ConfigError("no Redis configured: set BATCHD_REDIS_URL (redis://host:6379/0, or "
+                          "redis+sentinel://host:26379,host2:26379/SERVICE under Sentinel) "
                           "or REDIS_URL in the config file")
     return settings.REDIS_URL

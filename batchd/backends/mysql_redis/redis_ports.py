@@ -46,6 +46,7 @@ from ..host_breakers import FIELDS as BREAKER_FIELDS, KEPT_HOSTS, RECORD_TTL, ST
 from ...model import Lease, task_key
 from ..host_counts import OTHER, sum_gauges
 from ..ports import LeaseView, lease_view
+from .redis_client import sentinels_said, serving
 
 WAKE_TTL = 60
 SEEN_TTL = 40 * 24 * 3600
@@ -352,20 +353,6 @@ class Keys:
                 self.attempts, self.wake, self.seen]
 
 
-def connect_redis(url: str, timeout: float = 30):
-    """A client for REDIS_URL; the driver is imported only here. A short `timeout` suits a caller that
-    must not block (the supervisor's loop)."""
-    try:
-        import redis
-    except ImportError:
-        raise ConfigError('REDIS_URL is set but the redis driver is missing: pip install "batchd[redis]"') from None
-    try:
-        return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=min(5, timeout),
-                                    health_check_interval=30)
-    except ValueError as e:
-        raise ConfigError(f"setting REDIS_URL: {redact_url(url)}: {e}") from None
-
-
 # Replies that mean "not now" (a replica promoted, a full memory, a busy script) rather than "wrong".
 TRANSIENT_REPLIES = ("OOM", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "BUSY", "LOADING")
 # Replies that waiting cannot mend: the URL's password, user or database number (exit 78).
@@ -380,7 +367,10 @@ def translate_redis_error(error, url: str) -> Exception:
     """The batchd error a Redis failure stands for: BackendUnavailable (wait it out), ConfigError (the
     operator must fix REDIS_URL), or the error itself (a bug: it reaches the thread guard)."""
     import redis.exceptions as errors
+    from redis.sentinel import MasterNotFoundError
     text = str(error)
+    if isinstance(error, MasterNotFoundError):     # its text holds every Sentinel's client, repr'd: not for a log
+        return sentinels_said(error, url)
     if isinstance(error, (errors.AuthenticationError, errors.AuthorizationError)) or text.startswith(REFUSAL_REPLIES):
         return ConfigError(f"setting REDIS_URL: Redis {redact_url(url)} refused us: {text}")
     if isinstance(error, (errors.ConnectionError, errors.TimeoutError)) or text.startswith(TRANSIENT_REPLIES):
@@ -478,7 +468,9 @@ class RedisLeaseQueue(RedisPort):
     _count_attempts = LuaScript(COUNT_ATTEMPTS_SCRIPT)
 
     def describe(self) -> str:
-        return f"Redis {redact_url(self.url)}"
+        """The URL (password redacted) and, under Sentinel, the primary it found and its replicas."""
+        under_sentinel = serving(self.redis)
+        return f"Redis {redact_url(self.url)}" + (f": {under_sentinel}" if under_sentinel else "")
 
     @translated
     def ping(self) -> None:
