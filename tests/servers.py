@@ -14,6 +14,7 @@ packages, which .ci/run installs.
 import errno
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -258,11 +259,20 @@ class SentinelGroup:
                 return int(answer[1])
         raise RuntimeError("no Sentinel names a primary")
 
-    def kill_primary(self) -> PrivateRedis:
-        """SIGKILL the server that is the primary now; it is returned (stopped)."""
+    def kill_primary(self, lag: float = 0.0) -> PrivateRedis:
+        """SIGKILL the server that is the primary now; it is returned (stopped). With `lag`, the replica is
+        stopped (SIGSTOP) and cut off that many seconds before, and let go as the primary dies: what the primary
+        was told meanwhile never reaches it, as asynchronous replication loses the last writes of a failover."""
         port = self.primary_port()
-        server = self.primary if self.primary.port == port else self.replica
+        server, replica = (self.primary, self.replica) if self.primary.port == port else (self.replica, self.primary)
+        if lag:
+            replica.process.send_signal(signal.SIGSTOP)
+            # Cut the link from the primary's side too: what it writes from now on stays with it.
+            self._redis(port, "CLIENT", "KILL", "TYPE", "replica")
+            time.sleep(lag)          # the writes the replica misses: a duration is what is asked for
         server.kill()
+        if lag:
+            replica.process.send_signal(signal.SIGCONT)
         return server
 
     def wait_for_failover(self, old_port: int, timeout: float = 30.0) -> float:

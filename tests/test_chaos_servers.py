@@ -21,6 +21,7 @@ from contextlib import contextmanager
 
 import pytest
 
+from batchd.config import Settings
 from batchd.task import TaskState
 from chaos import ChaosBatch
 from harness import stays_true, wait_for
@@ -204,13 +205,16 @@ def failed_items_left(backend) -> list:
 # -- 2. Redis restarted with its data gone
 def test_redis_restarted_empty_mid_batch(mysql_url, site, procs, failed_items_path):
     """A Redis without persistence comes back empty: the queue, the leases, the attempts and the
-    master's lock are gone. The master takes its lock again, and resets the tasks in processing that
-    no queue knows once they are stale (BATCH_LOST_TASK_STALE=8 s); write-backs of leases that
-    vanished are not written (no lease, no write), so those tasks come back the same way."""
+    master's lock are gone. The master takes its lock again and, at its first patrol on a server it has not
+    seen (backends' forget_if_memory_changed), sets every task in processing back to pending from the task
+    table, at the default BATCH_LOST_TASK_STALE: nothing waits for a lease or the stale sweep. Write-backs of
+    leases that vanished are not written (no lease, no write): those tasks are crawled again."""
     with PrivateRedis() as redis_server:
         backend = MysqlBackend(mysql_url, redis_server.url(0), failed_items_path)
         try:
-            batch = ChaosBatch(procs, backend, site, tasks=1000, path="/slow?seconds=0.05&task={n}")
+            batch = ChaosBatch(procs, backend, site, tasks=1000, path="/slow?seconds=0.05&task={n}",
+                               BATCH_LOST_TASK_STALE=Settings.BATCH_LOST_TASK_STALE,
+                               BATCH_MONITOR_INTERVAL=Settings.BATCH_MONITOR_INTERVAL)
             run = batch.start("run", "--workers", "2")
             batch.wait_for_progress(300)
             redis_server.stop()
@@ -224,8 +228,8 @@ def test_redis_restarted_empty_mid_batch(mysql_url, site, procs, failed_items_pa
             closed = time.monotonic()
             run.send(signal.SIGTERM)
             assert run.wait(60) == 0, run.output()[-3000:]
-            reset = sum(int(re.search(r"reset (\d+) tasks in processing", line).group(1))
-                        for line in lines_with(run, "that no queue holds"))
+            reset = sum(int(re.search(r"(\d+) tasks in processing set back", line).group(1))
+                        for line in lines_with(run, "rebuilt from the task table"))
             verdict = batch.verdict("Redis restarted empty mid-batch", settled_at_stop=settled_at_stop,
                                     outage=f"{back - down:.1f} s", closed_after_redis_back=f"{closed - back:.1f} s",
                                     orphans_reset=reset,
@@ -233,6 +237,7 @@ def test_redis_restarted_empty_mid_batch(mysql_url, site, procs, failed_items_pa
                                     write_backs_skipped=len(lines_with(run, "its lease was reclaimed")))
             verdict.assert_sound()
             assert reset > 0, "tasks no queue held were reset"
+            assert closed - back < Settings.BATCH_MONITOR_INTERVAL + 15, "one patrol and a few seconds"
             assert tasks_with_items_of(backend, 1) == 1000
         finally:
             backend.close()

@@ -1,16 +1,24 @@
 """Outages of the database and of Redis in the middle of a batch, on servers of the test's own:
 write-backs wait for the database and are never dropped, quietly (one line when the outage starts,
 one when it ends) and cheaply (no CPU spent waiting); a Redis that comes back empty loses no task
-(the master resets what no queue knows once it is stale)."""
+(the master rebuilds the queue from the task table at its first patrol on the new server), and a claim
+whose push Redis refused is put back as the outage ends."""
 import logging
 import os
 import resource
 import time
 import threading
 
+import MySQLdb
+import redis
 
+from batchd.backends.mysql_redis.mysql import parse_mysql_url
+from batchd.backends.mysql_redis.redis_ports import translate_redis_error
+from batchd.errors import BackendUnavailable
+from batchd.process.lifecycle import StopFlag
+from batchd.process.threads import start_thread
 from batchd.task import TaskState
-from harness import InProcessBatch, wait_for
+from harness import InProcessBatch, make_master, wait_for
 from servers import PrivateRedis
 from spiders.seed import CrawlTask
 from taskdb import MysqlBackend
@@ -76,7 +84,7 @@ def test_a_redis_that_comes_back_empty_loses_no_task(mysql_url, site, failed_ite
         try:
             backend.create_tasks([site.url(f"/page/{i}") for i in range(1, 9)])
             GATE.clear()
-            settings = dict(SPIDER_THREAD_COUNT=2, BATCH_LOST_TASK_STALE=2)
+            settings = dict(SPIDER_THREAD_COUNT=2, BATCH_LOST_TASK_STALE=600)      # nothing waits for it
             with caplog.at_level(logging.WARNING, logger="batchd"):
                 with InProcessBatch(factory(backend, GatedSpider, **settings)):
                     wait_for(lambda: list(backend.states().values()).count(TaskState.PROCESSING) == 8,
@@ -85,7 +93,8 @@ def test_a_redis_that_comes_back_empty_loses_no_task(mysql_url, site, failed_ite
                     redis_server.start()           # ...and Redis is back, empty
                     GATE.set()
                     wait_for(lambda: set(backend.states().values()) == {D}, timeout=90, message="tasks done")
-            assert "that no queue holds" in caplog.text
+            # Rebuilt at the first patrol on the new server, not once the tasks are stale.
+            assert "its queue and leases rebuilt from the task table, 8 tasks in processing set back" in caplog.text
             assert sorted(i["title"] for i in backend.items()) == [f"Title {i}" for i in range(1, 9)]
         finally:
             backend.close()
@@ -137,3 +146,84 @@ def test_a_backend_that_answers_probes_but_refuses_work_stays_one_quiet_outage(c
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 2 and lines[1].startswith("MySQL is back after"), lines
     assert lines[0] == "MySQL db unreachable: the server is read-only; waiting for it (retries back off up to 30 s)"
+
+
+def test_a_claim_whose_push_redis_refused_is_put_back_when_the_outage_ends(mysql_url, site, failed_items_path,
+                                                                          caplog):
+    """The window between a claim's commit and its push: the master's claim waits on a lock the test holds in
+    the state index (the rows are selected, not yet marked), Redis starts refusing writes (its maxmemory
+    reached), the test lets the claim commit, and the push is refused. Those tasks are in processing in MySQL
+    and in no queue: they are set back to pending at the first patrol after the outage, at the default
+    BATCH_LOST_TASK_STALE, not at the stale sweep ten minutes later."""
+    with PrivateRedis() as redis_server:
+        backend = MysqlBackend(mysql_url, redis_server.url(0), failed_items_path)
+        admin = redis.Redis.from_url(redis_server.url(0))
+        blocker = MySQLdb.connect(**parse_mysql_url(mysql_url))
+        stop = StopFlag()
+        try:
+            backend.create_tasks([site.url(f"/page/{i}") for i in range(1, 41)])
+            master, _ = make_master(backend, BATCH_PUSH_LIMIT=10, BATCH_LOST_TASK_STALE=600)
+            queue = master.leases
+            with caplog.at_level(logging.WARNING, logger="batchd"):
+                thread = start_thread(master.run, "test-master", stop)
+                wait_for(lambda: queue.pending_count() == 10, message="the first claim pushed")
+                cursor = blocker.cursor()
+                cursor.execute("BEGIN")       # next-key locks past the last task in processing
+                cursor.execute("SELECT id FROM crawl_task WHERE batch_status = 2 FOR UPDATE")
+                leases = [queue.lease(f"test:1:{n}:", 600) for n in range(10)]     # room for the next claim
+                wait_for(lambda: claim_waiting(admin_of(mysql_url)), message="the master's claim waiting on the lock")
+                admin.config_set("maxmemory", 1)                                  # every write refused (OOM)
+                blocker.commit()                                                  # the claim commits...
+                wait_for(lambda: "unreachable" in caplog.text, message="...and its push is refused")
+                orphans = processing_unknown(backend, queue, leases)
+                assert len(orphans) == 10, orphans
+                admin.config_set("maxmemory", 0)
+                back = time.monotonic()
+                wait_for(lambda: not processing_unknown(backend, queue, leases), timeout=15,
+                         message="the orphans of the refused push back in the queue")
+                print(f"orphans of a refused push put back {time.monotonic() - back:.1f} s after the outage ended")
+            assert "tasks in processing that no queue holds (their claim's answer or push lost to an outage)" \
+                in caplog.text
+        finally:
+            stop.request_cold()
+            admin.config_set("maxmemory", 0)
+            blocker.close()
+            backend.close()
+    thread.join(10)
+
+
+def admin_of(mysql_url):
+    return MySQLdb.connect(**parse_mysql_url(mysql_url))
+
+
+def claim_waiting(connection) -> bool:
+    """A statement of the master's marking tasks claimed has been waiting (for the test's lock) a second."""
+    try:
+        cursor = connection.cursor()
+        cursor.execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE TIME >= 1 "
+                       "AND INFO LIKE 'UPDATE `crawl\\_task` SET `batch\\_status` = 2,%'")
+        return cursor.fetchone()[0] > 0
+    finally:
+        connection.close()
+
+
+def processing_unknown(backend, queue, leases) -> list:
+    """Tasks in processing that neither the queue nor a lease knows (the test's leases count as known)."""
+    ids = [row[0] for row in backend.sql("SELECT id FROM crawl_task WHERE batch_status = 2")]
+    known = queue.known([str(i) for i in ids]) | {lease.key for lease in leases if lease is not None}
+    return [i for i in ids if str(i) not in known]
+
+
+def test_a_refusal_that_waiting_mends_is_an_outage_whatever_redis_py_calls_it():
+    """redis-py strips the reply's code from some errors (READONLY from a demoted primary, OOM from version 5 on)
+    and keeps it in others: either way it is an outage, waited out, never a bug that ends the process."""
+    url = "redis://:secret@127.0.0.1:6379/0"
+    for error in (redis.exceptions.ReadOnlyError("You can't write against a read only replica."),
+                  redis.exceptions.ResponseError("OOM command not allowed when used memory > 'maxmemory'."),
+                  redis.exceptions.BusyLoadingError("Redis is loading the dataset in memory"),
+                  redis.exceptions.ResponseError("Command # 1 (GET ns:open_request) of pipeline caused error: OOM "
+                                                 "command not allowed when used memory > 'maxmemory'."),
+                  *([redis.exceptions.OutOfMemoryError("command not allowed when used memory > 'maxmemory'.")]
+                    if hasattr(redis.exceptions, "OutOfMemoryError") else [])):
+        translated = translate_redis_error(error, url)
+        assert isinstance(translated, BackendUnavailable) and "secret" not in str(translated), error

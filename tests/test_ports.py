@@ -666,3 +666,27 @@ def test_supervisor_ports_reach_the_namespaces_board_leases_and_wake(shared_open
 
 def test_a_memory_backend_has_no_supervisor_ports():
     assert open_supervisor_ports(load_settings({}), "tp-memory", 1.0) is None
+
+
+def test_the_queue_is_forgotten_when_the_server_holding_it_is_another(opener):
+    """forget_if_memory_changed: Redis says True on a namespace's first ask and whenever the server's run_id
+    differs from the one the last ask recorded (a restart, a promoted replica), dropping the pending list and
+    the leases (the attempts stay); the stores that keep the queue with the tasks never lose it apart."""
+    queue = opener.open().leases
+    first = queue.forget_if_memory_changed()
+    pushed(queue, 1, 2, 3)
+    assert queue.count_attempts([1]) == [1]
+    held = queue.lease("w:1:a:", LONG)
+    assert queue.forget_if_memory_changed() is False and queue.queue_counts() == (2, 1)
+    if opener.kind != "mysql_redis":
+        assert first is False
+        return
+    assert first is True
+    import redis
+    client = redis.Redis.from_url(opener.redis_url)
+    client.set(f"{opener.namespace}:memory", "the run_id of a server gone")      # as a failover leaves it
+    assert queue.forget_if_memory_changed() is True
+    assert queue.queue_counts() == (0, 0) and queue.known([held.key, "2", "3"]) == set()
+    assert queue.count_attempts([1]) == [2], "the attempts stay: BATCH_TASK_MAX_ATTEMPTS still counts them"
+    assert queue.forget_if_memory_changed() is False
+    client.close()

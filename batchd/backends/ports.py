@@ -316,6 +316,13 @@ class LeaseQueue(Protocol):
         """The keys among these that the queue holds, pending or leased (one snapshot: a key moving from
         the list to a lease is seen in one of them)."""
 
+    def forget_if_memory_changed(self) -> bool:
+        """The master, at each patrol: when the server holding the queue is not the one that held it at the
+        last ask (a restart, empty or not; a replica promoted by a failover), writes may be lost, so the
+        pending list and the leases are forgotten (the master sets every task in processing back to pending,
+        from the store) and True is said. The first ask of a namespace says True (nothing to forget yet). A
+        queue kept with the tasks (SQLite, in memory) is never lost apart from them: False."""
+
     def set_done(self, batch_id: int) -> None:
         """Set the batch-done flag (`<ns>:batch_done`), cleared when a new batch opens."""
 

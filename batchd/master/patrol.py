@@ -36,7 +36,7 @@ from ..settle import failures
 from ..recrawl.schedule import check_bounds
 from ..settle.settler import Settler
 from ..process.alerts import Alerts
-from ..config import Settings
+from ..config import DAY, Settings
 from ..errors import BackendUnavailable, ConfigError, MasterLockHeld
 from ..process.lifecycle import StopFlag
 from ..model import BatchOpening, BatchRecord, Progress, TaskLayout
@@ -54,18 +54,29 @@ WAKE_GAP = 0.1          # seconds between two patrols triggered by wake-ups
 LOCK_POLL = 2.0
 RATE_WINDOW = 120.0     # seconds of progress samples behind the rate and the ETA
 ORPHAN_SCAN_LIMIT = 10000
+ANY_AGE = -DAY          # an age every task in processing is older than (stale_processing's bound)
 WALK_BUDGET = 0.15      # seconds of a walk (the reset, a reconciliation) in one patrol
 RESET_REPORT_EVERY = 10.0   # seconds between two lines on a reset under way
 
 
 class LockKeeper:
-    """Renews the master lock every third of its TTL; `lost` is set the moment a renewal fails."""
+    """Renews the master lock every third of its TTL; `lost` is set the moment a renewal fails.
+
+    The lock counts as held only until half its TTL after the last renewal that succeeded (`holds`), on this
+    process's clock, whether or not the next renewal has answered: a renewal blocked on a dead or partitioned
+    Redis stops the patrols in time. Why half: under Sentinel a promoted replica may lack the last renewals
+    (replication is asynchronous), so the lock expires there earlier than the master reckons; as long as the
+    replica's lag is under half MASTER_LOCK_TIMEOUT, this master has stopped before another can take the lock."""
 
     def __init__(self, lock, ttl: float):
         self.lock, self.ttl = lock, ttl
         self.lost = threading.Event()
+        self._valid_until = time.monotonic() + ttl / 2       # (taken just before)
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
+
+    def holds(self) -> bool:
+        return not self.lost.is_set() and time.monotonic() < self._valid_until
 
     def start(self) -> None:
         self._thread = start_thread(self._renew_loop, "batchd-master-lock")
@@ -84,8 +95,10 @@ class LockKeeper:
             check_in(within=self.ttl / 3 + 1)
             if self._stop.wait(self.ttl / 3):
                 return
+            sent = time.monotonic()
             try:
                 if self.lock.renew():
+                    self._valid_until = sent + self.ttl / 2
                     continue
                 log.error("the master lock was lost (taken over after a stall?); patrols stop")
             except BackendUnavailable as e:
@@ -140,6 +153,7 @@ class Master:
         self.watch = OutageWatch()
         self._give_up_after: Optional[float] = None
         self.served = False       # a patrol has run to its end (the supervisor respawns such a master at once)
+        self.claims_in_doubt = True   # until the first sweep: a master before this one may have left orphans
         self.reset: Optional[ResetWalk] = None     # the reset under way
         self.count: Optional[CountWalk] = None     # the reconciliation under way
         self._reported = 0.0                       # when the reset under way was last reported
@@ -217,21 +231,31 @@ class Master:
         """Patrol until stopped, lock lost (False: take the lock again) or, in once mode, batch over."""
         interval = self.settings.BATCH_MONITOR_INTERVAL
         next_full = 0.0
-        while not stop.is_set() and not keeper.lost.is_set():
+        while not stop.is_set() and keeper.holds():
             self._heartbeat()
             full = time.monotonic() >= next_full
             if full:
                 next_full = time.monotonic() + interval
-            finished = self._through_outages(lambda: self.patrol(stop, keeper, full), stop)
+            # (Checked again at each try: an outage waited out may have outlasted the lock.)
+            finished = self._through_outages(lambda: keeper.holds() and self.patrol(stop, keeper, full), stop)
             self.served = self.served or finished is not None
             if once and finished:
                 return True
             if not self.walking:
                 self._wait_for_next_patrol(stop, next_full)
+        if not stop.is_set() and not keeper.lost.is_set():
+            log.error("the master lock was not renewed within half its TTL (Redis slow, down or failing over); "
+                      "patrols stop until it is held again")
         return stop.is_set()
 
     def _through_outages(self, action: Callable, stop: StopFlag):
-        return retry_through_outages(action, self.watch, stop, self._give_up_after)
+        def noting_outages():
+            try:
+                return action()
+            except BackendUnavailable:
+                self.claims_in_doubt = True       # a claim may have committed without its answer or its push
+                raise
+        return retry_through_outages(noting_outages, self.watch, stop, self._give_up_after)
 
     def _wait_for_next_patrol(self, stop: StopFlag, next_full: float) -> None:
         started = time.monotonic()
@@ -420,17 +444,33 @@ class Master:
             moved = self.settler.settle(Move.REQUEUE, None, expired)
             log.warning("reclaimed %d tasks whose lease expired (holder gone or stalled): %s",
                         moved, _some(expired))
-        stale = self.store.stale_processing(self.settings.BATCH_LOST_TASK_STALE, ORPHAN_SCAN_LIMIT)
-        if stale:
+        forgotten = self.leases.forget_if_memory_changed()
+        # Orphans are tasks in processing that neither the queue nor a lease holds. Only this thread claims
+        # and pushes, so right after an outage (a claim whose answer or push was lost) or a change of the
+        # queue's server (its last writes lost) every one of any age is an orphan; otherwise one is waited
+        # for until BATCH_LOST_TASK_STALE, in case its holder is merely slow to be seen.
+        in_doubt, self.claims_in_doubt = forgotten or self.claims_in_doubt, False
+        older_than = ANY_AGE if in_doubt else self.settings.BATCH_LOST_TASK_STALE
+        moved = self._requeue_orphans(older_than)
+        if forgotten and moved:      # (a new namespace, or a server emptied with nothing in processing: no news)
+            log.warning("the queue's server in %s is not the one the last patrol saw (a restart or a failover: "
+                        "its last writes may be lost): its queue and leases rebuilt from the task table, %d tasks "
+                        "in processing set back to pending (a write-back of theirs is refused; they are crawled "
+                        "again)", self.leases.backend_name, moved)
+        elif moved:
+            log.warning("reset %d tasks in processing that no queue holds (%s)", moved,
+                        "their claim's answer or push lost to an outage" if in_doubt else "lost before their lease")
+
+    def _requeue_orphans(self, older_than: float) -> int:
+        moved = 0
+        while stale := self.store.stale_processing(older_than, ORPHAN_SCAN_LIMIT):
             known = self.leases.known([str(task_id) for task_id in stale])
             orphans = [task_id for task_id in stale if str(task_id) not in known]
-            if orphans:
-                # Some may have been written back since they were read: the move skips those.
-                moved = self.settler.settle(Move.REQUEUE, None, orphans,
-                                            older_than=self.settings.BATCH_LOST_TASK_STALE)
-                if moved:
-                    log.warning("reset %d tasks in processing that no queue holds (lost before their lease), "
-                                "among: %s", moved, _some(orphans))
+            # Some may have been written back since they were read: the move skips those.
+            moved += self.settler.settle(Move.REQUEUE, None, orphans, older_than=older_than) if orphans else 0
+            if len(stale) < ORPHAN_SCAN_LIMIT or len(orphans) < len(stale):
+                return moved          # (a full page of orphans: there may be more behind it)
+        return moved
 
     def refill(self, batch: BatchRecord, upto=None) -> int:
         """Claim what the queue has room for (none past id `upto` while the reset goes on); how many."""
@@ -559,7 +599,7 @@ def wall_time(unix: float) -> str:
 
 def _keep_going(stop: StopFlag, keeper: Optional[LockKeeper]) -> Callable[[], bool]:
     """Whether a walk may take another chunk: not stopped, and the master lock still ours."""
-    return lambda: not stop.is_set() and not (keeper is not None and keeper.lost.is_set())
+    return lambda: not stop.is_set() and (keeper is None or keeper.holds())
 
 
 def _some(ids: list, shown: int = 10) -> str:

@@ -197,6 +197,9 @@ class LocalQueue:
                 del self._leases[key]
             return expired
 
+    def forget_if_memory_changed(self) -> bool:
+        return False          # the queue lives and dies with the tasks
+
     def known(self, task_keys: Sequence[str]) -> set:
         with self._cond:
             queued = {task_key(row[id_field]) for _, row, id_field in self._pending}

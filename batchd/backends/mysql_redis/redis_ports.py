@@ -26,6 +26,8 @@ The key schema, all under `<ns>:` (built only by `Keys`):
                                  TTL its flushes renew
     <ns>:store           STRING  the identity of the one store this namespace serves (server, database,
                                  task table; never a password), recorded by the first master or worker
+    <ns>:memory          STRING  the run_id of the Redis server that held the queue at the master's last
+                                 patrol: another one (a restart, a failover) may have lost writes
     <ns>:status:<host>:<seat>      HASH  a supervisor's snapshot for `batchd status`, with a TTL
 
 A contract name is fixed: other tools read it (docs/architecture.md, Names). That document also
@@ -36,6 +38,7 @@ find expired + remove) is one Lua script, so it is atomic on the server.
 """
 import functools
 import json
+import re
 from typing import Any, Iterable, Optional, Sequence, Union
 
 from ...config import redact_url
@@ -314,6 +317,7 @@ class Keys:
     wake = property(lambda self: self._key("wake"))
     seen = property(lambda self: self._key("seen"))
     store = property(lambda self: self._key("store"))
+    memory = property(lambda self: self._key("memory"))
     paused = property(lambda self: self._key("paused"))              # when (Unix time); kept across batches
     open_request = property(lambda self: self._key("open_request"))  # "now" or "force", for the master
 
@@ -363,17 +367,34 @@ REFUSAL_REPLIES = ("NOAUTH", "WRONGPASS", "NOPERM", "invalid password", "invalid
 CALL_BOUND = 40.0     # the longest a call can block: connect timeout + socket timeout, with a margin
 
 
+IN_A_PIPELINE = re.compile(r"^Command # \d+ \(.*?\) of pipeline caused error: ")
+
+
+def transient_classes(errors) -> tuple:
+    """The reply classes redis-py strips the TRANSIENT_REPLIES prefix from (which classes depends on its
+    version: 8 has OutOfMemoryError, 4.3 leaves "OOM ..." a ResponseError)."""
+    return tuple(getattr(errors, name) for name in ("ReadOnlyError", "OutOfMemoryError", "BusyLoadingError",
+                                                   "MasterDownError", "TryAgainError", "ClusterDownError")
+                 if hasattr(errors, name))
+
+
+def redis_response_error():
+    import redis.exceptions
+    return redis.exceptions.ResponseError
+
+
 def translate_redis_error(error, url: str) -> Exception:
     """The batchd error a Redis failure stands for: BackendUnavailable (wait it out), ConfigError (the
     operator must fix REDIS_URL), or the error itself (a bug: it reaches the thread guard)."""
     import redis.exceptions as errors
     from redis.sentinel import MasterNotFoundError
-    text = str(error)
+    text = IN_A_PIPELINE.sub("", str(error))       # the reply, not where in a MULTI it came (redis-py 4)
     if isinstance(error, MasterNotFoundError):     # its text holds every Sentinel's client, repr'd: not for a log
         return sentinels_said(error, url)
     if isinstance(error, (errors.AuthenticationError, errors.AuthorizationError)) or text.startswith(REFUSAL_REPLIES):
         return ConfigError(f"setting REDIS_URL: Redis {redact_url(url)} refused us: {text}")
-    if isinstance(error, (errors.ConnectionError, errors.TimeoutError)) or text.startswith(TRANSIENT_REPLIES):
+    if isinstance(error, (errors.ConnectionError, errors.TimeoutError, *transient_classes(errors))) \
+            or text.startswith(TRANSIENT_REPLIES):
         return BackendUnavailable(f"Redis {redact_url(url)} unreachable: {text}", "Redis")
     return error
 
@@ -589,6 +610,21 @@ class RedisLeaseQueue(RedisPort):
             return set()
         flags = self._known(keys=[self.keys.queued, self.keys.leases], args=list(task_keys))
         return {key for key, flag in zip(task_keys, flags) if flag}
+
+    @translated
+    def forget_if_memory_changed(self) -> bool:
+        # A server's run_id is new at every start, and a promoted replica has its own: the marker written by
+        # the last patrol names the server that held every write the master has seen. (A server that hides
+        # INFO, as some managed services do, is told apart by the marker alone: an empty one.)
+        try:
+            server = str(self.redis.info("server").get("run_id", "unknown"))
+        except redis_response_error():
+            server = "unknown"
+        if (self.redis.set(self.keys.memory, server, get=True) or b"").decode() == server:
+            return False
+        self.redis.delete(self.keys.pending, self.keys.queued, self.keys.leases, self.keys.lease_owner,
+                          self.keys.lease_since)
+        return True
 
     @translated
     def set_done(self, batch_id: int) -> None:

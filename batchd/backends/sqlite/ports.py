@@ -272,6 +272,9 @@ class SqliteLeaseQueue(SqlitePort):
                             (self.namespace, self.namespace, time.time(), limit))
         return [row[0] for row in rows]
 
+    def forget_if_memory_changed(self) -> bool:
+        return False          # the queue lives and dies with the tasks
+
     def known(self, task_keys: Sequence[str]) -> set:
         found: set[str] = set()
         for part in chunks(list(task_keys), IN_CHUNK):
