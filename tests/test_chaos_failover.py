@@ -6,16 +6,19 @@ entries, tally increments, stats, lock renewals). The batch must end with the ch
 BATCH_LOST_TASK_STALE (no lost lease waited out), the workers leasing again soon after the Sentinels promote
 the replica, and never two masters patrolling at once."""
 import datetime
+import json
 import re
 import time
 
 import pytest
 
-from chaos import ChaosBatch
+from chaos import CHAOS_SETTINGS, ChaosBatch
 from harness import wait_for
 from servers import SentinelGroup
 from supervised import lines_with
 from taskdb import MysqlBackend
+from test_cli import batchd
+from test_web import Web
 
 pytestmark = pytest.mark.chaos
 
@@ -50,6 +53,7 @@ def test_a_failover_mid_batch_loses_nothing(mysql_url, site, procs, failed_items
             batch = ChaosBatch(procs, backend, site, tasks=TASKS, path="/slow?seconds=0.01&task={n}",
                                BATCH_LOST_TASK_STALE=DEFAULT_STALE)
             run = batch.start("run", "--workers", "2")
+            web = Web(procs, backend, spider="spiders/seed.py:CrawlTask", **CHAOS_SETTINGS)
             wait_for(lambda: lines_with(run, f"] {TOOK}"), timeout=60, message="the master")
             standby = batch.start("master")
             wait_for(lambda: lines_with(standby, "waiting: "), timeout=60, message="the standby waiting")
@@ -62,6 +66,11 @@ def test_a_failover_mid_batch_loses_nothing(mysql_url, site, procs, failed_items
             leasing_again = time.monotonic() - killed
             batch.wait_closed(timeout=240)
             closed = time.monotonic() - killed
+            # The supervisors' snapshots, the command and the dashboard all read the promoted replica.
+            status = json.loads(batchd("status", "spiders/seed.py:CrawlTask", "--json", backend=backend).stdout)
+            assert status["batch"]["is_done"] and status["hosts"] and not status["unreachable"], status
+            wait_for(lambda: (web.api("status")["batch"] or {}).get("is_done"), timeout=15,
+                     message="the dashboard following the failover")
             spans = master_spans(run, standby)
             verdict = batch.verdict(
                 "Redis failover mid-batch (Sentinel)", failover=f"{failover:.1f} s",
