@@ -12,6 +12,8 @@ import threading
 import MySQLdb
 import redis
 
+import batchd
+
 from batchd.backends.mysql_redis.mysql import parse_mysql_url
 from batchd.backends.mysql_redis.redis_ports import translate_redis_error
 from batchd.errors import BackendUnavailable
@@ -19,6 +21,7 @@ from batchd.process.lifecycle import StopFlag
 from batchd.process.threads import start_thread
 from batchd.task import TaskState
 from harness import InProcessBatch, make_master, wait_for
+from relay import Relay
 from servers import PrivateRedis
 from spiders.seed import CrawlTask
 from taskdb import MysqlBackend
@@ -166,12 +169,7 @@ def test_a_claim_whose_push_redis_refused_is_put_back_when_the_outage_ends(mysql
             queue = master.leases
             with caplog.at_level(logging.WARNING, logger="batchd"):
                 thread = start_thread(master.run, "test-master", stop)
-                wait_for(lambda: queue.pending_count() == 10, message="the first claim pushed")
-                cursor = blocker.cursor()
-                cursor.execute("BEGIN")       # next-key locks past the last task in processing
-                cursor.execute("SELECT id FROM crawl_task WHERE batch_status = 2 FOR UPDATE")
-                leases = [queue.lease(f"test:1:{n}:", 600) for n in range(10)]     # room for the next claim
-                wait_for(lambda: claim_waiting(admin_of(mysql_url)), message="the master's claim waiting on the lock")
+                leases = claim_held_at_the_lock(backend, queue, blocker, mysql_url)
                 admin.config_set("maxmemory", 1)                                  # every write refused (OOM)
                 blocker.commit()                                                  # the claim commits...
                 wait_for(lambda: "unreachable" in caplog.text, message="...and its push is refused")
@@ -182,8 +180,8 @@ def test_a_claim_whose_push_redis_refused_is_put_back_when_the_outage_ends(mysql
                 wait_for(lambda: not processing_unknown(backend, queue, leases), timeout=15,
                          message="the orphans of the refused push back in the queue")
                 print(f"orphans of a refused push put back {time.monotonic() - back:.1f} s after the outage ended")
-            assert "tasks in processing that no queue holds (their claim's answer or push lost to an outage)" \
-                in caplog.text
+            assert "reset 10 tasks in processing that no queue holds (their claim's answer or push lost to an " \
+                "outage)" in caplog.text
         finally:
             stop.request_cold()
             admin.config_set("maxmemory", 0)
@@ -227,3 +225,54 @@ def test_a_refusal_that_waiting_mends_is_an_outage_whatever_redis_py_calls_it():
                     if hasattr(redis.exceptions, "OutOfMemoryError") else [])):
         translated = translate_redis_error(error, url)
         assert isinstance(translated, BackendUnavailable) and "secret" not in str(translated), error
+
+
+def test_a_claim_whose_answer_was_lost_is_put_back_when_the_outage_ends(mysql_url, site, failed_items_path, caplog):
+    """The other side of the window: the claim commits in MySQL, and its answer never reaches the master (a
+    relay in front of MariaDB, tests/relay.py, lets the COMMIT through and cuts the connection instead of
+    passing its answer back). The master sees MySQL fail; those tasks are in processing and in no queue: they
+    are set back to pending at the first patrol after the outage, not at the stale sweep."""
+    with PrivateRedis() as redis_server, Relay(parse_mysql_url(mysql_url)["port"]) as relay:
+        backend = MysqlBackend(mysql_url, redis_server.url(0), failed_items_path)
+        relayed = mysql_url.replace(f":{parse_mysql_url(mysql_url)['port']}/", f":{relay.port}/")
+        blocker = MySQLdb.connect(**parse_mysql_url(mysql_url))
+        stop = StopFlag()
+        try:
+            backend.create_tasks([site.url(f"/page/{i}") for i in range(1, 41)])
+            spider = CrawlTask(batch_store=batchd.MysqlBatchStore(relayed),
+                               settings=backend.settings(MYSQL_URL=relayed, BATCH_PUSH_LIMIT=10,
+                                                         BATCH_LOST_TASK_STALE=600))
+            spider.runtime.store.open(spider.runtime.layout)
+            master = spider.runtime.master()
+            queue = master.leases
+            with caplog.at_level(logging.WARNING, logger="batchd"):
+                thread = start_thread(master.run, "test-master", stop)
+                leases = claim_held_at_the_lock(backend, queue, blocker, mysql_url)
+                relay.lose_answer_to(b"COMMIT")
+                blocker.commit()                                # the claim commits; its answer is lost
+                wait_for(lambda: relay.cuts == 1, message="the COMMIT's answer cut")
+                back = time.monotonic()
+                wait_for(lambda: not processing_unknown(backend, queue, leases), timeout=15,
+                         message="the orphans of the lost answer back in the queue")
+                print(f"orphans of a lost claim answer put back within {time.monotonic() - back:.1f} s of the cut")
+            assert "MySQL" in caplog.text and "unreachable" in caplog.text
+            assert "reset 10 tasks in processing that no queue holds (their claim's answer or push lost to an " \
+                "outage)" in caplog.text
+        finally:
+            stop.request_cold()
+            blocker.close()
+            backend.close()
+    thread.join(10)
+
+
+def claim_held_at_the_lock(backend, queue, blocker, mysql_url) -> list:
+    """The master's next claim, held where it has selected its rows and waits to mark them: the test takes
+    the next-key locks past the last task in processing, then leases the queue empty so that the master claims
+    again. The test's leases (they count as known)."""
+    wait_for(lambda: queue.pending_count() == 10, message="the first claim pushed")
+    cursor = blocker.cursor()
+    cursor.execute("BEGIN")
+    cursor.execute("SELECT id FROM crawl_task WHERE batch_status = 2 FOR UPDATE")
+    leases = [queue.lease(f"test:1:{n}:", 600) for n in range(10)]
+    wait_for(lambda: claim_waiting(admin_of(mysql_url)), message="the master's claim waiting on the lock")
+    return leases
