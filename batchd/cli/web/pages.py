@@ -97,7 +97,7 @@ def batch_page(status: dict, why: dict, namespaces: list, actions: bool) -> str:
 def _progress(tasks: dict, status: dict) -> str:
     finished = bool(status["batch"] and status["batch"]["is_done"])     # its chart ends at its close, not now
     figures = [("total", tasks["total"]), ("settled", tasks["settled"]), ("done", tasks["done"]),
-               ("failed", tasks["failed"]), ("pending", tasks["pending"]), ("in flight", tasks["processing"])]
+               ("failed", tasks["failed"]), ("pending", tasks["pending"]), ("processing", tasks["processing"])]
     head = "".join(f"<th>{name}</th>" for name, _ in figures)
     cells = "".join(f'<td id="{name.replace(" ", "-")}">{_figure(value)}</td>' for name, value in figures)
     measured = (status["rate"], status["rate_seconds"]) if status["rate"] is not None else None
