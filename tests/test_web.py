@@ -4,6 +4,7 @@ their token), and its server's bounds (a slow, huge or crowding client, a foreig
 
 The browser's view of the same pages is tests/test_web_browser.py."""
 import json
+import os
 import socket
 import time
 
@@ -14,7 +15,9 @@ from batchd.cli.web import server as web_server
 from batchd.cli.web.server import Answer, DashboardServer
 from batchd.task import TaskState
 from harness import wait_for
-from supervised import slow_urls, start_batchd
+from procs import Proc
+from supervised import SEED, batchd_command, slow_urls, start_batchd
+from taskdb import SqliteBackend
 from test_cli import batchd, one_error_line
 
 TELLING = "spiders/faulty.py:TellingCrawlTask"
@@ -40,10 +43,7 @@ class Web:
 
     def _answers(self) -> bool:
         assert self.proc.alive(), self.proc.output()
-        try:
-            return requests.get(self.base + "/api/namespaces", timeout=2).status_code == 200
-        except requests.ConnectionError:
-            return False
+        return answers(self.base)
 
     def get(self, path: str) -> requests.Response:
         return requests.get(self.base + path, timeout=10, allow_redirects=False)
@@ -134,6 +134,44 @@ def test_the_actions_take_the_token_and_nothing_else(mysql_backend, site, procs)
     assert still_open.status_code == 409 and "still open" in still_open.json()["error"]
     wait_for(lambda: table_counts(mysql_backend)["failed"] == 5, timeout=30,
              message="the requeued 404s crawled again (and failed again)")
+
+
+OTHER_SPIDER = """from spiders.seed import CrawlTask
+
+
+class OtherTask(CrawlTask):
+    __task_table__ = "other_task"
+"""
+
+
+def test_one_dashboard_shows_the_namespaces_of_several_spiders(tmp_path, failed_items_path, procs):
+    """`batchd web A B`: each spider's namespace (its task table, NAMESPACE unset), listed on the first page and
+    in /api/namespaces, each page and API answer of its own."""
+    backend = SqliteBackend(tmp_path / "batchd.db", failed_items_path)
+    try:
+        backend.create_tasks(["http://127.0.0.1:1/a"], table="crawl_task")
+        backend.create_tasks(["http://127.0.0.1:1/b", "http://127.0.0.1:1/c"], table="other_task")
+        (tmp_path / "other.py").write_text(OTHER_SPIDER)
+        env = {k: v for k, v in backend.env().items() if k != "BATCHD_NAMESPACE"}
+        base = f"http://127.0.0.1:{free_port()}"
+        procs.add(Proc(batchd_command("web", SEED, f"{tmp_path / 'other.py'}:OtherTask", "--listen",
+                                      base[len("http://"):]), env={**env, "BATCHD_CONFIG": os.devnull}))
+        wait_for(lambda: answers(base), timeout=20, message="batchd web answering")
+        assert requests.get(f"{base}/api/namespaces", timeout=5).json() == [
+            {"namespace": "crawl_task", "table": "crawl_task"}, {"namespace": "other_task", "table": "other_task"}]
+        index = requests.get(base + "/", timeout=5)
+        assert index.status_code == 200 and '<a href="/ns/other_task/">other_task</a>' in index.text
+        assert requests.get(f"{base}/api/status?namespace=other_task", timeout=5).json()["table"] == "other_task"
+        assert requests.get(f"{base}/ns/other_task/history", timeout=5).status_code == 200
+    finally:
+        backend.close()
+
+
+def answers(base: str) -> bool:
+    try:
+        return requests.get(base + "/api/namespaces", timeout=2).status_code == 200
+    except requests.ConnectionError:
+        return False
 
 
 def test_bad_settings_end_the_command_with_one_line(shared_backend, tmp_path):
