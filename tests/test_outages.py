@@ -27,6 +27,7 @@ from spiders.seed import CrawlTask
 from taskdb import MysqlBackend
 
 D = TaskState.DONE
+SWEPT = "reset 10 tasks in processing that no queue holds (their claim's answer or push lost to an outage)"
 GATE = threading.Event()
 
 
@@ -180,8 +181,7 @@ def test_a_claim_whose_push_redis_refused_is_put_back_when_the_outage_ends(mysql
                 wait_for(lambda: not processing_unknown(backend, queue, leases), timeout=15,
                          message="the orphans of the refused push back in the queue")
                 print(f"orphans of a refused push put back {time.monotonic() - back:.1f} s after the outage ended")
-            assert "reset 10 tasks in processing that no queue holds (their claim's answer or push lost to an " \
-                "outage)" in caplog.text
+                wait_for(lambda: SWEPT in caplog.text, timeout=5, message="the master's line on the ten orphans")
         finally:
             stop.request_cold()
             admin.config_set("maxmemory", 0)
@@ -255,9 +255,8 @@ def test_a_claim_whose_answer_was_lost_is_put_back_when_the_outage_ends(mysql_ur
                 wait_for(lambda: not processing_unknown(backend, queue, leases), timeout=15,
                          message="the orphans of the lost answer back in the queue")
                 print(f"orphans of a lost claim answer put back within {time.monotonic() - back:.1f} s of the cut")
+                wait_for(lambda: SWEPT in caplog.text, timeout=5, message="the master's line on the ten orphans")
             assert "MySQL" in caplog.text and "unreachable" in caplog.text
-            assert "reset 10 tasks in processing that no queue holds (their claim's answer or push lost to an " \
-                "outage)" in caplog.text
         finally:
             stop.request_cold()
             blocker.close()
