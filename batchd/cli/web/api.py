@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional
 from urllib.parse import parse_qs
 
 from ...config import redact_url
-from ...errors import BackendUnavailable, BatchdError
+from ...errors import BatchdError
 from ...process.threads import start_thread
 from ..control import ask_open_batch, pause, resume
 from ..failed_tasks import failed_tasks, requeue_failed
@@ -161,8 +161,6 @@ def action_arguments(query: dict, body: bytes) -> dict:
 
 
 def outage_words(error: BaseException) -> str:
-    if isinstance(error, (BackendUnavailable, StoreBusy)):
-        return str(error)
-    if isinstance(error, BatchdError):
+    if isinstance(error, (BatchdError, StoreBusy)):      # (BackendUnavailable is one): their words are for people
         return str(error)
     return f"{type(error).__name__}: {error}"

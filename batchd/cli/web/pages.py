@@ -16,6 +16,7 @@ from typing import Optional
 from urllib.parse import quote
 
 from ...supervisor.snapshots import duration, rate_text
+from ..status import supervisor_name
 from . import charts
 
 REFRESH = 5          # seconds between a page's reloads
@@ -141,9 +142,9 @@ def _workers(status: dict) -> str:
     for host in status["hosts"]:
         outage = host.get("outage")
         waits = f'{esc(outage["backend"])} since {_when(outage["since"])}' if outage else "-"
-        seat = esc(host["role"] if host["instance"] == host["role"] else f'{host["role"]}@{host["instance"]}')
+        supervisor = esc(supervisor_name(host))
         for w in host["workers"] or [{}]:
-            rows.append(f'<tr><td>{esc(host["host"])}</td><td>batchd-{seat}</td><td>{esc(w.get("name", "-"))}</td>'
+            rows.append(f'<tr><td>{esc(host["host"])}</td><td>{supervisor}</td><td>{esc(w.get("name", "-"))}</td>'
                         f'<td>{esc(w.get("pid", "-"))}</td><td>{esc(w.get("tasks", "-"))}</td>'
                         f'<td>{esc(w.get("unflushed", "-"))}</td><td>{esc(w.get("done", "-"))}</td>'
                         f'<td>{esc(w.get("failed", "-"))}</td><td>{waits}</td></tr>')
