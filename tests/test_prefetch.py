@@ -1,5 +1,10 @@
 """A worker's leases taken several per round trip (batchd/prefetch.py), on the in-process queue."""
 import itertools
+import threading
+
+import pytest
+
+from batchd.errors import BackendUnavailable
 
 from batchd.backends.memory.ports import LocalQueue
 from batchd.worker.prefetch import PREFETCH_MOST, LeasePrefetch
@@ -18,8 +23,25 @@ class CountingQueue(LocalQueue):
         return super().lease_many(tokens, lease_seconds)
 
 
-def queue_of(tasks: int) -> CountingQueue:
-    queue = CountingQueue()
+class HeldQueue(CountingQueue):
+    """A queue whose round trips wait for `answer` to be set once `holding` is (or fail, with `failing`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.holding, self.answer, self.on_trip = False, threading.Event(), threading.Event()
+        self.failing = False
+
+    def lease_many(self, tokens, lease_seconds):
+        if self.holding:
+            self.on_trip.set()
+            assert self.answer.wait(10)
+            if self.failing:
+                raise BackendUnavailable("Redis down", "Redis")
+        return super().lease_many(tokens, lease_seconds)
+
+
+def queue_of(tasks: int, queue_class=CountingQueue) -> CountingQueue:
+    queue = queue_class()
     queue.push(1, [{"id": n} for n in range(1, tasks + 1)], "id")
     return queue
 
@@ -72,3 +94,38 @@ def test_idle_threads_share_one_look_at_an_empty_queue():
     queue.push(1, [{"id": 1}], "id")
     wait_for(lambda: prefetch.take() is not None, timeout=2, message="the task seen after the next look")
     assert queue.round_trips >= 2
+
+
+def test_one_thread_fetches_the_next_leases_while_the_others_take_what_is_left():
+    queue = queue_of(1000, HeldQueue)
+    prefetch = prefetch_on(queue)
+    for _ in range(3):
+        prefetch.take()                         # the queue is long: from now on PREFETCH_MOST per round trip
+    while len(prefetch.waiting()) > PREFETCH_MOST // 2:     # down to the last few: the next take goes for more
+        prefetch.take()
+    queue.holding = True
+    ahead = threading.Thread(target=prefetch.take)   # takes one of the last few, and goes for more
+    ahead.start()
+    assert queue.on_trip.wait(10)
+    left = len(prefetch.waiting())
+    assert left and [prefetch.take() is not None for _ in range(left)] == [True] * left    # not held up
+    queue.answer.set()
+    ahead.join(10)
+    assert len(prefetch.waiting()) == PREFETCH_MOST and queue.round_trips == 3
+
+
+def test_a_round_trip_ahead_that_fails_loses_no_lease():
+    queue = queue_of(1000, HeldQueue)
+    prefetch = prefetch_on(queue)
+    for _ in range(3):
+        prefetch.take()
+    while len(prefetch.waiting()) > PREFETCH_MOST // 2:     # down to the last few: the next take goes for more
+        prefetch.take()
+    waiting = [lease.task_id for lease in prefetch.waiting()]
+    queue.holding = queue.failing = True
+    queue.answer.set()
+    with pytest.raises(BackendUnavailable):
+        prefetch.take()
+    assert [lease.task_id for lease in prefetch.waiting()] == waiting     # the one it took is back, first
+    queue.holding = False
+    assert prefetch.take().task_id == waiting[0]

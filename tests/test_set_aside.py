@@ -1,6 +1,7 @@
 """Tasks set aside while their hosts' turns come (worker/set_aside.py): a slow or polite host costs only
 its own tasks, never the threads the other hosts' tasks need."""
 import math
+import threading
 import time
 
 from batchd.task import TaskState
@@ -60,6 +61,21 @@ def test_the_bound_and_the_drain():
         aside.put(run, "h", 5.0)
     assert aside.full()
     assert set(aside.drain()) == set(runs) and len(aside) == 0 and not aside.full()
+
+
+def test_a_stop_lets_every_waiting_thread_go_at_once():
+    aside = SetAside(2)
+    aside.put(Run(), "h", 60.0)
+    waiters = [threading.Thread(target=aside.wait, args=(60.0,)) for _ in range(3)]
+    for waiter in waiters:
+        waiter.start()
+    aside.close()
+    for waiter in waiters:
+        waiter.join(5)
+    assert not any(waiter.is_alive() for waiter in waiters)
+    started = time.monotonic()
+    aside.wait(60.0)                       # and a thread that comes to wait later does not wait either
+    assert time.monotonic() - started < 5
 
 
 class SlowAndFast(CrawlTask):

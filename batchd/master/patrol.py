@@ -50,7 +50,7 @@ from .walks import CHUNK_SECONDS, CountWalk, ResetWalk
 
 log = logging.getLogger("batchd.master")
 
-WAKE_GAP = 0.1          # seconds between two patrols triggered by wake-ups
+WAKE_GAP = 0.03         # seconds between two patrols triggered by wake-ups
 LOCK_POLL = 2.0
 RATE_WINDOW = 120.0     # seconds of progress samples behind the rate and the ETA
 ORPHAN_SCAN_LIMIT = 10000

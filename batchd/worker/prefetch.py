@@ -1,14 +1,21 @@
 """Leases taken ahead for a worker's fetch threads: several per round trip to the queue.
 
-A fetch thread that needs a task takes one this worker already leased; when none is left, it
-leases a few at once (LeaseQueue.lease_many, one round trip) and leaves the rest here for the
-next threads. How many: up to PREFETCH_MOST, fewer while the queue runs short (a worker must
-not sit on the batch's last tasks while others idle), and never more than the ledger has free
-slots for. While the queue is empty, a worker's idle threads share one look every EMPTY_RECHECK
-seconds, so they can poll often (a new batch starts at once) without a round trip each; each look
-that finds it empty again doubles that wait, up to EMPTY_RECHECK_MOST (a worker whose threads wait
-on a slow host's answers for a minute asks a few times a second, not twenty). A lease waiting here is renewed with the worker's others and given back at a stop,
-like any lease it holds: nothing about the guarantees changes, only the round trips.
+A fetch thread that needs a task takes one this worker already leased. The leases are asked for
+several at once (LeaseQueue.lease_many, one round trip), and before the last is taken: the thread
+that takes one of the last few does the round trip for the others, outside the lock, while they go
+on taking what is left. A thread waits for a round trip only when nothing is left, and then never
+does one of its own while another is under way. (In a worker whose threads keep the GIL busy, the
+answer of a round trip waits for the GIL a few milliseconds: done by one thread while the rest
+wait, a fifth of the fetch threads' time went to waiting for leases.)
+
+How many per round trip: up to PREFETCH_MOST, fewer while the queue runs short (a worker must not
+sit on the batch's last tasks while others idle; then nothing is asked for ahead either), and never
+more than the ledger has free slots for. While the queue is empty, a worker's idle threads share
+one look every EMPTY_RECHECK seconds, so they can poll often (a new batch starts at once) without a
+round trip each; each look that finds it empty again doubles that wait, up to EMPTY_RECHECK_MOST
+(a worker whose threads wait on a slow host's answers for a minute asks a few times a second, not
+twenty). A lease waiting here is renewed with the worker's others and given back at a stop, like
+any lease it holds: nothing about the guarantees changes, only the round trips.
 """
 import collections
 import threading
@@ -20,7 +27,8 @@ from ..backends.ports import LeaseQueue
 
 PREFETCH_MOST = 8      # leases per round trip, at most
 SHARE_OF_QUEUE = 16    # while the queue is short, take at most 1/16 of what is left in it
-EMPTY_RECHECK = 0.05   # s: after the queue was found empty, the worker's idle threads look again this often
+EMPTY_RECHECK = 0.01   # s: after the queue was found empty, the worker's idle threads look again this often
+                       # (a worker started with its master finds the queue empty a few ms before it is fed)
 EMPTY_RECHECK_MOST = 0.4   # s: ... and, while it stays empty, at least this often
 
 
@@ -31,28 +39,56 @@ class LeasePrefetch:
         self._next_token, self._free_slots = next_token, free_slots
         self._waiting: collections.deque = collections.deque()
         self._lock = threading.Lock()
+        self._refilled = threading.Condition(self._lock)
+        self._refilling = False  # a thread is on a round trip for more
         self._batch = 1          # how many the next round trip asks for
         self._empty_until = 0.0  # idle threads polling meanwhile share the last answer: one round trip
         self._empty_wait = EMPTY_RECHECK
 
     def take(self) -> Optional[Lease]:
         """A leased task for the calling thread (which holds a ledger slot for it), or None when the queue
-        is empty. Threads that come while one is leasing wait for it and take from what it brought."""
+        is empty. The thread may first do the round trip that brings the next ones."""
         with self._lock:
+            while not self._waiting and self._refilling:
+                self._refilled.wait()
             if self._waiting:
-                return self._waiting.popleft()
-            if time.monotonic() < self._empty_until:
+                lease = self._waiting.popleft()
+                if self._refilling or len(self._waiting) >= self._batch // 2 or time.monotonic() < self._empty_until:
+                    return lease
+                wanted = min(self._batch, self._free_slots())      # ahead: this thread holds its slot already
+                if wanted < 1:
+                    return lease
+            elif time.monotonic() < self._empty_until:
                 return None
-            wanted = max(1, min(self._batch, self._free_slots() + 1))
+            else:
+                lease, wanted = None, max(1, min(self._batch, self._free_slots() + 1))
+            self._refilling = True
+        try:
             taken = self.leases.lease_many([self._next_token() for _ in range(wanted)], self.lease_seconds)
-            if not taken:
+        except BaseException:
+            with self._lock:
+                if lease is not None:    # not lost: it waits here for the next thread, renewed meanwhile
+                    self._waiting.appendleft(lease)
+                self._refilled_with([])
+            raise
+        with self._lock:
+            self._refilled_with(taken)
+            if lease is None and self._waiting:
+                lease = self._waiting.popleft()
+        return lease
+
+    def _refilled_with(self, taken: list) -> None:
+        """(Under the lock) the round trip's answer: its leases wait here, and the next one's size."""
+        self._refilling = False
+        self._refilled.notify_all()
+        if not taken:
+            if not self._waiting:
                 self._batch, self._empty_until = 1, time.monotonic() + self._empty_wait
                 self._empty_wait = min(EMPTY_RECHECK_MOST, self._empty_wait * 2)
-                return None
-            self._empty_wait = EMPTY_RECHECK
-            self._batch = max(1, min(PREFETCH_MOST, taken[-1].queue_left // SHARE_OF_QUEUE))
-            self._waiting.extend(taken[1:])
-            return taken[0]
+            return
+        self._empty_wait = EMPTY_RECHECK
+        self._batch = max(1, min(PREFETCH_MOST, taken[-1].queue_left // SHARE_OF_QUEUE))
+        self._waiting.extend(taken)
 
     def hold_off(self, seconds: float) -> None:
         """Lease nothing new for `seconds` (what was leased ahead is still taken)."""

@@ -39,6 +39,7 @@ class SetAside:
         self._hosts: collections.Counter = collections.Counter()
         self._host_of: dict = {}              # id(run) -> host
         self._seq = itertools.count()
+        self._closed = False                  # the worker stops: no thread waits here any longer
 
     def put(self, run, host: str, after: float) -> None:
         """Set `run` aside for `after` seconds (math.inf: until a request to `host` ends)."""
@@ -76,12 +77,20 @@ class SetAside:
             return None
 
     def wait(self, longest: float) -> None:
-        """Until a task's wait may be over (or something is set aside), `longest` at most."""
+        """Until a task's wait may be over (or something is set aside, or the worker stops), `longest` at most."""
         with self._cond:
+            if self._closed:
+                return
             if self._due:
                 longest = min(longest, max(0.0, self._due[0][0] - self.clock()))
             if longest > 0:
                 self._cond.wait(longest)
+
+    def close(self) -> None:
+        """The worker stops: its idle fetch threads go now, not at the end of their wait."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
 
     def full(self) -> bool:
         with self._cond:

@@ -36,7 +36,7 @@ from ..process.ledger import LocalLedger
 from ..process.lifecycle import Backoff, StopFlag
 from ..process.outages import OutageWatch, retry_through_outages
 from ..model import TaskLayout
-from .prefetch import EMPTY_RECHECK_MOST, LeasePrefetch
+from .prefetch import EMPTY_RECHECK, EMPTY_RECHECK_MOST, LeasePrefetch
 from .set_aside import SetAside
 from .pipeline import Pipeline, count_nothing
 from ..recrawl.memory import PageMemory
@@ -255,6 +255,7 @@ class Worker:
     def _shut_down(self, stop: StopFlag, fetchers: list, keeper, keeper_stop) -> None:
         deadline = time.monotonic() + self.settings.STOP_TIMEOUT
         self._leasing.clear()
+        self.set_aside.close()
         for thread in fetchers:
             while (thread.is_alive() and thread.ident not in self.timeouts.given_up_threads and not stop.cold
                    and time.monotonic() < deadline):
@@ -341,7 +342,7 @@ class Worker:
     # -- a fetch thread
     def _fetch_loop(self, stop: StopFlag, number: int, runner: TaskRunner) -> None:
         set_thread_role(f"{self.name}.{number}" if self.thread_count > 1 else self.name)
-        idle, outage = Backoff(base=0.05, cap=IDLE_POLL_CAP), Backoff()
+        idle, outage = Backoff(base=EMPTY_RECHECK, cap=IDLE_POLL_CAP), Backoff()
         while self._leasing.is_set() and not stop.is_set():
             check_in(within=IDLE_POLL_CAP + 1)
             run = self.set_aside.take()
