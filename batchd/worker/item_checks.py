@@ -33,6 +33,7 @@ SCALARS = (str, bool, type(None))
 TIMES = (datetime, date, time)
 BINARY = (bytes, bytearray, memoryview)
 JSON_KEYS = (str, int, float, bool, type(None))
+PLAIN = SCALARS + TIMES + BINARY
 
 
 class BadItem(ValueError):
@@ -109,20 +110,39 @@ def _check_column(key, value, columns: frozenset, table: str) -> None:
 
 
 def _check_json(value, path: tuple) -> None:
+    if not _json_fits(value):
+        _name_the_culprit(value, path)
+
+
+def _json_fits(value) -> bool:
+    """Whether a JSON document can hold `value`. This is the walk every item takes, so it builds no key paths
+    (they were half its time); _name_the_culprit walks again, with them, only for a value that does not fit."""
+    if isinstance(value, PLAIN):
+        return True
+    if isinstance(value, dict):
+        return all(isinstance(key, JSON_KEYS) and _json_fits(inner) for key, inner in value.items())
+    if isinstance(value, (list, tuple)):
+        return all(_json_fits(inner) for inner in value)
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return isinstance(value, (int, Decimal)) and (not isinstance(value, Decimal) or value.is_finite())
+
+
+def _name_the_culprit(value, path: tuple) -> None:
     if isinstance(value, dict):
         for key, inner in value.items():
             if not isinstance(key, JSON_KEYS):
                 raise BadItem(f"item key {_show(path + (key,))} is a {type(key).__name__}: JSON keys are text")
-            _check_json(inner, path + (key,))
+            _name_the_culprit(inner, path + (key,))
     elif isinstance(value, (list, tuple)):
         for index, inner in enumerate(value):
-            _check_json(inner, path + (index,))
+            _name_the_culprit(inner, path + (index,))
     else:
         _check_scalar(value, path, column=False)
 
 
 def _check_scalar(value, path: tuple, column: bool) -> None:
-    if isinstance(value, SCALARS + TIMES + BINARY):
+    if isinstance(value, PLAIN):
         return
     if isinstance(value, int):
         if column and not INT_RANGE[0] <= value <= INT_RANGE[1]:
