@@ -51,21 +51,34 @@ def interrupt(run: Interruptible) -> bool:
     return False
 
 
-@contextmanager
-def user_code(run: Interruptible):
-    """The spider's code runs inside this, where TASK_TIMEOUT may interrupt it."""
-    try:
-        if run.timed_out:
+class user_code:
+    """The spider's code runs inside this, where TASK_TIMEOUT may interrupt it. (A class, not a generator:
+    a task enters it at every step of its callbacks' generators.)"""
+
+    __slots__ = ("run",)
+
+    def __init__(self, run: Interruptible):
+        self.run = run
+
+    def __enter__(self) -> None:
+        if self.run.timed_out:
+            _leave(self.run)
             raise TaskTimedOut()
-        with run.lock:
-            run.in_user_code = True
-        yield
-    finally:
-        with run.lock:
-            run.in_user_code = False
+        with self.run.lock:
+            self.run.in_user_code = True
+
+    def __exit__(self, error_class, error, traceback) -> bool:
+        _leave(self.run)
+        if error_class is None and self.run.timed_out:
+            raise TaskTimedOut()
+        return False
+
+
+def _leave(run: Interruptible) -> None:
+    with run.lock:
+        run.in_user_code = False
+        if run.timed_out:     # (set before any interruption is sent): one may be pending, cancel it
             _set_async_exc(run.thread_ident, ctypes.py_object())   # NULL: cancel a pending one
-    if run.timed_out:
-        raise TaskTimedOut()
 
 
 @contextmanager
