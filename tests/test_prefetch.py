@@ -73,6 +73,10 @@ def test_no_more_are_leased_than_the_ledger_has_free_slots_for():
     for _ in range(20):
         prefetch.take()
     assert queue.round_trips == 20 and prefetch.waiting() == []
+    few = prefetch_on(queue, free_slots=lambda: 10)      # the leases waiting count against the free slots
+    for _ in range(30):
+        few.take()
+        assert len(few.waiting()) <= 10
 
 
 def test_leases_waiting_are_renewable_and_drained_at_a_stop():

@@ -55,7 +55,8 @@ class LeasePrefetch:
                 lease = self._waiting.popleft()
                 if self._refilling or len(self._waiting) >= self._batch // 2 or time.monotonic() < self._empty_until:
                     return lease
-                wanted = min(self._batch, self._free_slots())      # ahead: this thread holds its slot already
+                # Ahead: this thread holds its slot already, and each lease still waiting will need one.
+                wanted = min(self._batch, self._free_slots() - len(self._waiting))
                 if wanted < 1:
                     return lease
             elif time.monotonic() < self._empty_until:
