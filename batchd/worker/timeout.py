@@ -67,11 +67,10 @@ class user_code:
         with self.run.lock:
             self.run.in_user_code = True
 
-    def __exit__(self, error_class, error, traceback) -> bool:
+    def __exit__(self, error_class, error, traceback) -> None:
         _leave(self.run)
         if error_class is None and self.run.timed_out:
             raise TaskTimedOut()
-        return False
 
 
 def _leave(run: Interruptible) -> None:
