@@ -5,6 +5,7 @@ from datetime import datetime
 
 import pytest
 
+from batchd.master.patrol import FIRST_CLAIM
 from batchd.process.lifecycle import StopFlag
 from batchd.schedule import next_due
 from batchd.model import BatchRecord
@@ -33,6 +34,20 @@ def test_claims_at_most_push_limit_and_keeps_the_queue_just_ahead(backend):
     patrol(master)                       # one slot freed in the queue: one more claimed
     assert list(backend.states().values()).count(R) == 4
     assert queue.pending_count() == 3
+
+
+def test_an_empty_queue_is_fed_a_first_small_claim_then_the_rest(backend, monkeypatch):
+    backend.create_tasks([f"http://x.invalid/{i}" for i in range(FIRST_CLAIM + 300)])
+    master, spider = make_master(backend, BATCH_PUSH_LIMIT=FIRST_CLAIM + 200)
+    claims = []
+    claim = master.store.claim
+    monkeypatch.setattr(master.store, "claim", lambda limit, upto=None: claims.append(limit) or claim(limit, upto))
+    patrol(master)
+    assert claims == [FIRST_CLAIM, 200]        # the workers start on the first while the rest is claimed
+    assert spider.runtime.backend.leases.pending_count() == FIRST_CLAIM + 200
+    spider.runtime.backend.leases.lease("test-token", 60)
+    patrol(master)                             # a queue that is not empty: one claim of what it has room for
+    assert claims == [FIRST_CLAIM, 200, 1]
 
 
 def test_expired_lease_goes_back_to_pending_and_is_pushed_again(backend, caplog):

@@ -51,6 +51,7 @@ from .walks import CHUNK_SECONDS, CountWalk, ResetWalk
 log = logging.getLogger("batchd.master")
 
 WAKE_GAP = 0.03         # seconds between two patrols triggered by wake-ups
+FIRST_CLAIM = 256       # tasks claimed first into an empty queue (refill)
 LOCK_POLL = 2.0
 RATE_WINDOW = 120.0     # seconds of progress samples behind the rate and the ETA
 ORPHAN_SCAN_LIMIT = 10000
@@ -473,11 +474,19 @@ class Master:
         return moved
 
     def refill(self, batch: BatchRecord, upto=None) -> int:
-        """Claim what the queue has room for (none past id `upto` while the reset goes on); how many."""
+        """Claim what the queue has room for (none past id `upto` while the reset goes on); how many. An empty
+        queue (a batch opening) is fed FIRST_CLAIM tasks first: the workers start on them while the rest is
+        claimed (about 10 us a task: 50 ms for 5,000)."""
         self.queue_length = self.leases.pending_count()
         room = self.settings.BATCH_PUSH_LIMIT - self.queue_length
         if room <= 0:
             return 0
+        if self.queue_length == 0 and room > FIRST_CLAIM:
+            first = self._claim_and_push(batch, FIRST_CLAIM, upto)
+            return first if first < FIRST_CLAIM else first + self._claim_and_push(batch, room - first, upto)
+        return self._claim_and_push(batch, room, upto)
+
+    def _claim_and_push(self, batch: BatchRecord, room: int, upto) -> int:
         rows = self.store.claim(room, upto)
         if not rows:
             return 0
