@@ -281,8 +281,9 @@ class Downloader:
             os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or True
         session.max_redirects = self.max_redirects
         # Merging a request's params or proxies with the session's empty ones costs requests 2.32+ two isinstance
-        # checks against a typing Protocol, a few us each on Python 3.11; with None there is nothing to merge.
-        session.params = session.proxies = None
+        # checks against a typing Protocol, a few us each on Python 3.11; with None there is nothing to merge
+        # (requests' merge_setting takes None for "the session has none"; its annotations say a mapping).
+        session.params = session.proxies = None  # type: ignore[assignment]
         adapter = _TrackingAdapter(pool_connections=self.pool_size, pool_maxsize=self.pool_size)
         session.mount("http://", adapter)
         session.mount("https://", adapter)
