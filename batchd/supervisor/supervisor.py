@@ -373,6 +373,8 @@ class Supervisor:
         if code is None:
             return          # the sentinel fired a moment before the exit status is there
         self.children.remove(child)
+        if self.metrics is not None:        # before its restart is counted: a scrape sees both, or neither
+            self.metrics.child_ended(child.pid)     # its live gauge goes; its counters stay in the sums
         lost, row = self._ledger.lost(child.spec.row), self._ledger.row(child.spec.row)
         self.ended.update(done=row.done, failed=row.failed, items=row.items,
                           left_items=lost.items, left_tasks=len(lost.task_keys))
@@ -385,8 +387,6 @@ class Supervisor:
         level = logging.INFO if (code == 0 and not lost.task_keys) else logging.WARNING
         log.log(level, "%s %s%s%s%s", child.label, describe_exit(code), after_abort(child, code), held, next_step)
         self._ledger.clear(child.spec.row)
-        if self.metrics is not None:
-            self.metrics.child_ended(child.pid)     # its live gauge goes; its counters stay in the sums
         child.process.close()
         if stop is not None:
             self._begin_stop(*stop)
