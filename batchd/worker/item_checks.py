@@ -123,9 +123,11 @@ def _json_fits(value) -> bool:
         return all(isinstance(key, JSON_KEYS) and _json_fits(inner) for key, inner in value.items())
     if isinstance(value, (list, tuple)):
         return all(_json_fits(inner) for inner in value)
-    if isinstance(value, float):
-        return math.isfinite(value)
-    return isinstance(value, (int, Decimal)) and (not isinstance(value, Decimal) or value.is_finite())
+    try:                    # one word on what a scalar may hold: _check_scalar's (its message is not shown here)
+        _check_scalar(value, ("",), column=False)
+    except BadItem:
+        return False
+    return True
 
 
 def _name_the_culprit(value, path: tuple) -> None:
