@@ -12,7 +12,6 @@ import logging
 import threading
 import time
 from collections.abc import Iterable
-from contextlib import contextmanager
 from typing import Callable, Optional, Protocol
 
 from ..errors import ExitCode
@@ -80,17 +79,24 @@ def _leave(run: Interruptible) -> None:
             _set_async_exc(run.thread_ident, ctypes.py_object())   # NULL: cancel a pending one
 
 
-@contextmanager
-def outside_user_code(run: Interruptible):
-    """batchd's code called from the spider's (update_task): no interruption lands in it."""
-    with run.lock:
-        inside, run.in_user_code = run.in_user_code, False
-        _set_async_exc(run.thread_ident, ctypes.py_object())
-    try:
-        yield
-    finally:
-        with run.lock:
-            run.in_user_code = inside
+class outside_user_code:
+    """batchd's code called from the spider's (update_task): no interruption lands in it. (A class, as
+    `user_code`: the spider calls it for every task.)"""
+
+    __slots__ = ("run", "inside")
+
+    def __init__(self, run: Interruptible):
+        self.run, self.inside = run, False
+
+    def __enter__(self) -> None:
+        with self.run.lock:
+            self.inside, self.run.in_user_code = self.run.in_user_code, False
+            if self.run.timed_out:    # one may be pending (see _leave): cancel it
+                _set_async_exc(self.run.thread_ident, ctypes.py_object())
+
+    def __exit__(self, error_class, error, traceback) -> None:
+        with self.run.lock:
+            self.run.in_user_code = self.inside
 
 
 def timeout_grace(limit: float) -> float:
