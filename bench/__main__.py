@@ -44,8 +44,10 @@ The columns (medians over the rounds; peaks for memory):
   role (`cpu_worker_ms_per_task`: every worker, or the bare loop's processes; `cpu_master_ms_per_task`,
   `cpu_supervisor_ms_per_task`), from /proc at the last sample of each process (so short of its last
   0.2 s);
-- DB servers CPU ms/task: the private mariadbd's and redis-server's CPU during the run / N; the JSON
-  also has each server's alone (`mariadbd_cpu_us_per_task`, `redis_cpu_us_per_task`, microseconds);
+- DB servers CPU ms/task: the private mariadbd's and redis-server's CPU during the run / N (mariadbd's
+  from /proc, in clock ticks of 10 ms; Redis's from its own INFO `used_cpu_user` + `used_cpu_sys`, in
+  microseconds); the JSON also has each server's alone (`mariadbd_cpu_us_per_task`,
+  `redis_cpu_us_per_task`, microseconds);
 - Redis round trips/task: requests the private Redis answered (INFO `total_writes_processed`: a
   command, a pipeline or a Lua script is one) / N; the JSON also has `redis_commands_per_task`
   (`total_commands_processed`, which counts each redis.call() inside a script);
