@@ -13,7 +13,14 @@ site and the same task list, and prints one table (markdown; with --json one JSO
   the same useful work as a framework, without a queue, a lease or a guarantee;
 - `mysql`, batchd on MySQL + Redis: `batchd run bench.spider:CompareSpider --once --workers P` with
   SPIDER_THREAD_COUNT=T, on the private MariaDB and a private Redis;
-- `sqlite`, the same on one SQLite file (STORE=sqlite:///...).
+- `sqlite`, the same on one SQLite file (STORE=sqlite:///...);
+- `tree`, with `--tree PATH`: `mysql` importing batchd from PATH (a `git worktree add` of an older
+  commit, say; the bench and its spider stay this checkout's), so that a change is judged against the
+  code before it in the same sitting, where the bare loop's own rate drifts from one sitting to the next:
+
+      git worktree add /tmp/before 1d1c047
+      .venv/bin/python -m bench compare --tasks 10000 --rounds 6 --configs 2x8 --small 0 \
+          --contenders baseline,mysql,tree --tree /tmp/before
 
 The bare loop and batchd's spider (bench/spider.py) parse the same fields (bench/fields.py) and
 store one item per page in the same table (batchd's default item table, `crawl_task_item`). Each
@@ -93,6 +100,8 @@ def main(argv=None) -> int:
     compare.add_argument("--monitor-interval", type=float, default=1.0, help="batchd's BATCH_MONITOR_INTERVAL (1)")
     compare.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE",
                          help="a batchd setting for every batchd run (repeatable)")
+    compare.add_argument("--tree", metavar="PATH", help="another tree's batchd (a worktree of an older commit) as "
+                         "the contender `tree`, on MySQL + Redis")
     compare.add_argument("--json", action="store_true", help="one JSON document instead of the table")
     recrawl = commands.add_parser("recrawl", help="three batches of one site: all new, none changed, 10 %% changed",
                                   description="re-crawls with conditional requests: see bench/recrawl.py")

@@ -22,8 +22,9 @@ from batchd.backends import store_from_url
 from servers import PrivateMariaDB, PrivateRedis
 
 REPOSITORY = os.path.dirname(TESTS)
-CONTENDERS = ("baseline", "mysql", "sqlite")
-TITLES = {"baseline": "bare loop (MySQL)", "mysql": "batchd MySQL+Redis", "sqlite": "batchd SQLite"}
+CONTENDERS = ("baseline", "mysql", "sqlite", "tree")
+TITLES = {"baseline": "bare loop (MySQL)", "mysql": "batchd MySQL+Redis", "sqlite": "batchd SQLite",
+          "tree": "batchd MySQL+Redis from --tree"}
 OPENED = re.compile(r"\bbatch \d+ opened at ")              # the master's line opening the batch
 FINISHED = re.compile(r"\bbatch \d+ finished: ")            # the master's line closing the batch
 BUFFER_POOL = "512M"          # the whole run's tables stay in memory: disk reads are not what is measured
@@ -117,6 +118,7 @@ class Contender:
     store_kind = "mysql"
     root_role = "supervisor"          # what the root of its process tree is
     closes_batches = True             # it logs the `batch N finished` line
+    uses_redis = False                # batchd on MySQL leases through Redis; the bare loop and SQLite do not
 
     def __init__(self, servers: Servers, workdir: str, monitor_interval: float, settings: Optional[dict] = None):
         self.servers, self.workdir, self.monitor_interval = servers, workdir, monitor_interval
@@ -147,11 +149,60 @@ class Contender:
 
 class BatchdMysql(Contender):
     name = "mysql"
+    uses_redis = True
 
 
 class BatchdSqlite(Contender):
     name = "sqlite"
     store_kind = "sqlite"
+
+
+class BatchdTree(BatchdMysql):
+    """batchd on MySQL + Redis imported from another tree (--tree: a worktree of an older commit, say), beside
+    this repository's in one sitting: a directory of the run's holding only a `batchd` link to the tree's
+    comes first on PYTHONPATH, so that the bench's own package (bench.spider) stays this repository's."""
+
+    name = "tree"
+
+    def __init__(self, servers: Servers, workdir: str, monitor_interval: float, settings: Optional[dict] = None,
+                 tree: Optional[str] = None):
+        super().__init__(servers, workdir, monitor_interval, settings)
+        self.tree_path: Optional[str] = None
+        if tree:
+            self.tree_path = os.path.join(workdir, "tree")
+            if not os.path.isdir(self.tree_path):
+                os.makedirs(self.tree_path)
+                os.symlink(os.path.join(os.path.abspath(tree), "batchd"), os.path.join(self.tree_path, "batchd"))
+
+    def environment(self, place: Place, config: Config) -> dict:
+        env = super().environment(place, config)
+        if self.tree_path:
+            env["PYTHONPATH"] = os.pathsep.join((self.tree_path, env["PYTHONPATH"]))
+        return env
+
+
+def check_tree(tree: Optional[str], settings: dict, options: Optional[dict] = None) -> None:
+    """A clear error before any run: --tree holds no batchd, or its batchd has no such setting (a tree
+    from before HOST_DOWN_GIVE_UP, say), which batchd itself would only say in a failed run's log."""
+    root = os.path.abspath(tree) if tree else REPOSITORY
+    if not os.path.isfile(os.path.join(root, "batchd", "__init__.py")):
+        raise SystemExit(f"--tree {tree}: no batchd package there (want {os.path.join(root, 'batchd')})")
+    listed = subprocess.run([sys.executable, "-c", "import dataclasses, batchd.config as c; "
+                             "print(' '.join(f.name for f in dataclasses.fields(c.Settings)))"],
+                            env=dict(os.environ, PYTHONPATH=root), cwd=root, capture_output=True, text=True)
+    known = set(listed.stdout.split())
+    for name in settings:
+        if name not in known:
+            raise SystemExit(f"the batchd at {root} has no setting {name} "
+                             f"({(options or {}).get(name, '--setting')})")
+
+
+def tree_version(tree: Optional[str]) -> str:
+    """This repository's commit, or --tree's (its path, when it is no git checkout: an export)."""
+    if not tree:
+        return batchd_version()
+    found = subprocess.run(["git", "-C", tree, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return f"{found.stdout.strip() or 'the tree'} at {os.path.abspath(tree)}"
 
 
 class Baseline(Contender):
@@ -255,7 +306,7 @@ class ServerCounters:
 
     def __init__(self, contender: Contender):
         servers = contender.servers
-        self.redis = RedisCounters(servers.redis.url()) if contender.name == "mysql" else None
+        self.redis = RedisCounters(servers.redis.url()) if contender.uses_redis else None
         self.mysql = MysqlCounters(servers.db.connect) if contender.store_kind == "mysql" else None
         # The servers this contender talks to: MariaDB unless on SQLite, Redis only for batchd on MySQL.
         self.servers = servers
@@ -343,19 +394,28 @@ def compare(args) -> dict:
     if unknown or not contenders:
         raise SystemExit(f"--contenders: {', '.join(unknown) or '(none)'} unknown; "
                          f"choose among {', '.join(CONTENDERS)}")
+    if ("tree" in contenders) != bool(args.tree):
+        raise SystemExit("--tree PATH and the contender `tree` go together: one names the other's batchd")
     configs = parse_configs(args.configs, args.tasks, args.small)
     if not configs:
         raise SystemExit("--configs: no configuration to run")
+    if args.tree:
+        check_tree(args.tree, batchd_settings(args.setting))
     workdir = tempfile.mkdtemp(prefix="bench-compare-")
     results: dict = {}
     version_at_start = batchd_version()
     byte_compile()
+    if args.tree:
+        byte_compile(os.path.abspath(args.tree), ("batchd",))
     try:
         with open_site(args.site, max(c.tasks for c in configs)) as site, Servers(contenders) as servers:
             say(f"site: {site.describe()}")
-            made = {name: kind(servers, workdir, args.monitor_interval, batchd_settings(args.setting))
+            settings = batchd_settings(args.setting)
+            made = {name: kind(servers, workdir, args.monitor_interval, settings)
                     for name, kind in (("baseline", Baseline), ("mysql", BatchdMysql), ("sqlite", BatchdSqlite))
                     if name in contenders}
+            if args.tree:
+                made["tree"] = BatchdTree(servers, workdir, args.monitor_interval, settings, args.tree)
             for round_no in range(args.rounds):
                 for config in configs:
                     for name in rotated(contenders, round_no):
@@ -365,7 +425,8 @@ def compare(args) -> dict:
                             f"{figures['elapsed_s']:.1f} s, {figures['tasks_per_s']:.0f} tasks/s, "
                             f"{figures['cpu_ms_per_task']:.1f} CPU ms/task")
             report = {"site": site.describe(), "site_kind": site.kind,
-                      "environment": environment(servers, args, version_at_start),
+                      "environment": dict(environment(servers, args, version_at_start),
+                                          **({"tree": tree_version(args.tree)} if args.tree else {})),
                       "batchd_settings": batchd_settings(args.setting),
                       "rounds": args.rounds, "tasks": args.tasks, "small": args.small,
                       "contenders": contenders, "configs": [c.label for c in configs],

@@ -47,15 +47,14 @@ believing a difference.
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
 from typing import Optional
 
 from bench.batch import LAYOUT, Place, load_urls
-from bench.compare import (FINISHED, OPENED, REPOSITORY, BatchdMysql, BenchFailure, Config, Servers, ServerCounters,
-                           batchd_settings, batchd_version, byte_compile, clock_tasks, print_report, run_timeout, say)
+from bench.compare import (FINISHED, OPENED, BatchdTree, BenchFailure, Config, Servers, ServerCounters, batchd_settings,
+                           byte_compile, check_tree, clock_tasks, print_report, run_timeout, say, tree_version)
 from bench.hosts_site import Hosts
 from bench.probes import Run
 from batchd.backends import store_from_url
@@ -138,41 +137,13 @@ def task_urls(mix: Mix, hosts: Hosts) -> tuple:
 
 
 # -- batchd, from this tree or another
-class HostsBatchd(BatchdMysql):
-    """bench/compare.py's batchd on MySQL + Redis, with the mix's settings, importing batchd from `tree`
-    when given: a directory of the run's holding only a `batchd` link to it comes first on PYTHONPATH,
-    so that the bench's own package (bench.spider) is still this repository's."""
+class HostsBatchd(BatchdTree):
+    """bench/compare.py's batchd on MySQL + Redis (from --tree when given), with the mix's settings."""
+
+    name = "mysql"
 
     def __init__(self, servers: Servers, workdir: str, settings: dict, tree: Optional[str]):
-        super().__init__(servers, workdir, monitor_interval=1.0, settings=settings)
-        self.tree_path: Optional[str] = None
-        if tree:
-            self.tree_path = os.path.join(workdir, "tree")
-            if not os.path.isdir(self.tree_path):
-                os.makedirs(self.tree_path)
-                os.symlink(os.path.join(os.path.abspath(tree), "batchd"), os.path.join(self.tree_path, "batchd"))
-
-    def environment(self, place: Place, config: Config) -> dict:
-        env = super().environment(place, config)
-        if self.tree_path:
-            env["PYTHONPATH"] = os.pathsep.join((self.tree_path, env["PYTHONPATH"]))
-        return env
-
-
-def check_tree(tree: Optional[str], settings: dict) -> None:
-    """A clear error before any run: --tree holds no batchd, or its batchd has no such setting (a tree
-    from before HOST_DOWN_GIVE_UP, say), which batchd itself would only say in a failed run's log."""
-    root = os.path.abspath(tree) if tree else REPOSITORY
-    if not os.path.isfile(os.path.join(root, "batchd", "__init__.py")):
-        raise SystemExit(f"--tree {tree}: no batchd package there (want {os.path.join(root, 'batchd')})")
-    listed = subprocess.run([sys.executable, "-c", "import dataclasses, batchd.config as c; "
-                             "print(' '.join(f.name for f in dataclasses.fields(c.Settings)))"],
-                            env=dict(os.environ, PYTHONPATH=root), cwd=root, capture_output=True, text=True)
-    known = set(listed.stdout.split())
-    for name in settings:
-        if name not in known:
-            raise SystemExit(f"bench.hosts: the batchd at {root} has no setting {name} "
-                             f"({'--give-up' if name == 'HOST_DOWN_GIVE_UP' else '--setting'})")
+        super().__init__(servers, workdir, monitor_interval=1.0, settings=settings, tree=tree)
 
 
 # -- one mix
@@ -270,7 +241,8 @@ def fast_group(result: dict) -> dict:
 def sitting(args) -> dict:
     mixes = chosen_mixes(args.mix, args.scale)
     common = batchd_settings(args.setting)
-    check_tree(args.tree, {**mix_settings(args), **common, **{n: v for mix in mixes for n, v in mix.settings.items()}})
+    check_tree(args.tree, {**mix_settings(args), **common, **{n: v for mix in mixes for n, v in mix.settings.items()}},
+               {"HOST_DOWN_GIVE_UP": "--give-up"})
     workdir = tempfile.mkdtemp(prefix="bench-hosts-")
     results = []
     byte_compile()
@@ -290,14 +262,6 @@ def sitting(args) -> dict:
     compare_with_alone(results)
     return {"environment": environment, "scale": args.scale, "workers": args.workers, "threads": args.threads,
             "per_domain": args.per_domain, "give_up": args.give_up, "batchd_settings": common, "mixes": results}
-
-
-def tree_version(tree: Optional[str]) -> str:
-    """This repository's commit, or --tree's (its path, when it is no git checkout: an export)."""
-    if not tree:
-        return batchd_version()
-    found = subprocess.run(["git", "-C", tree, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return f"{found.stdout.strip() or 'the tree'} at {os.path.abspath(tree)}"
 
 
 # -- the report

@@ -2,6 +2,7 @@
 figures themselves go in the closing note of a change, never in a test)."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -11,17 +12,35 @@ REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TASKS = 200
 
 
-@pytest.mark.once
-def test_the_comparison_runs_every_contender_on_the_same_tasks():
+def compare(*arguments: str, timeout: float = 240) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("BATCHD_")}
-    done = subprocess.run([sys.executable, "-m", "bench", "compare", "--tasks", str(TASKS), "--rounds", "1",
-                           "--configs", "1x2", "--small", "0", "--json"],
-                          cwd=REPOSITORY, env=env, capture_output=True, text=True, timeout=240)
+    return subprocess.run([sys.executable, "-m", "bench", "compare", *arguments], cwd=REPOSITORY, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def a_marked_tree(root) -> str:
+    """A copy of this repository's batchd whose import leaves a file `imported` beside it."""
+    tree = os.path.join(str(root), "tree")
+    shutil.copytree(os.path.join(REPOSITORY, "batchd"), os.path.join(tree, "batchd"),
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    with open(os.path.join(tree, "batchd", "__init__.py"), "a") as f:
+        f.write("\nopen(__import__('os').path.join(__path__[0], '..', 'imported'), 'w').close()\n")
+    return tree
+
+
+@pytest.mark.once
+def test_the_comparison_runs_every_contender_on_the_same_tasks(tmp_path):
+    tree = a_marked_tree(tmp_path)
+    done = compare("--tasks", str(TASKS), "--rounds", "1", "--configs", "1x2", "--small", "0",
+                   "--contenders", "baseline,mysql,sqlite,tree", "--tree", tree, "--json")
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(done.stdout)
 
     rows = {row["contender"]: row for row in report["rows"]}
-    assert sorted(rows) == ["baseline", "mysql", "sqlite"]
+    assert sorted(rows) == ["baseline", "mysql", "sqlite", "tree"]
+    # The contender `tree` ran the tree's batchd; the environment names it.
+    assert os.path.exists(os.path.join(tree, "imported")) and report["environment"]["tree"].endswith(tree)
+    assert rows["tree"]["redis_round_trips_per_task"] > 0
     assert report["site_kind"] in ("nginx", "builtin") and report["site"]
     for name, row in rows.items():
         assert row["config"] == "1x2" and row["tasks"] == TASKS and len(row["rounds"]) == 1, name
@@ -50,3 +69,10 @@ def test_the_comparison_runs_every_contender_on_the_same_tasks():
     assert rows["baseline"]["mariadbd_cpu_us_per_task"] > 0 and rows["sqlite"]["mariadbd_cpu_us_per_task"] is None
     assert rows["baseline"]["mysql_statements_per_task"] > 0 and rows["baseline"]["redis_round_trips_per_task"] is None
     assert rows["sqlite"]["mysql_statements_per_task"] is None and rows["sqlite"]["redis_round_trips_per_task"] is None
+
+
+def test_the_contender_tree_and_its_path_go_together_and_name_a_batchd(tmp_path):
+    assert "--tree PATH and the contender `tree` go together" in compare("--contenders", "baseline,tree").stderr
+    assert "--tree PATH and the contender `tree` go together" in compare("--tree", str(tmp_path)).stderr
+    refused = compare("--contenders", "baseline,tree", "--tree", str(tmp_path))
+    assert refused.returncode != 0 and f"--tree {tmp_path}: no batchd package there" in refused.stderr
