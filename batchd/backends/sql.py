@@ -37,7 +37,7 @@ import abc
 import logging
 from contextlib import nullcontext
 from dataclasses import fields
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from ..codec import plain_json
 from ..config import check_identifier
@@ -168,6 +168,10 @@ class SqlBatchStore(BatchStore):
     def table_columns(self, table: str) -> dict:
         """Column name -> what the dialect knows of it; empty when there is no such table."""
 
+    def tables_columns(self, tables: Sequence[str]) -> dict:
+        """Each table's `table_columns`, for several tables (a dialect may read them all at once)."""
+        return {table: self.table_columns(table) for table in tables}
+
     @abc.abstractmethod
     def check_task_columns(self, layout: TaskLayout, columns: dict) -> None:
         """Raise ConfigError unless the time column holds times batchd can compare; note the id
@@ -241,7 +245,13 @@ class SqlBatchStore(BatchStore):
     # -- binding to a task table
     def open(self, layout: TaskLayout) -> None:
         table = self.quote(layout.table)
-        columns = self.table_columns(layout.table)
+        # Every table's columns in one read (each process opens the store as it starts); batchd's own tables
+        # are made only when missing.
+        item_table = layout.item_table or layout.default_item_table
+        found = self.tables_columns(list(dict.fromkeys((layout.table, layout.record_table, item_table,
+                                                        layout.failure_table, layout.page_table,
+                                                        layout.revisit_table))))
+        columns = found[layout.table]
         if not columns:
             raise ConfigError(f"task table {table} not found in {self.location()} (__task_table__)")
         for field, setting in TASK_COLUMNS:
@@ -255,26 +265,33 @@ class SqlBatchStore(BatchStore):
             self.host_claim = HostClaim(self._pending_hosts, self._last_pending)
             self._host_column, self._range_hint = self.quote(layout.host_field), self.state_range_hint(layout)
         self._warn_unindexed_state(layout)
-        self.create_record_table(layout.record_table)
-        record_columns = self._table_with(layout.record_table, RECORD_COLUMNS, "batch record table")
+        record_columns = self._table_with(layout.record_table, RECORD_COLUMNS, "batch record table",
+                                          self._made(self.create_record_table, layout.record_table, found))
         for column, column_type, meaning in self._own_record_columns():
             if column not in record_columns:
                 self._add_record_column(layout.record_table, column, column_type, meaning)
         if layout.item_table:
-            self.item_columns(layout.item_table, setting="__item_table__")
+            if found[item_table]:
+                self._item_columns[item_table] = frozenset(found[item_table])
+            self.item_columns(item_table, setting="__item_table__")
         else:
-            self.create_default_item_table(layout.default_item_table)
-        for create, table, required, what in (
+            self._made(self.create_default_item_table, item_table, found)
+        for create, made, required, what in (
                 (self.create_failure_table, layout.failure_table, FAILURE_COLUMNS, "failure table"),
                 (self.create_page_table, layout.page_table, PAGE_COLUMNS, "page table"),
                 (self.create_revisit_table, layout.revisit_table, REVISIT_COLUMNS, "revisit table")):
-            create(table)
-            self._table_with(table, required, what)
+            self._table_with(made, required, what, self._made(create, made, found))
 
-    def _table_with(self, table: str, required: Sequence[str], what: str) -> dict:
+    def _made(self, create: Callable[[str], None], table: str, found: dict) -> dict:
+        """The columns of one of batchd's tables, made first when `found` (tables_columns) has none."""
+        if found[table]:
+            return found[table]
+        create(table)
+        return self.table_columns(table)
+
+    def _table_with(self, table: str, required: Sequence[str], what: str, columns: dict) -> dict:
         """The columns of a table batchd made, once it is sure none it needs is missing (a table of the same
         name made by something else, or by an older batchd that kept other columns)."""
-        columns = self.table_columns(table)
         missing = [c for c in required if c not in columns]
         if missing:
             raise ConfigError(f"{what} {self.quote(table)} exists without column {self.quote(missing[0])}; rename "
