@@ -75,8 +75,14 @@ class user_code:
 def _leave(run: Interruptible) -> None:
     with run.lock:
         run.in_user_code = False
-        if run.timed_out:     # (set before any interruption is sent): one may be pending, cancel it
-            _set_async_exc(run.thread_ident, ctypes.py_object())   # NULL: cancel a pending one
+        _cancel_pending(run)
+
+
+def _cancel_pending(run: Interruptible) -> None:
+    """Under the run's lock: an interruption is sent only after `timed_out` is set, so only a timed-out
+    run may have one pending; cancel it."""
+    if run.timed_out:
+        _set_async_exc(run.thread_ident, ctypes.py_object())   # NULL: cancel a pending one
 
 
 class outside_user_code:
@@ -91,8 +97,7 @@ class outside_user_code:
     def __enter__(self) -> None:
         with self.run.lock:
             self.inside, self.run.in_user_code = self.run.in_user_code, False
-            if self.run.timed_out:    # one may be pending (see _leave): cancel it
-                _set_async_exc(self.run.thread_ident, ctypes.py_object())
+            _cancel_pending(self.run)
 
     def __exit__(self, error_class, error, traceback) -> None:
         with self.run.lock:
