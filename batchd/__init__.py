@@ -3,9 +3,9 @@ from .config import VERSION as __version__, Settings
 from .errors import BackendUnavailable, BatchdError, ConfigError, ExitCode, MasterLockHeld
 from .http import Request, RequestFailed, Response
 from .item import Field, Item, UndeclaredField
-from .backends.memory.store import MemoryBatchStore
+from .backends.memory.memory_store import MemoryBatchStore
 from .backends.mysql_redis.mysql import MysqlBatchStore
-from .backends.sqlite.store import SqliteBatchStore
+from .backends.sqlite.sqlite_store import SqliteBatchStore
 from .download.chain import ChainContext, DownloaderMiddleware
 from .model import BatchRecord, ItemRow, Progress, TaskLayout
 from .backends.ports import BatchStore

@@ -55,7 +55,7 @@ INTERVAL_UNITS = ("day", "hour")
 SIGNATURES = ("items", "body")    # what tells a changed page from an unchanged one (batchd/recrawl/)
 BATCH_MODES = ("full", "incremental", "due")     # what a new batch crawls (docs/architecture.md, A batch's life)
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-WEBHOOK_FORMATS = ("json", "dingtalk", "feishu", "wecom", "slack")   # what ALERT_WEBHOOK is sent (process/webhooks.py)
+WEBHOOK_FORMATS = ("json", "dingtalk", "feishu", "wecom", "slack")   # what ALERT_WEBHOOK is sent (alerts/webhooks.py)
 
 
 KB, MB, GB = 1024, 1024 ** 2, 1024 ** 3
@@ -258,7 +258,7 @@ class Settings:
                                    "needs prometheus-client)", 0, 65535)
     METRICS_ADDRESS: str = setting("127.0.0.1", "the address METRICS_PORT listens on (0.0.0.0: every IPv4 "
                                                 "address)")
-    # -- the dashboard: batchd web (batchd/cli/web/, docs/web.md)
+    # -- the dashboard: batchd web (batchd/web/, docs/web.md)
     WEB_LISTEN: str = setting("127.0.0.1:9380", "the ADDRESS:PORT `batchd web` serves the dashboard on ([::1]:PORT "
                                                 "for IPv6; another address than loopback shows it to the network)",
                               pattern=LISTEN_PATTERN, may_hold="ADDRESS:PORT")
@@ -480,7 +480,7 @@ def check_identifier(value: str, what: str) -> str:
     return value
 
 
-# -- HOSTS: per-host terms (docs/settings.md, Per-host terms; download/host_terms.py applies them)
+# -- HOSTS: per-host terms (docs/settings.md, Per-host terms; hosts/terms.py applies them)
 # Each key of a host's table, and the setting it stands in for at that host (its type and bounds hold it).
 HOST_TERMS = {"rate": "DOMAIN_RATE_LIMIT", "burst": "DOMAIN_RATE_BURST", "concurrency": "CONCURRENT_REQUESTS_PER_DOMAIN",
               "delay": "DOWNLOAD_DELAY", "timeout": "REQUEST_TIMEOUT", "download_timeout": "DOWNLOAD_TIMEOUT",

@@ -83,7 +83,7 @@ class BatchRecord:
     # ([null, 0] before the first chunk). None once every row has been reset. Kept in the record, so a
     # master that takes over finishes the walk where the last one stopped.
     reset_cursor: Optional[str] = None
-    # The batch's counters (batchd/settle/stats.py) as JSON {name: n}, written when the batch closes; None before.
+    # The batch's counters (batchd/settle/batch_stats.py) as JSON {name: n}, written when the batch closes; None before.
     stats: Optional[str] = None
     # When the record was last written (the store's clock): a finished batch's is its close.
     update_time: Optional[datetime] = None

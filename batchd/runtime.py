@@ -23,14 +23,14 @@ from .settle.settler import Settler
 from .backends import open_backend, open_store
 from .config import Settings, load_settings
 from .errors import BatchdError, ConfigError
-from .process.lifecycle import StopFlag
+from .service.lifecycle import StopFlag
 from .master.patrol import Master
 from .model import TaskLayout
 from .worker.pipeline import count_nothing
 from .backends.ports import Backend, BatchStore
-from .process.systemd import set_thread_role, setup_logging
+from .service.systemd import set_thread_role, setup_logging
 from .task import mark_move
-from .process.threads import start_thread
+from .service.threads import start_thread
 from .spider import BatchSpider
 from .worker.task_run import HeldTasks
 from .worker.worker import Worker
@@ -103,7 +103,7 @@ class Runtime:
     def worker(self, ledger=None, name: str = "worker", keep_alive: bool = True,
                count: Callable[[str, int, Any], None] = count_nothing, metrics=None) -> Worker:
         """`count(name, n, batch id)` hears the worker's figures ("item/invalid"); `metrics`: its Prometheus
-        counters (worker/metrics.py's WorkerMetrics), under a supervisor with METRICS_PORT."""
+        counters (worker/worker_metrics.py's WorkerMetrics), under a supervisor with METRICS_PORT."""
         return Worker(self.spider, self.settings, self.layout, self.backend.worker_ports(self.namespace), self.held,
                       ledger=ledger, name=name, keep_alive=keep_alive, count=count, metrics=metrics)
 

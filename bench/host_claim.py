@@ -16,7 +16,7 @@ import uuid
 from collections import Counter
 
 import batchd
-from batchd.backends.host_claim import host_of
+from batchd.hosts.claims import host_of
 from batchd.backends.mysql_redis.mysql import parse_mysql_url
 
 SERVER = os.environ.get("BENCH_MYSQL_URL", "mysql://root@127.0.0.1:3306/").rstrip("/")

@@ -36,8 +36,8 @@ def measure() -> dict:
     from batchd.download.chain import MiddlewareChain
     from batchd.download.middlewares.latency import FetchLatencyMiddleware
     from batchd.download.middlewares.stats import StatsMiddleware
-    from batchd.settle.stats import BatchStats
-    from batchd.worker.metrics import WorkerMetrics
+    from batchd.settle.batch_stats import BatchStats
+    from batchd.worker.worker_metrics import WorkerMetrics
 
     request = Request("http://127.0.0.1/page/1")
     raw = requests.models.Response()

@@ -523,7 +523,7 @@ def time_walk_steps(record: Callable[[float, tuple, object], None]) -> Optional[
 def time_sqlite_statements(watch: PhaseWatch, statements: Longest, transactions: Longest) -> None:
     """Every statement the master runs on the SQLite file (store and ports alike), and every write
     transaction (the file's write lock, held from BEGIN IMMEDIATE to COMMIT)."""
-    from batchd.backends.sqlite.file import SqliteFile
+    from batchd.backends.sqlite.sqlite_file import SqliteFile
     for name in ("rows", "change", "change_many"):
         time_calls(SqliteFile, name, lambda seconds, args, phase: statements.add(phase, seconds, args[1]),
                    before=lambda: watch.phase)
@@ -539,7 +539,7 @@ def time_sqlite_statements(watch: PhaseWatch, statements: Longest, transactions:
 
 
 def master_process(run: RunDir) -> None:
-    from batchd.process.lifecycle import StopFlag
+    from batchd.service.lifecycle import StopFlag
     from batchd.master.patrol import Master
     from batchd.runtime import Runtime
     config = run.read_json("config.json")
@@ -624,7 +624,7 @@ def write_back(backend, held: list, log: WriteBacks) -> None:
 def simulator_process(run: RunDir) -> None:
     """Leases and writes back at most --writeback-rate tasks/s, in rounds every TICK seconds; a round the
     queue leaves short is not made up later, so the rate achieved says when the queue ran dry."""
-    from batchd.process.lifecycle import StopFlag
+    from batchd.service.lifecycle import StopFlag
     from batchd.runtime import Runtime
     config = run.read_json("config.json")
     logging.basicConfig(filename=run.file("simulator.log"), level=logging.INFO,

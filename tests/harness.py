@@ -13,7 +13,7 @@ import time
 import batchd
 from batchd.errors import BackendUnavailable, BatchdError
 from batchd.download.downloader import Downloader
-from batchd.process.lifecycle import StopFlag
+from batchd.service.lifecycle import StopFlag
 from batchd.download.middlewares.retry import RetryMiddleware
 from batchd.task import TaskState, settling_move
 

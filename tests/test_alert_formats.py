@@ -1,4 +1,4 @@
-"""Alerts in a team's chat (batchd/process/webhooks.py) received on a local webhook (tests/httpserver.py's
+"""Alerts in a team's chat (batchd/alerts/webhooks.py) received on a local webhook (tests/httpserver.py's
 /hook): each vendor's text message, its signature recomputed here from the secret, the format chosen from
 the webhook's host; a vendor's error answer logged once for two alerts, its words escaped; the secret in
 no log line, repr or error; the late alert raised when the batch's rate cannot finish before the next
@@ -16,8 +16,8 @@ import pytest
 from batchd.config import Settings, load_settings
 from batchd.errors import ConfigError
 from batchd.model import Progress
-from batchd.process.alerts import Alerts
-from batchd.process.webhooks import webhook_format
+from batchd.alerts.alerts import Alerts
+from batchd.alerts.webhooks import webhook_format
 from harness import wait_for
 
 SECRET = "SEC7a3f0c9e51d24b8b9c1e0f6a2d4c8e1b3f5a7c9e0d2b4f6a8c0e2d4f6a8b0c2"

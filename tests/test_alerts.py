@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from batchd.process.alerts import Alerts
+from batchd.alerts.alerts import Alerts
 from batchd.config import Settings, load_settings
 from batchd.errors import ConfigError
-from batchd.process.lifecycle import StopFlag
+from batchd.service.lifecycle import StopFlag
 from batchd.model import Progress
 from batchd.task import TaskState
 from harness import (InProcessBatch, RefusingMemoryStore, batch_done, make_master, spider_factory, stays_true,

@@ -5,7 +5,7 @@ import logging
 import pytest
 
 from batchd.errors import ConfigError
-from batchd.process.lifecycle import StopFlag
+from batchd.service.lifecycle import StopFlag
 from batchd.task import TaskState
 from harness import make_master, work_off
 from spiders.seed import CrawlTask

@@ -1,12 +1,12 @@
-"""`batchd pause`, `resume` and `open-batch` (batchd/control.py) on every backend, with a master and a
+"""`batchd pause`, `resume` and `open-batch` (batchd/control/actions.py) on every backend, with a master and a
 worker running, and the commands themselves against MariaDB and Redis."""
 import logging
 
 import pytest
 
-from batchd.cli import control
-from batchd.cli.status import gather_status, render_status
-from batchd.supervisor.snapshots import status_line
+from batchd.control import actions as control
+from batchd.reporting.status import gather_status, render_status
+from batchd.reporting.snapshots import status_line
 from batchd.task import TaskState
 from harness import InProcessBatch, spider_factory, stays_true, wait_for
 from spiders.seed import CrawlTask

@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from batchd.process.lifecycle import StopFlag
+from batchd.service.lifecycle import StopFlag
 from batchd.task import TaskState
 from harness import make_master, patrol_until, work_off
 

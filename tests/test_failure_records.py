@@ -10,7 +10,8 @@ import threading
 import pytest
 
 from batchd.errors import ConfigError
-from batchd.cli.failed_tasks import NoSuchBatch, failed_tasks, render_text, requeue_failed
+from batchd.control.requeue import requeue_failed
+from batchd.reporting.failed_tasks import NoSuchBatch, failed_tasks, render_text
 from batchd.task import TaskState
 from harness import InProcessBatch, batch_done, settle, spider_factory, wait_for
 from spiders.faulty import SpinningCrawlTask

@@ -1,5 +1,5 @@
 """A dead host is found and spared (download/middlewares/breaker.py, the HostBreakers port of
-backends/host_breakers.py and of Redis): the breaker's states with a clock of the test's own, against the
+hosts/breakers.py and of Redis): the breaker's states with a clock of the test's own, against the
 one-process port and the Redis one alike, then a real worker with a dead host beside a fast one."""
 import logging
 import uuid
@@ -7,14 +7,14 @@ from datetime import datetime, timezone
 
 import pytest
 
-from batchd.backends.host_breakers import BreakerPhase, LocalHostBreakers
+from batchd.hosts.breakers import BreakerPhase, LocalHostBreakers
 from batchd.backends.mysql_redis.redis_client import connect_redis
 from batchd.backends.mysql_redis.redis_ports import RedisHostBreakers
 from batchd.config import Settings
 from batchd.download.chain import NotYet
 from batchd.download.middlewares.breaker import HostBreakerMiddleware, down_reason, host_of
 from batchd.http import Request, RequestFailed
-from batchd.process.alerts import Alerts
+from batchd.alerts.alerts import Alerts
 from batchd.task import TaskState
 from harness import Counter, InProcessBatch, retrying_downloader, wait_for
 from httpserver import DeadHost

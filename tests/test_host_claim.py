@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from batchd import MemoryBatchStore, TaskLayout
-from batchd.backends.host_claim import host_of
+from batchd.hosts.claims import host_of
 from batchd.config import Settings, validate
 from batchd.errors import ConfigError
 from batchd.task import TaskState

@@ -1,11 +1,11 @@
-"""A batch's counters per host (backends/host_counts.py) and `batchd status --hosts`: bounded to HOST_STATS_TOP
+"""A batch's counters per host (hosts/counts.py) and `batchd status --hosts`: bounded to HOST_STATS_TOP
 hosts and (other), histograms that add up across workers, and a real run over two hosts on each shared store."""
 import json
 
-from batchd.backends.host_counts import (BUCKETS, OTHER, answered_names, bounded_rows, fold_top, host_rows,
+from batchd.hosts.counts import (BUCKETS, OTHER, answered_names, bounded_rows, fold_top, host_rows,
                                          merge_hosts, percentile, split_host_counts)
 from batchd.backends import open_backend
-from batchd.cli.status import render_hosts
+from batchd.reporting.status import render_hosts
 from batchd.config import Settings
 from harness import batch_done, wait_for
 from supervised import SEED, start_batchd

@@ -1,14 +1,14 @@
-"""Per-host terms (download/host_terms.py, HOSTS: [hosts."example.com"] tables): their parsing and its
+"""Per-host terms (hosts/terms.py, HOSTS: [hosts."example.com"] tables): their parsing and its
 one-line errors, the matching of a host to its table, and a worker's downloader (worker.downloader_for)
 keeping one host's delay, headers and timeout and not the other's, at the local site: 127.0.0.1 and
 localhost are two hosts of one server. `batchd check` lists the terms, the proxy's password redacted."""
 
 import pytest
 
-from batchd.backends.host_rates import LocalHostRates
+from batchd.hosts.rates import LocalHostRates
 from batchd.config import load_settings
 from batchd.download.chain import sleep_without_stop
-from batchd.download.host_terms import HostTerms, Terms
+from batchd.hosts.terms import HostTerms, Terms
 from batchd.errors import ConfigError
 from batchd.http import Request, RequestFailed
 from batchd.worker.worker import downloader_for

@@ -14,7 +14,7 @@ import requests
 
 from batchd.config import Settings
 from batchd.http import Request, RequestFailed, Response
-from batchd.process.threads import guard, start_thread
+from batchd.service.threads import guard, start_thread
 from tests.harness import retrying_downloader, wait_for
 from batchd.worker.worker import downloader_for
 from tests.httpserver import (BOMB_DECODED, COMPRESSED_CASES, COMPRESSIBLE_PAGE, ENCODING_CASES, TestSite, gzip_bomb,

@@ -16,13 +16,13 @@ import batchd
 PACKAGE = pathlib.Path(batchd.__file__).parent
 SHARED = ("errors", "codec", "http", "schedule", "task", "config", "model", "item")
 FLOORS = {**{name: 0 for name in SHARED},
-          "process": 1, "recrawl": 1,
-          "backends": 2,
+          "service": 1, "hosts": 1, "recrawl": 1,
+          "backends": 2, "alerts": 2,
           "download": 3, "settle": 3, "spider": 3, "core": 3,
           "worker": 4, "master": 4,
-          "runtime": 5,
-          "__init__": 6,
-          "supervisor": 7,
+          "runtime": 5, "reporting": 5,
+          "__init__": 6, "control": 6,
+          "supervisor": 7, "web": 7,
           "cli": 8,
           "__main__": 9}
 MOST_LOOSE_MODULES = 12

@@ -1,5 +1,5 @@
 """Figures that are true now: the rate and the ETA of `batchd status` and STATUS= come from the batch's tally
-over the last RATE_WINDOW (supervisor/snapshots.py), not from the master's last patrol. A real batch on
+over the last RATE_WINDOW (reporting/snapshots.py), not from the master's last patrol. A real batch on
 MySQL + Redis and on SQLite, with patrols 30 s apart, measured against the task table's own counts."""
 import json
 import re
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from batchd.supervisor.snapshots import (LIFE_POINTS, MAX_SAMPLES, RATE_WINDOW, SettledSamples, rate_text, samples_of, status_line,
+from batchd.reporting.snapshots import (LIFE_POINTS, MAX_SAMPLES, RATE_WINDOW, SettledSamples, rate_text, samples_of, status_line,
                                       window_rate)
 from batchd.task import TaskState
 from harness import wait_for

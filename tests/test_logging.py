@@ -17,7 +17,7 @@ from unittest import mock
 import pytest
 
 import batchd
-from batchd.process.systemd import set_thread_role, setup_logging
+from batchd.service.systemd import set_thread_role, setup_logging
 
 log = logging.getLogger("batchd.test_logging")   # any batchd module's logger, as they all log
 

@@ -12,12 +12,12 @@ import pytest
 import requests
 
 from batchd.download.middlewares.latency import FetchLatencyMiddleware
-from batchd.supervisor.metrics import SupervisorCollector
-from batchd.worker.metrics import WorkerMetrics
+from batchd.reporting.metrics import SupervisorCollector
+from batchd.worker.worker_metrics import WorkerMetrics
 from batchd.download.chain import ChainContext, chain_from_settings
 from batchd.download.middlewares.stats import StatsMiddleware
 from batchd.config import Settings
-from batchd.process.systemd import JournalFields
+from batchd.service.systemd import JournalFields
 from batchd.task import TaskState
 from harness import InProcessBatch, spider_factory, wait_for
 from procs import HERE, ROOT
@@ -236,8 +236,8 @@ def test_per_host_gauges_keep_host_stats_top_label_values_and_show_open_breakers
     hosts each and a batch of 80 counted hosts give HOST_STATS_TOP (10) host labels and (other), whatever the
     crawl meets; a tripped breaker shows as batchd_host_breaker{state="open"}, keyed without the URL's password."""
     import time
-    from batchd.backends.host_counts import OTHER
-    from batchd.supervisor.snapshots import SnapshotPublisher, supervisor_ports
+    from batchd.hosts.counts import OTHER
+    from batchd.reporting.snapshots import SnapshotPublisher, supervisor_ports
     settings = Settings(REDIS_URL=redis_url, MYSQL_URL="mysql://root@127.0.0.1/unused")
     ports = supervisor_ports(settings, "t_hostmetrics")
     try:

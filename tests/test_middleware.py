@@ -15,7 +15,8 @@ from batchd.download.chain import ChainContext, DownloaderMiddleware, chain_from
 from batchd.download.middlewares.rate_limit import RateLimitMiddleware
 from batchd.download.middlewares.retry import RetryMiddleware
 from batchd.download.middlewares.stats import HostsInFlight, StatsMiddleware
-from batchd.download.host_terms import HostPaces, HostTerms, Terms
+from batchd.hosts.terms import HostTerms, Terms
+from batchd.hosts.paces import HostPaces
 from batchd.download.middlewares.politeness import PolitenessMiddleware
 from batchd.download.middlewares.proxies import ProxyMiddleware
 from batchd.download.middlewares.robots import RobotsTxtMiddleware
@@ -258,7 +259,7 @@ def test_the_paths_batchds_links_had_before_the_layout_by_role_still_load(caplog
            "batchd.politeness.PolitenessMiddleware": PolitenessMiddleware,
            "batchd.middleware.StatsMiddleware": StatsMiddleware, "batchd.download.chain.StatsMiddleware": StatsMiddleware,
            "batchd.metrics.FetchLatencyMiddleware": FetchLatencyMiddleware,
-           "batchd.supervisor.metrics.FetchLatencyMiddleware": FetchLatencyMiddleware}
+           "batchd.reporting.metrics.FetchLatencyMiddleware": FetchLatencyMiddleware}
     with caplog.at_level("WARNING", logger="batchd"):
         for path, cls in old.items():
             assert _middleware_class(path) is cls

@@ -10,10 +10,10 @@ import time
 
 from batchd.supervisor.child import ChildSpec
 from batchd.config import Settings
-from batchd.process.ledger import LedgerBlock
+from batchd.settle.ledger import LedgerBlock
 from batchd.supervisor.loader import SpiderSource
 from batchd.supervisor.supervisor import KILL_GRACE, Child, Plan, Supervisor
-from batchd.process.systemd import Notifier, watchdog_usec
+from batchd.service.systemd import Notifier, watchdog_usec
 from harness import wait_for
 from supervised import NotifySocket, children_of, lines_with, slow_urls, start_batchd, workers_of
 

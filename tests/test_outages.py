@@ -17,8 +17,8 @@ import batchd
 from batchd.backends.mysql_redis.mysql import parse_mysql_url
 from batchd.backends.mysql_redis.redis_ports import translate_redis_error
 from batchd.errors import BackendUnavailable
-from batchd.process.lifecycle import StopFlag
-from batchd.process.threads import start_thread
+from batchd.service.lifecycle import StopFlag
+from batchd.service.threads import start_thread
 from batchd.task import TaskState
 from harness import InProcessBatch, make_master, wait_for
 from relay import Relay
@@ -133,7 +133,7 @@ def test_a_backend_that_answers_probes_but_refuses_work_stays_one_quiet_outage(c
     try again (once per probe period, not in a spin), and only a real call that works ends the outage;
     a backend flapping right after it came back is the same story, told once."""
     from batchd.errors import BackendUnavailable
-    from batchd.process.outages import PROBE_EVERY, OutageWatch
+    from batchd.service.outages import PROBE_EVERY, OutageWatch
     watch = OutageWatch({"MySQL": lambda: None})     # the probe always answers
     refused = BackendUnavailable("MySQL db unreachable: the server is read-only", "MySQL")
     never, tries, started = threading.Event(), 0, time.monotonic()

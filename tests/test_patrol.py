@@ -6,7 +6,7 @@ from datetime import datetime
 import pytest
 
 from batchd.master.patrol import FIRST_CLAIM
-from batchd.process.lifecycle import StopFlag
+from batchd.service.lifecycle import StopFlag
 from batchd.schedule import next_due
 from batchd.model import BatchRecord
 from batchd.task import TaskState
@@ -211,7 +211,7 @@ def test_a_worker_wakes_the_master_once_half_the_queue_is_leased(backend, site):
 
     def spider(threads):
         # A place at the host for every thread: a task finding none would be set aside, and its thread
-        # would lease another (worker/set_aside.py), so a slow fetch would lease more than one per thread.
+        # would lease another (hosts/set_aside.py), so a slow fetch would lease more than one per thread.
         return lambda: HeldSpider(batch_store=backend.store(),
                                   settings=backend.settings(BATCH_PUSH_LIMIT=20, SPIDER_THREAD_COUNT=threads,
                                                             CONCURRENT_REQUESTS_PER_DOMAIN=16))

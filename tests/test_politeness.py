@@ -6,7 +6,8 @@ import threading
 from batchd.config import Settings
 from batchd.download.downloader import Downloader
 from batchd.http import Request
-from batchd.download.host_terms import HostPaces, HostTerms, Terms
+from batchd.hosts.terms import HostTerms, Terms
+from batchd.hosts.paces import HostPaces
 from batchd.download.middlewares.politeness import PolitenessMiddleware, politeness_for
 from batchd.task import TaskState
 

@@ -6,7 +6,7 @@ import pytest
 
 from batchd.errors import BackendUnavailable
 
-from batchd.backends.memory.ports import LocalQueue
+from batchd.backends.memory.local_queue import LocalQueue
 from batchd.worker.prefetch import PREFETCH_MOST, LeasePrefetch
 from harness import wait_for
 

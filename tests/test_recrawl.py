@@ -72,7 +72,7 @@ def test_a_second_batch_revalidates_and_a_304_is_neither_parsed_nor_stored_again
 
 
 def _close_line(backend) -> str:
-    from batchd.settle.stats import report
+    from batchd.settle.batch_stats import report
     record = backend.records()[-1]
     stats = record["stats"]
     return report(record["id"], json.loads(stats) if isinstance(stats, str) else stats)
@@ -260,7 +260,7 @@ def test_a_project_batchd_init_writes_revalidates(tmp_path):
 def test_the_threads_of_a_worker_look_pages_up_together_each_getting_its_own():
     import threading
     from batchd.errors import BackendUnavailable
-    from batchd.recrawl.memory import Recall
+    from batchd.recrawl.page_memory import Recall
     calls, first_call, gate = [], threading.Event(), threading.Event()
 
     def fetch(urls):

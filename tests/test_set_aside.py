@@ -1,11 +1,11 @@
-"""Tasks set aside while their hosts' turns come (worker/set_aside.py): a slow or polite host costs only
+"""Tasks set aside while their hosts' turns come (hosts/set_aside.py): a slow or polite host costs only
 its own tasks, never the threads the other hosts' tasks need."""
 import math
 import threading
 import time
 
 from batchd.task import TaskState
-from batchd.worker.set_aside import INF_RECHECK, SetAside
+from batchd.hosts.set_aside import INF_RECHECK, SetAside
 from batchd.worker.worker import ROOM_EVERY
 from harness import InProcessBatch, wait_for
 from spiders.seed import CrawlTask

@@ -17,7 +17,7 @@ import batchd
 from batchd.backends.mysql_redis.redis_client import connect_redis
 from batchd.backends.mysql_redis.redis_ports import RedisCounters
 from batchd.errors import BackendUnavailable
-from batchd.settle.stats import BatchStats, StatsFlusher, report
+from batchd.settle.batch_stats import BatchStats, StatsFlusher, report
 from batchd.task import TaskState
 from harness import InProcessBatch, RefusingMemoryStore, batch_done, create_old_record_table, make_master, wait_for
 from servers import PrivateRedis

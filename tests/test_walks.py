@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from batchd.process.lifecycle import StopFlag
+from batchd.service.lifecycle import StopFlag
 from batchd.task import Move, TaskState
 from batchd.master.walks import CHUNK_SECONDS, ChunkPacer
 from harness import create_old_record_table, make_master, patrol_until, wait_for, work_off

@@ -11,8 +11,8 @@ import time
 import pytest
 import requests
 
-from batchd.cli.web import server as web_server
-from batchd.cli.web.server import Answer, DashboardServer
+from batchd.web import server as web_server
+from batchd.web.server import Answer, DashboardServer
 from batchd.task import TaskState
 from harness import wait_for
 from procs import Proc
@@ -196,7 +196,7 @@ def bounded():
     """A DashboardServer on a free port whose one route says ok, with a deadline of 1 s."""
     server = DashboardServer("127.0.0.1:0", lambda request: Answer.json({"ok": True, "path": request.path}), TOKEN)
     server.deadlines.seconds = 1.0
-    from batchd.process.threads import start_thread
+    from batchd.service.threads import start_thread
     start_thread(server.serve_forever, "test-web")
     yield server
     server.shutdown()

@@ -106,7 +106,7 @@ def test_a_stale_holders_write_back_is_ignored(backend):
     spider = CrawlTask(batch_store=backend.store(), settings=backend.settings())
     spider.runtime.store.open(spider.runtime.layout)
     master = spider.runtime.master()
-    from batchd.process.lifecycle import StopFlag
+    from batchd.service.lifecycle import StopFlag
     master.patrol(StopFlag())
     queue = spider.runtime.backend.leases
     stale = queue.lease("old-holder:1", 0.1)

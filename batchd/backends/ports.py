@@ -29,8 +29,8 @@ from datetime import datetime
 from typing import Callable, Iterable, Mapping, Optional, Protocol, Sequence
 
 from ..errors import ConfigError
-from .host_breakers import BreakerState, LocalHostBreakers
-from .host_rates import LocalHostRates
+from ..hosts.breakers import BreakerState, LocalHostBreakers
+from ..hosts.rates import LocalHostRates
 from ..model import (BatchOpening, BatchRecord, FailureQuery, ItemRow, Lease, PageRecord, Progress, Revisit, TaskFailure,
                      TaskLayout)
 from ..task import Move
@@ -183,7 +183,7 @@ class BatchStore(abc.ABC):
         id) and return their rows as dicts. A row returned is one this call moved: no two claims ever
         return the same row. Through the state column's index: never a scan of the table. With the layout's
         host_field (BATCH_TASK_HOST_FIELD), the tasks are taken round robin across hosts instead, in the
-        order picked (backends/host_claim.py)."""
+        order picked (hosts/claims.py)."""
 
     @abc.abstractmethod
     def move(self, move: Move, ids: Sequence, older_than: Optional[float] = None) -> int:
@@ -293,7 +293,7 @@ class LeaseQueue(Protocol):
     def hand_back(self, leases: Sequence[Lease]) -> list:
         """End the leases still owned and put their tasks back at the tail of the queue, in one atomic step;
         return those handed back. A worker holding more tasks of one busy host than it can start soon
-        shares them out this way (worker/set_aside.py), without the master, MySQL or an attempt counted."""
+        shares them out this way (hosts/set_aside.py), without the master, MySQL or an attempt counted."""
 
     def give_back(self, leases: Sequence[Lease]) -> int:
         """Make these leases, if still owned, due at once, so that the master reclaims their tasks at its
@@ -440,7 +440,7 @@ class HostRates(Protocol):
 
 
 class HostBreakers(Protocol):
-    """Each host's breaker (backends/host_breakers.py tells its states and steps), one story for every worker that
+    """Each host's breaker (hosts/breakers.py tells its states and steps), one story for every worker that
     shares this backend (Redis: every worker of the namespace on every host; SQLite, memory: the worker's
     process). Workers count a host's failures themselves and step its breaker only when its state changes."""
 
@@ -481,7 +481,7 @@ class BatchTally(Protocol):
 
 
 class BatchCounters(Protocol):
-    """A batch's counters (batchd/settle/stats.py names them), the sum of every worker's flushes. Each flush is
+    """A batch's counters (batchd/settle/batch_stats.py names them), the sum of every worker's flushes. Each flush is
     numbered by its worker, and a number is applied once: a flush sent again because its first answer was
     lost (the backend went down mid-call) adds nothing twice."""
 

@@ -46,7 +46,7 @@ from ..task import Move, TaskState
 from ..model import (COLUMNS_ITEM_KIND, PAGE_URL_MOST, BatchOpening, BatchRecord, FailureGroup,
                      FailureQuery, ItemRow, PageRecord, Progress, Revisit, TaskFailure, TaskLayout, reset_cursor,
                      task_key, url_key)
-from .host_claim import HostClaim
+from ..hosts.claims import HostClaim
 from .ports import BatchStore, opened_with
 
 log = logging.getLogger("batchd.store")

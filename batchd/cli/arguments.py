@@ -1,7 +1,7 @@
 """What every verb of the `batchd` command shares: its entry in a verb group, the SPIDER, --config
 and --store arguments and how they resolve to settings and a Runtime, the number types.
 
-Each verb module (serve, inspect, operate, project) holds one VerbGroup, VERBS, and adds a verb
+Each verb module (serve, status_verb, check, operate, project, dashboard) holds one VerbGroup, VERBS, and adds a verb
 with `@verb(name, help, arguments)`: its own arguments and handler (a handler returns the exit
 code). main.py gathers the groups into the parser; a verb module imports this module, never main.py.
 """
@@ -15,7 +15,7 @@ from ..config import DEFAULT_CONFIG_FILE, ENV_CONFIG, INSTANCE_ROLES, load_setti
 from ..errors import ConfigError
 from ..backends import store_url
 from ..supervisor.loader import SpiderSource, absolute_spider_path, build_runtime
-from ..process.systemd import setup_logging, under_systemd
+from ..service.systemd import setup_logging, under_systemd
 from ..runtime import Runtime
 
 log = logging.getLogger("batchd")

@@ -23,22 +23,21 @@ config file. Exit codes (docs/architecture.md, Exit codes): 0 done, 1 items stil
 78 configuration error; a BatchdError ends the command with one log line.
 
 Each verb group is a module with its own VerbGroup (cli/arguments.py): serve (run, master, worker,
-reload), inspect (status, check), operate (pause, resume, open-batch, failed, requeue, retry) and
-project (demo, init, tasks) and web (web/verb.py). This module only gathers them into the parser, in that order.
+reload), status_verb (status), check (check), operate (pause, resume, open-batch, failed, requeue, retry),
+project (demo, init, tasks) and dashboard (web). This module only gathers them into the parser, in that order.
 """
 import argparse
 import logging
 from typing import Optional
 
 from ..config import VERSION
-from . import inspect, operate, project, serve
-from .web import verb as web
+from . import check, dashboard, operate, project, serve, status_verb
 from ..errors import BatchdError
-from ..process.systemd import setup_logging
+from ..service.systemd import setup_logging
 
 log = logging.getLogger("batchd")
 
-VERBS = {entry.name: entry for group in (serve.VERBS, inspect.VERBS, operate.VERBS, project.VERBS, web.VERBS)
+VERBS = {entry.name: entry for group in (serve.VERBS, status_verb.VERBS, check.VERBS, operate.VERBS, project.VERBS, dashboard.VERBS)
          for entry in group}
 
 

@@ -1,16 +1,17 @@
-"""An operator's word to a running namespace: `batchd pause`, `resume`, `open-batch` (cli/control.py
+"""An operator's word to a running namespace: `batchd pause`, `resume`, `open-batch` (control/actions.py
 does them), and what failed put right: `batchd failed` lists the failed tasks, `requeue` crawls
 them again, `retry --items` stores the items the database refused.
 """
 import argparse
 
-from . import control, failed_tasks as failures
+from ..control import actions as control, requeue
+from ..reporting import failed_tasks as failures
 from ..config import load_settings
 from ..errors import ExitCode
 from ..backends import open_store
 from ..supervisor.loader import load_spider_class
 from ..worker.dumps import FailedItemsFile
-from ..process.systemd import setup_logging
+from ..service.systemd import setup_logging
 from .arguments import VerbGroup, config_files, positive, runtime_from_args, spider_and_config, spider_source, with_store
 
 VERBS = VerbGroup()
@@ -80,7 +81,7 @@ def requeue_arguments(parser: argparse.ArgumentParser) -> None:
 @verb("requeue", "put the failed tasks of the open batch back to pending, and say how many (a closed batch is left "
                  "alone: the next batch crawls them again) (exit 0; 1 no such batch)", requeue_arguments)
 def requeue_verb(args: argparse.Namespace) -> int:
-    print(failures.requeue_failed(runtime_from_args(args), args.batch, args.reason))
+    print(requeue.requeue_failed(runtime_from_args(args), args.batch, args.reason))
     return ExitCode.OK
 
 

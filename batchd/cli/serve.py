@@ -19,7 +19,7 @@ from ..supervisor.child import probe
 from ..supervisor.daemon import RunningSupervisor, run_detached
 from ..supervisor.loader import SpiderSource
 from ..supervisor.supervisor import Plan, Supervisor
-from ..process.systemd import set_process_role, setup_logging, under_systemd
+from ..service.systemd import set_process_role, setup_logging, under_systemd
 from .arguments import VerbGroup, config_files, non_negative, spider_and_config, spider_source
 
 log = logging.getLogger("batchd")

@@ -30,7 +30,8 @@ from requests.exceptions import ChunkedEncodingError
 
 from ..errors import ConfigError
 from ..http import Request, Response
-from .host_terms import HostPaces, HostTerms
+from ..hosts.terms import HostTerms
+from ..hosts.paces import HostPaces
 
 log = logging.getLogger("batchd")
 
@@ -88,8 +89,8 @@ class ChainContext:
     """What a middleware may use: the worker's settings and spider, its counters for the batch (a link
     never waits: it raises NotYet), the HostRates and HostBreakers ports, `download`: one
     attempt at a request, outside the chain (robots.txt is fetched with it), the worker's
-    Prometheus counters (batchd.worker.metrics.WorkerMetrics; None with METRICS_PORT off), its Alerts, the terms
-    of each host (HOSTS over the global settings), the worker's per-host pace (download/host_terms.py:
+    Prometheus counters (batchd.worker.worker_metrics.WorkerMetrics; None with METRICS_PORT off), its Alerts, the terms
+    of each host (HOSTS over the global settings), the worker's per-host pace (hosts/terms.py:
     made from the settings unless given) and its attempts in flight per host (middlewares/stats.py's
     HostsInFlight; None: the link keeps its own)."""
     settings: Any
@@ -256,9 +257,9 @@ MOVED_LINKS = {
     "batchd.download.chain.RateLimitMiddleware": "batchd.download.middlewares.rate_limit",
     "batchd.middleware.StatsMiddleware": "batchd.download.middlewares.stats",
     "batchd.download.chain.StatsMiddleware": "batchd.download.middlewares.stats",
-    # batchd/metrics.py, then supervisor/metrics.py, held the fetch latency link with the Prometheus server.
+    # batchd/metrics.py, then reporting/metrics.py, held the fetch latency link with the Prometheus server.
     "batchd.metrics.FetchLatencyMiddleware": "batchd.download.middlewares.latency",
-    "batchd.supervisor.metrics.FetchLatencyMiddleware": "batchd.download.middlewares.latency",
+    "batchd.reporting.metrics.FetchLatencyMiddleware": "batchd.download.middlewares.latency",
 }
 _told_moved: set = set()
 

@@ -36,9 +36,9 @@ from .bodies import ACCEPT_ENCODING, BodyReader, hooks_with
 from ..config import VERSION
 from ..http import Request, RequestFailed, Response
 from .chain import CHECK_IN_SLACK, TRANSIENT_ERRORS, MiddlewareChain, NotYet, PageRejected, sleep_without_stop
-from .host_terms import HostTerms, Terms
+from ..hosts.terms import HostTerms, Terms
 from .middlewares.retry import RetryMiddleware
-from ..process.threads import check_in, guard, start_thread
+from ..service.threads import check_in, guard, start_thread
 from ..recrawl.pages import CONDITIONAL_META, was_conditional
 
 log = logging.getLogger("batchd")

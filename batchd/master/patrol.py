@@ -10,16 +10,16 @@ walk of the table is under way):
 4. progress: from the batch's tally (settled tasks, counted by their write-backs) and the queue,
    never by counting rows: refresh the batch record, log `批次进度 X/Y`;
 5. close: once the queue runs dry and the state index shows no unsettled row, count the table
-   chunk by chunk and write those exact figures, the batch's counters (batchd/settle/stats.py), `is_done=1`
+   chunk by chunk and write those exact figures, the batch's counters (batchd/settle/batch_stats.py), `is_done=1`
    and the `<ns>:batch_done` flag; log the counters in one line.
 
-Alerts (batchd/process/alerts.py): a stall and the failure ratio at each progress check, the failure ratio
+Alerts (batchd/alerts/alerts.py): a stall and the failure ratio at each progress check, the failure ratio
 again at the close, an overdue batch at the patrol that finds it.
 
 Only the holder of the namespace's master lock patrols; the lock is renewed by a
 thread of its own so that a long reset or a slow query never lets it lapse.
 
-Outages are waited out (batchd/process/outages.py): for ever by a resident master; in once mode,
+Outages are waited out (batchd/service/outages.py): for ever by a resident master; in once mode,
 unreachable at start is final (exit 69), an outage later for up to OUTAGE_TIMEOUT.
 """
 import collections
@@ -33,19 +33,19 @@ from datetime import datetime
 from typing import Callable, Optional
 
 from ..settle import failures
-from ..recrawl.schedule import check_bounds
+from ..recrawl.revisits import check_bounds
 from ..settle.settler import Settler
-from ..process.alerts import Alerts
+from ..alerts.alerts import Alerts
 from ..config import DAY, Settings
 from ..errors import BackendUnavailable, ConfigError, MasterLockHeld
-from ..process.lifecycle import StopFlag
+from ..service.lifecycle import StopFlag
 from ..model import BatchOpening, BatchRecord, Progress, TaskLayout
-from ..process.outages import OutageWatch, retry_through_outages
+from ..service.outages import OutageWatch, retry_through_outages
 from ..backends.ports import MasterPorts, claim_namespace
 from ..schedule import is_due, next_due
-from ..settle.stats import report
+from ..settle.batch_stats import report
 from ..task import Move
-from ..process.threads import Heart, check_in, start_thread
+from ..service.threads import Heart, check_in, start_thread
 from .walks import CHUNK_SECONDS, CountWalk, ResetWalk
 
 log = logging.getLogger("batchd.master")

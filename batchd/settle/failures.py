@@ -12,7 +12,7 @@ Every path that fails a task makes one, and hands it to the one settle path (set
     BATCH_TASK_MAX_ATTEMPTS (the master)         "leased N times without a write-back"    attempts (leases)
     update_task(ok=False), no failure at hand    "marked failed by the spider"
 
-The records stay when a task is requeued (history): `batchd failed` (cli/failed_tasks.py) shows the
+The records stay when a task is requeued (history): `batchd failed` (reporting/failed_tasks.py) shows the
 tasks still failed unless asked for every record.
 """
 import socket

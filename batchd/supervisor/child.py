@@ -37,11 +37,11 @@ from typing import Callable, Optional
 
 from ..config import settings_from_plain
 from ..errors import BatchdError, ConfigError, ExitCode
-from ..process.lifecycle import Backoff, StopFlag
+from ..service.lifecycle import Backoff, StopFlag
 from .loader import SpiderSource, build_runtime
-from ..worker.metrics import MeteredLedger, WorkerMetrics
-from ..process.systemd import set_log_namespace, set_process_role, set_process_title, setup_logging
-from ..process.threads import guard
+from ..worker.worker_metrics import MeteredLedger, WorkerMetrics
+from ..service.systemd import set_log_namespace, set_process_role, set_process_title, setup_logging
+from ..service.threads import guard
 from ..worker.worker import ledger_slots
 
 log = logging.getLogger("batchd.child")

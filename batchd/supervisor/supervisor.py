@@ -35,13 +35,13 @@ from typing import Optional
 from .child import Child, ChildSpec, Plan, Seats, after_abort, child_main, describe_exit, probe
 from ..config import Settings
 from ..errors import ConfigError, ExitCode
-from ..process.ledger import LedgerBlock, Phase
-from ..process.lifecycle import Backoff
+from ..settle.ledger import LedgerBlock, Phase
+from ..service.lifecycle import Backoff
 from .loader import SpiderSource
 from ..master.patrol import ProgressRate
-from .metrics import MetricsServer
-from .snapshots import SettledSamples, SnapshotPublisher, status_line, supervisor_ports
-from ..process.systemd import Notifier, set_log_namespace, set_process_role, set_process_title, watchdog_usec
+from ..reporting.metrics import MetricsServer
+from ..reporting.snapshots import SettledSamples, SnapshotPublisher, status_line, supervisor_ports
+from ..service.systemd import Notifier, set_log_namespace, set_process_role, set_process_title, watchdog_usec
 from ..worker.worker import ledger_slots, worker_token_prefix
 
 log = logging.getLogger("batchd.supervisor")

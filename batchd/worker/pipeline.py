@@ -13,8 +13,8 @@ One thread per worker process (the lander, under the thread guard) does both job
 3. write back every settled task: failed (at once, its failure record written just before: one
    upsert for the turn, batchd/settle/failures.py), or done / back to pending (its requests ended without
    update_task) once none of its items is left unflushed. The worker's batch counters are
-   flushed first (batchd/settle/stats.py: a batch's counts reach the backend before its last task settles).
-   The leases are renewed, then what re-crawls remember of the tasks' pages kept (recrawl/memory.py),
+   flushed first (batchd/settle/batch_stats.py: a batch's counts reach the backend before its last task settles).
+   The leases are renewed, then what re-crawls remember of the tasks' pages kept (recrawl/page_memory.py),
    then the tasks written, then the leases released, then the tasks added to the
    batch's tally: a task whose lease was reclaimed meanwhile is not written (its new holder owns it now),
    a task is never without its lease while its row still says processing (the master would take it for
@@ -24,7 +24,7 @@ counters are flushed every STATS_FLUSH_INTERVAL besides.
 Items are checked as they are buffered: a value the table cannot store fails its task (BadItem); an Item
 whose required field has no value is dropped, told (InvalidItems) and counted ("item/invalid"); an Item
 class is checked against its table the first time it comes (ConfigError stops the worker).
-A dump raises the items_dumped alert of each batch it holds items of (batchd/process/alerts.py).
+A dump raises the items_dumped alert of each batch it holds items of (batchd/alerts/alerts.py).
 A write-back that meets an outage is kept and tried again, never dropped. A warm stop does not
 wait out an outage: what is left is given back through the leases, never marked done.
 """
@@ -38,21 +38,21 @@ from typing import Any, Callable, Optional
 
 from ..settle import failures
 from ..settle.settler import Settler
-from ..recrawl.memory import PageMemory
+from ..recrawl.page_memory import PageMemory
 from ..recrawl.pages import settled_unchanged
 from ..errors import BackendUnavailable, ConfigError
-from ..process.alerts import Alerts
+from ..alerts.alerts import Alerts
 from .dumps import FailedItemsFile
 from ..item import Item
 from .item_checks import InvalidItems, check_item, check_item_table
 from .task_run import TaskRun
-from ..process.lifecycle import Backoff
+from ..service.lifecycle import Backoff
 from ..model import COLUMNS_ITEM_KIND, ItemDestination, ItemRow, TaskFailure
-from ..process.outages import retry_through_outages
+from ..service.outages import retry_through_outages
 from ..backends.ports import WorkerPorts, store_items
-from ..settle.stats import StatsFlusher
+from ..settle.batch_stats import StatsFlusher
 from ..task import TaskState, settling_move
-from ..process.threads import check_in, start_thread
+from ..service.threads import check_in, start_thread
 
 log = logging.getLogger("batchd.pipeline")
 

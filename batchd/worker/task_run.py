@@ -26,7 +26,7 @@ from ..download.chain import NotYet
 from ..errors import ConfigError
 from ..http import Request, RequestFailed
 from ..model import Lease, TaskFailure, task_key
-from ..recrawl.memory import PageMemory
+from ..recrawl.page_memory import PageMemory
 from ..recrawl.pages import ITEMS_UNCHANGED, UNCHANGED, items_signature
 from ..settle import failures
 from ..task import TaskState

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from typing import Callable, Optional, Protocol
 
 from ..errors import ExitCode
-from ..process.threads import guard
+from ..service.threads import guard
 
 log = logging.getLogger("batchd.worker")
 

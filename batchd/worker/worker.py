@@ -1,7 +1,7 @@
 """The worker: lease a task, run it through the spider (task_run.py), hand items and the task's
 outcome to the pipeline.
 
-Threads of one worker process, each started under the thread guard (batchd/process/threads.py):
+Threads of one worker process, each started under the thread guard (batchd/service/threads.py):
 - SPIDER_THREAD_COUNT fetch threads, each holding at most one task at a time;
 - the lander (pipeline.py): flushes items and writes tasks back;
 - the keeper: renews the leases of every task not yet written back.
@@ -30,25 +30,25 @@ from ..config import Settings
 from ..errors import BackendUnavailable, BatchdError, ConfigError, ExitCode
 from ..download.downloader import Downloader
 from ..download.chain import ChainContext, Counts, NoCounts, chain_from_settings
-from ..download.host_terms import HostTerms
+from ..hosts.terms import HostTerms
 from ..download.middlewares.stats import HostsInFlight
-from ..process.ledger import LocalLedger
-from ..process.lifecycle import Backoff, StopFlag
-from ..process.outages import OutageWatch, retry_through_outages
+from ..settle.ledger import LocalLedger
+from ..service.lifecycle import Backoff, StopFlag
+from ..service.outages import OutageWatch, retry_through_outages
 from ..model import TaskLayout
 from .prefetch import EMPTY_RECHECK, EMPTY_RECHECK_MOST, LeasePrefetch
-from .set_aside import SetAside
+from ..hosts.set_aside import SetAside
 from .pipeline import Pipeline, count_nothing
-from ..recrawl.memory import PageMemory
+from ..recrawl.page_memory import PageMemory
 from .task_run import HeldTasks, TaskRun, TaskRunner
 from .timeout import TaskTimedOut, TaskTimeouts, outside_user_code, timeout_grace
-from ..backends.host_counts import gauges_of
+from ..hosts.counts import gauges_of
 from ..backends.ports import WorkerPorts, claim_namespace
 from ..schedule import is_due
-from ..process.alerts import Alerts
-from ..settle.stats import BatchStats, StatsFlusher
-from ..process.systemd import set_thread_role, task_log_fields
-from ..process.threads import Heart, check_in, guard, start_thread
+from ..alerts.alerts import Alerts
+from ..settle.batch_stats import BatchStats, StatsFlusher
+from ..service.systemd import set_thread_role, task_log_fields
+from ..service.threads import Heart, check_in, guard, start_thread
 
 log = logging.getLogger("batchd.worker")
 

@@ -8,7 +8,7 @@
 import os
 import threading
 
-from batchd.process.threads import start_thread
+from batchd.service.threads import start_thread
 from spiders.seed import CrawlTask
 
 

@@ -4,8 +4,8 @@ import threading
 import weakref
 
 from ..ports import Backend
-from .ports import LocalQueue
-from .store import MemoryBatchStore
+from .local_queue import LocalQueue
+from .memory_store import MemoryBatchStore
 
 _queues: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # store -> {namespace: LocalQueue}
 _queues_lock = threading.Lock()

@@ -17,7 +17,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from ...config import IDENTIFIER, check_identifier, redact_url
 from ...errors import BackendUnavailable, ConfigError
 from ...model import CLASS_MOST, HOST_MOST, PAGE_TEXT_MOST, PAGE_URL_MOST, REASON_MOST, URL_MOST, TaskLayout
-from ...process.threads import guard
+from ...service.threads import guard
 from ..sql import SqlBatchStore, column_sets
 
 # Errors that mean "the server is not there (or not writable) now" rather than "the statement is

@@ -14,13 +14,13 @@ The key schema, all under `<ns>:` (built only by `Keys`):
     <ns>:seen            SET     <batch id>:<fingerprint> of the requests made (REQUEST_FILTER_ENABLE), with a TTL
     <ns>:tally:<batch>   HASH    done, failed: tasks settled in the batch, added by each write-back;
                                  held=1 since it was set (missing: lost with Redis), with a TTL
-    <ns>:stats:<batch>   HASH    counter name -> n: the batch's counters (batchd/settle/stats.py), added by every
+    <ns>:stats:<batch>   HASH    counter name -> n: the batch's counters (batchd/settle/batch_stats.py), added by every
                                  worker's flushes, with a TTL
     <ns>:stats_flushes:<batch>  HASH  worker -> the number of its last flush applied to the batch, with a TTL
-    <ns>:breaker:<host>  HASH    the host's breaker record (backends/host_breakers.py FIELDS), with a TTL
+    <ns>:breaker:<host>  HASH    the host's breaker record (hosts/breakers.py FIELDS), with a TTL
     <ns>:breakers        ZSET    host -> when its breaker record last changed (for display), trimmed
 
-    <ns>:hosts:<batch>   HASH    host -> JSON {field: n}: the batch's counters per host (backends/host_counts.py),
+    <ns>:hosts:<batch>   HASH    host -> JSON {field: n}: the batch's counters per host (hosts/counts.py),
                                  HOST_STATS_TOP hosts at most and "(other)", added by the same flushes, with a TTL
     <ns>:host_gauges:<worker>  STRING  JSON {host: {waiting, in_flight}}: a worker's busiest hosts now, with a
                                  TTL its flushes renew
@@ -43,11 +43,11 @@ from typing import Any, Iterable, Optional, Sequence, Union
 
 from ...config import redact_url
 from ...errors import BackendUnavailable, ConfigError
-from ...process.threads import guard
+from ...service.threads import guard
 from ...codec import decode_task, encode_task
-from ..host_breakers import FIELDS as BREAKER_FIELDS, KEPT_HOSTS, RECORD_TTL, STEPS as BREAKER_STEPS, state_of
+from ...hosts.breakers import FIELDS as BREAKER_FIELDS, KEPT_HOSTS, RECORD_TTL, STEPS as BREAKER_STEPS, state_of
 from ...model import Lease, task_key
-from ..host_counts import OTHER, sum_gauges
+from ...hosts.counts import OTHER, sum_gauges
 from ..ports import LeaseView, lease_view
 from .redis_client import sentinels_said, serving
 

@@ -1,10 +1,10 @@
 """The SQLite backend: the task table, the batch record, the items and every queue-side port in one
 file (no MySQL, no Redis), for the master and the workers of one host."""
 from ..ports import Backend, SupervisorPorts
-from .file import SqliteFile
-from .ports import (SqliteCounters, SqliteLeaseQueue, SqliteMasterLocks, SqliteNamespaceRecord, SqliteSeenFilter,
+from .sqlite_file import SqliteFile
+from .sqlite_ports import (SqliteCounters, SqliteLeaseQueue, SqliteMasterLocks, SqliteNamespaceRecord, SqliteSeenFilter,
                     SqliteStatusBoard, SqliteTally, SqliteWake, create_schema)
-from .store import SqliteBatchStore
+from .sqlite_store import SqliteBatchStore
 
 
 def open_store(path: str) -> SqliteBatchStore:

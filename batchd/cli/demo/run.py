@@ -13,14 +13,14 @@ import sys
 import time
 from typing import Optional
 
-from ...backends.sqlite.store import SqliteBatchStore
+from ...backends.sqlite.sqlite_store import SqliteBatchStore
 from ...model import TaskLayout
-from ..status import bar
+from ...reporting.status import bar
 from ...task import TaskState
 from .site import book_paths
-from .spider import BookSpider
+from .demo_spider import BookSpider
 
-SPIDER = "batchd.cli.demo.spider:BookSpider"
+SPIDER = "batchd.cli.demo.demo_spider:BookSpider"
 RUN_TIMEOUT = 120.0
 
 

@@ -2,7 +2,7 @@
 HOST_BREAKER_PROBE_MAX, HOST_DOWN_GIVE_UP).
 
 A worker counts each host's failures in a row itself (a connect error, a timeout, a 5xx, a 429); at
-HOST_BREAKER_FAILURES it opens the host's breaker in the HostBreakers port (backends/host_breakers.py:
+HOST_BREAKER_FAILURES it opens the host's breaker in the HostBreakers port (hosts/breakers.py:
 shared by every worker of the namespace with Redis). While it is open the host's requests are not sent:
 the link raises NotYet until the next probe, and their tasks are set aside, neither failed nor charged a
 retry. When the probe's time comes, one request claims it (one at a time across the namespace) and is
@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from typing import Callable, Optional, Union
 from urllib.parse import urlsplit
 
-from ...backends.host_breakers import KEPT_HOSTS, BreakerPhase, BreakerState
+from ...hosts.breakers import KEPT_HOSTS, BreakerPhase, BreakerState
 from ...errors import BackendUnavailable
 from ...http import Request, RequestFailed, Response
 from ..chain import TRANSIENT_ERRORS, ChainContext, DownloaderMiddleware, NotYet, not_yet_if

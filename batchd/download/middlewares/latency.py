@@ -1,6 +1,6 @@
 """FetchLatencyMiddleware: each attempt's time into the worker's Prometheus histogram
 batchd_fetch_latency_seconds, and the attempts under way into batchd_fetches_in_progress (METRICS_PORT;
-the counters are worker/metrics.py's WorkerMetrics).
+the counters are worker/worker_metrics.py's WorkerMetrics).
 
 The time is Response.elapsed, from sending the request to the end of its body. The link is the innermost
 of the default chain, so the attempts it counts as under way are those being sent, not those waiting for

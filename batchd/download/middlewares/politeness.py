@@ -1,8 +1,8 @@
 """Politeness toward each site, across the threads of a worker: at most CONCURRENT_REQUESTS_PER_DOMAIN
 requests in flight to one host, and DOWNLOAD_DELAY seconds between two requests to it (randomised
 0.5x to 1.5x unless RANDOMIZE_DOWNLOAD_DELAY is off, so that a site sees no fixed rhythm), or what the
-host's [hosts] table says (download/host_terms.py). DOMAIN_RATE_LIMIT is a backend's HostRates port
-(backends/host_rates.py in one process, Redis for every worker).
+host's [hosts] table says (hosts/terms.py). DOMAIN_RATE_LIMIT is a backend's HostRates port
+(hosts/rates.py in one process, Redis for every worker).
 
 This link is the one gate of a host's pace: robots.txt's Crawl-delay and the throttle tell the shared
 HostPaces their delays, and the gap after a start is the largest of them and the host's own delay.
@@ -14,7 +14,8 @@ from typing import Optional
 
 from ...http import Request, Response
 from ..chain import ChainContext, DownloaderMiddleware, NotYet
-from ..host_terms import HostPaces, HostTerms
+from ...hosts.terms import HostTerms
+from ...hosts.paces import HostPaces, needs_pacing
 
 
 class PolitenessMiddleware(DownloaderMiddleware):
@@ -44,11 +45,7 @@ class PolitenessMiddleware(DownloaderMiddleware):
 
 
 def politeness_for(settings, threads: int, paces: Optional[HostPaces] = None) -> Optional[HostPaces]:
-    """The paces to keep (the settings', unless given), or None when they could hold nothing back: no
-    host's terms with a delay or fewer places than threads, no Crawl-delay read, no throttle."""
+    """The paces to keep (the settings', unless given), or None when they could hold nothing back (hosts/paces.py,
+    needs_pacing)."""
     paces = paces or HostPaces(HostTerms.from_settings(settings), settings.RANDOMIZE_DOWNLOAD_DELAY)
-    holds_back = any(terms.delay > 0 or terms.concurrency < threads for terms in paces.terms.every())
-    if not (holds_back or settings.ROBOTSTXT_OBEY or settings.AUTOTHROTTLE_ENABLED):
-        return None
-    return paces
-
+    return paces if needs_pacing(paces, settings, threads) else None

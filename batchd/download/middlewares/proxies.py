@@ -8,7 +8,7 @@ that fails PROXY_MAX_FAILURES attempts in a row (a connection error or a timeout
 retired for PROXY_RETIRE_SECONDS; an answer, whatever its status, resets its count. A retry is
 never sent through the proxy its last attempt failed on, while the pool has another. Passwords
 never reach a log line (config.redact_url). A host whose [hosts] table names a proxy goes through
-that one (download/host_terms.py), the pool aside; a request's own proxy wins over both.
+that one (hosts/terms.py), the pool aside; a request's own proxy wins over both.
 """
 import logging
 import threading
@@ -20,8 +20,8 @@ from ...config import redact_url
 from ...errors import ConfigError
 from ...http import Request, Response
 from ..chain import TRANSIENT_ERRORS, ChainContext, Counts, DownloaderMiddleware, NoCounts
-from ..host_terms import HostTerms
-from ...process.threads import guard
+from ...hosts.terms import HostTerms
+from ...service.threads import guard
 
 log = logging.getLogger("batchd")
 

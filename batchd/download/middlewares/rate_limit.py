@@ -1,6 +1,6 @@
 """DOMAIN_RATE_LIMIT: at most that many attempts a second to one host, across every worker of the
 namespace (DOMAIN_RATE_BURST of them may start at once); a host's [hosts] table may set its own rate
-and burst (download/host_terms.py).
+and burst (hosts/terms.py).
 
 The slots are booked in the HostRates port (Redis: shared by every worker of the namespace; SQLite and
 memory: by the worker's process): each attempt books the host's next slot; one whose slot is still to
@@ -22,7 +22,8 @@ import time
 from ...errors import BackendUnavailable
 from ...http import Request
 from ..chain import ChainContext, DownloaderMiddleware, not_yet_if
-from ..host_terms import HostPaces, HostTerms, Terms
+from ...hosts.terms import HostTerms, Terms
+from ...hosts.paces import HostPaces
 
 BOOKED_SLOT = "_batchd_rate_slot"      # the meta key of the time.monotonic() of the slot an attempt booked
 

@@ -17,7 +17,7 @@ the answer means, after RFC 9309:
                   warning naming the origin.
 
 Protego's Crawl-delay for our user agent is honoured too (at most CRAWL_DELAY_MOST seconds): it is told to
-the worker's HostPaces (download/host_terms.py), where the rate-limit link books it as one request per
+the worker's HostPaces (hosts/terms.py), where the rate-limit link books it as one request per
 Crawl-delay in the HostRates port, shared by every worker of the namespace (a site asks it of the crawler,
 not of each process), and the politeness link keeps it between two starts in this worker too (more if the
 host's own delay or the throttle's is longer).
@@ -33,7 +33,8 @@ from protego import Protego
 from ..bodies import ResponseTooLarge
 from ...http import Request, RequestFailed, Response
 from ..chain import ChainContext, Counts, DownloaderMiddleware, NoCounts, NotYet
-from ..host_terms import HostPaces, HostTerms
+from ...hosts.terms import HostTerms
+from ...hosts.paces import HostPaces
 
 log = logging.getLogger("batchd")
 

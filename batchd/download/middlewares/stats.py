@@ -1,4 +1,4 @@
-"""StatsMiddleware: the batch's downloader counters (settle/stats.py's BatchStats adds them up per batch).
+"""StatsMiddleware: the batch's downloader counters (settle/batch_stats.py's BatchStats adds them up per batch).
 
 It stands inside batchd's other links (the latency link excepted), so it counts what is really sent:
 every attempt, retries included, and no request robots.txt forbade; a response is counted as it came
@@ -10,7 +10,7 @@ back, before any link outside it judges it:
     downloader/exception_count                     attempts that got no response, and by exception
                                                    (.../exception_type_count/ReadTimeout)
 
-and per host (backends/host_counts.py names them; the flush keeps the busiest hosts only):
+and per host (hosts/counts.py names them; the flush keeps the busiest hosts only):
 
     host/done/<host>, host/failed/<host>           attempts answered 2xx/3xx; answered otherwise or not at all
     host/le<i>/<host>                              answered attempts by latency bucket (p50, p95)
@@ -24,7 +24,7 @@ import threading
 from typing import Optional
 from urllib.parse import urlsplit
 
-from ...backends.host_counts import FAILED, answered_names, host_label, name
+from ...hosts.counts import FAILED, answered_names, host_label, name
 from ...http import Request, Response
 from ..chain import ChainContext, Counts, DownloaderMiddleware, PageRejected
 

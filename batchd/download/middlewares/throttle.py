@@ -13,7 +13,7 @@ A host met for the first time gets AUTOTHROTTLE_START_DELAY. Each answer moves i
                       page says nothing of how fast the host serves its pages.
 
 The delay stays within DOWNLOAD_DELAY (the floor) and AUTOTHROTTLE_MAX_DELAY. It is told to the worker's
-HostPaces (download/host_terms.py), where the politeness link spaces the host's starts by the largest of
+HostPaces (hosts/terms.py), where the politeness link spaces the host's starts by the largest of
 it, the host's own delay and its Crawl-delay: without that link, the throttle learns but spaces nothing. A line at INFO names a
 host whose delay rises past a notable threshold (each 4x the start delay) or comes back down, not
 each request.
@@ -29,7 +29,7 @@ import requests
 from ...errors import ConfigError
 from ...http import Request, Response
 from ..chain import ChainContext, DownloaderMiddleware
-from ..host_terms import KEPT_HOSTS, HostPaces, host_of
+from ...hosts.paces import KEPT_HOSTS, HostPaces, host_of
 
 log = logging.getLogger("batchd")
 

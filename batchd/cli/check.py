@@ -1,0 +1,110 @@
+"""`batchd check`: whether the config, the connections, the task table and its index, and the download chain
+are fit for a crawl. It changes nothing."""
+import argparse
+import logging
+from typing import Callable
+
+from ..errors import BatchdError, ExitCode
+from ..download.chain import ChainContext, chain_from_settings
+from ..hosts.terms import HostTerms
+from ..backends.ports import claim_namespace
+from ..runtime import Runtime
+from .arguments import VerbGroup, runtime_from_args, spider_and_config
+
+VERBS = VerbGroup()
+verb = VERBS.verb
+
+
+class Checklist:
+    """`batchd check`: one line per item, OK or the one-line reason; the first failure's exit code."""
+
+    def __init__(self):
+        self.exit_code = ExitCode.OK
+
+    def item(self, name: str, action: Callable[[], tuple], needs: object = True):
+        """Run `action` -> (value, text); returns the value, or None when it failed or was skipped."""
+        if not needs:
+            print(f"SKIP  {name:<11} needs the checks above")
+            return None
+        try:
+            value, text = action()
+        except BatchdError as e:
+            print(f"FAIL  {name:<11} {e}")
+            self.exit_code = self.exit_code or e.exit_code
+            return None
+        print(f"OK    {name:<11} {text}")
+        return value
+
+
+@verb("check", "check the config, the connections, the task table and its columns, the index",
+      spider_and_config)
+def check_verb(args: argparse.Namespace) -> int:
+    logging.getLogger("batchd.store").setLevel(logging.ERROR)    # the index line says it, once
+    checks = Checklist()
+    runtime = checks.item("config", lambda: _checked_runtime(args))
+    reached = checks.item("store", lambda: (True, _reach_store(runtime)), needs=runtime)
+    queue = checks.item("queue", lambda: (True, _reach_queue(runtime)), needs=runtime)
+    opened = checks.item("task table", lambda: (True, _open_task_table(runtime)), needs=reached)
+    checks.item("index", lambda: (True, _state_index(runtime)), needs=opened)
+    checks.item("namespace", lambda: (True, _namespace_owner(runtime)), needs=opened and queue)
+    checks.item("downloader", lambda: (True, _middleware_chain(runtime)), needs=queue)
+    if runtime is not None:
+        _host_terms(runtime)
+    return checks.exit_code
+
+
+def _host_terms(runtime: Runtime) -> None:
+    """The terms in force: the global ones, then one line per [hosts] table (proxies redacted)."""
+    terms = HostTerms.from_settings(runtime.settings)
+    print(f"TERMS {'every host':<11} {terms.defaults.describe()}")
+    for pattern, table in terms.patterns.items():
+        print(f"TERMS {pattern:<11} {table.describe()}")
+
+
+def _checked_runtime(args: argparse.Namespace) -> tuple:
+    runtime = runtime_from_args(args)
+    return runtime, (f"{type(runtime.spider).__name__}: task table {runtime.layout.table}, "
+                     f"namespace {runtime.namespace}")
+
+
+def _reach_store(runtime: Runtime) -> str:
+    runtime.store.ping()
+    return runtime.store.describe()
+
+
+def _reach_queue(runtime: Runtime) -> str:
+    runtime.backend.leases.ping()
+    return runtime.backend.leases.describe()
+
+
+def _open_task_table(runtime: Runtime) -> str:
+    layout = runtime.layout
+    runtime.store.open(layout)
+    hosts = f", hosts from `{layout.host_field}` (BATCH_TASK_HOST_FIELD)" if layout.host_field else ""
+    return f"`{layout.table}` with `{layout.id_field}`, `{layout.state_field}`, `{layout.time_field}`{hosts}"
+
+
+def _namespace_owner(runtime: Runtime) -> str:
+    identity = claim_namespace(runtime.backend.namespaces, runtime.store, runtime.layout, runtime.namespace,
+                               "check", record=False)
+    return f"{runtime.namespace} serves {identity}"
+
+
+def _middleware_chain(runtime: Runtime) -> str:
+    """DOWNLOADER_MIDDLEWARES as a worker would load it (with these settings: links they leave idle are out)."""
+    context = ChainContext(runtime.settings, spider=runtime.spider, threads=runtime.settings.SPIDER_THREAD_COUNT,
+                           host_rates=runtime.backend.host_rates(runtime.namespace))
+    chain = chain_from_settings(context)
+    names = " > ".join(type(link).__name__ for link in chain.middlewares) or "no link"
+    chain.close()
+    return f"middlewares {names}"
+
+
+def _state_index(runtime: Runtime) -> str:
+    layout = runtime.layout
+    fix = runtime.store.missing_state_index(layout)
+    if fix:
+        raise BatchdError(f"`{layout.state_field}` has no index, so every patrol scans the whole table; run: {fix}")
+    if layout.host_field:     # the claim reads the host column with the rows the state index finds
+        return f"`{layout.state_field}` is indexed; claims across hosts need no index on `{layout.host_field}`"
+    return f"`{layout.state_field}` is indexed"

@@ -1,0 +1,228 @@
+"""The dashboard's pages, as HTML drawn on the server from the data api.py reads. Every value goes through
+`esc` (html.escape, quotes too): a crawled URL, a failure's reason, a host's name, a worker's name all
+came from outside and are shown as text. The pages carry no inline script or style (the Content-Security-
+Policy forbids both); /static/app.js refreshes a page every REFRESH seconds and sends the actions.
+
+    /ns/NS/            the open batch: progress bar and chart, done, failed, pending, in flight, rate, ETA,
+                       why it is not done (the verdict of `batchd status --why`, the oldest tasks in flight),
+                       the queue, the workers per host, and the actions
+    /ns/NS/hosts       the busiest hosts: waiting, in flight, done, failed, latency, breaker
+    /ns/NS/failures    failures by reason, and the tasks behind a reason (URL, reason, attempts, time)
+    /ns/NS/history     the last batches: charts of tasks, duration and items, and a table
+"""
+import html
+import time
+from typing import Optional
+from urllib.parse import quote
+
+from ..reporting.snapshots import duration, rate_text
+from ..reporting.status import supervisor_name
+from . import charts
+
+REFRESH = 5          # seconds between a page's reloads
+TABS = (("", "Batch"), ("hosts", "Hosts"), ("failures", "Failures"), ("history", "History"))
+
+
+def esc(value) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def _figure(value) -> str:
+    return "-" if value is None else esc(value)
+
+
+def _when(unix: Optional[float]) -> str:
+    return "-" if unix is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(unix))
+
+
+def page(title: str, namespace: Optional[str], tab: Optional[str], body: str, namespaces: list,
+         actions: bool = False) -> str:
+    links = ""
+    if namespace is not None:
+        base = f"/ns/{quote(namespace, safe='')}/"
+        here = ' class="here"'
+        links = "".join(f'<a href="{base}{path}"{here if path == tab else ""}>{name}</a>' for path, name in TABS)
+    others = "".join(f'<a href="/ns/{quote(n, safe="")}/">{esc(n)}</a>' for n in namespaces if n != namespace)
+    return ("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{esc(title)} · batchd</title><link rel=\"stylesheet\" href=\"/static/app.css\">"
+            "<script src=\"/static/app.js\" defer></script></head>"
+            f"<body data-refresh=\"{REFRESH}\" data-namespace=\"{esc(namespace or '')}\" "
+            f"data-actions=\"{'on' if actions else 'off'}\">"
+            f"<header><a class=\"brand\" href=\"/\">batchd</a><span class=\"ns\">{esc(namespace or '')}</span>"
+            f"<nav>{links}</nav><nav class=\"others\">{others}</nav></header>"
+            f"<main><h1>{esc(title)}</h1>{body}</main>"
+            f"<footer>as of {_when(time.time())}; this page reloads every {REFRESH} s · "
+            "<a href=\"/api/status\">JSON API</a></footer></body></html>")
+
+
+def error_page(message: str) -> str:
+    return page("Cannot read the namespace", None, None, f'<p class="error" id="error">{esc(message)}</p>', [])
+
+
+def index_page(entries: list) -> str:
+    """Each namespace shown, with its batch's progress."""
+    rows = "".join(f'<tr><td><a href="/ns/{quote(e["namespace"], safe="")}/">{esc(e["namespace"])}</a></td>'
+                   f'<td>{esc(e["table"])}</td><td>{esc(e["summary"])}</td></tr>' for e in entries)
+    body = f'<table><tr><th>namespace</th><th>task table</th><th>batch</th></tr>{rows}</table>'
+    return page("Namespaces", None, None, body, [e["namespace"] for e in entries])
+
+
+# -- the open batch
+def batch_page(status: dict, why: dict, namespaces: list, actions: bool) -> str:
+    batch, tasks, queue = status["batch"], status["tasks"], status["queue"]
+    parts = [f'<p class="missing">MISSING {esc(reason)}</p>' for reason in status["unreachable"]]
+    if status["paused_since"] is not None:
+        parts.append(f'<p class="paused" id="paused">Paused since {_when(status["paused_since"])}: nothing is '
+                     'claimed or leased</p>')
+    if batch is None:
+        parts.append('<p id="no-batch">No batch yet: the master opens the first one.</p>')
+    else:
+        state = "finished" if batch["is_done"] else "running"
+        parts.append(f'<p class="batch">Batch <b id="batch-id">{esc(batch["id"])}</b>'
+                     f'{" opened " + esc(batch["date"]) if batch["date"] else ""}, <span id="batch-state">{state}'
+                     '</span></p>')
+    if tasks is not None:
+        parts.append(_progress(tasks, status))
+    parts.append(f'<section><h2>Why it is not done</h2><p class="verdict" id="verdict">{esc(why["verdict"])}</p>'
+                 f'{_why_details(why)}</section>')
+    parts.append(f'<section><h2>Queue</h2><table class="figures"><tr><th>waiting</th><th>leased</th></tr>'
+                 f'<tr><td id="queue-waiting">{_figure(queue["waiting"])}</td>'
+                 f'<td id="queue-leased">{_figure(queue["leased"])}</td></tr></table></section>')
+    parts.append(_workers(status))
+    if actions:
+        parts.append(_actions())
+    return page(f"Batch {batch['id']}" if batch else "No batch yet", status["namespace"], "", "".join(parts),
+                namespaces, actions)
+
+
+def _progress(tasks: dict, status: dict) -> str:
+    finished = bool(status["batch"] and status["batch"]["is_done"])     # its chart ends at its close, not now
+    figures = [("total", tasks["total"]), ("settled", tasks["settled"]), ("done", tasks["done"]),
+               ("failed", tasks["failed"]), ("pending", tasks["pending"]), ("processing", tasks["processing"])]
+    head = "".join(f"<th>{name}</th>" for name, _ in figures)
+    cells = "".join(f'<td id="{name.replace(" ", "-")}">{_figure(value)}</td>' for name, value in figures)
+    measured = (status["rate"], status["rate_seconds"]) if status["rate"] is not None else None
+    pace = ('<b id="rate">finished</b>' if finished else
+            f'<b id="rate">{esc(rate_text(measured))}</b>; ETA <b id="eta">{esc(duration(status["eta_seconds"]))}</b>')
+    bar = charts.bar(tasks["done"] or 0, tasks["failed"] or 0, tasks["total"])
+    chart = charts.progress(status["life"], tasks["total"], None if finished else status["time"])
+    return (f'<section><h2>Progress</h2><div id="progress-bar">{bar}</div>'
+            f'<table class="figures"><tr>{head}</tr><tr>{cells}</tr></table><p>{pace}</p>'
+            f'<h3>Tasks settled over the batch\'s life</h3><div id="progress-chart">{chart}</div></section>')
+
+
+def _why_details(why: dict) -> str:
+    parts = []
+    tasks = why.get("tasks")
+    if tasks:
+        parts.append(f'<p>{esc(tasks["pending"])} pending (not claimed), {esc(tasks["queued"])} queued, '
+                     f'{esc(tasks["leased"])} leased: {esc(tasks["leased_live"])} by live workers, '
+                     f'{esc(tasks["leased_stalled"])} by stalled ones, {esc(tasks["leased_dead"])} by dead ones</p>')
+    if why["waiting_on_hosts"]:
+        parts.append("<p>Set aside, waiting on their host: " + ", ".join(
+            f'{esc(row["host"])} {esc(row["waiting"])}' for row in why["waiting_on_hosts"]) + "</p>")
+    if why["failures"]:
+        parts.append("<p>Failed: " + ", ".join(f'{esc(row["count"])} {esc(row["kind"])}' for row in why["failures"])
+                     + "</p>")
+    for outage in why["outages"]:
+        parts.append(f'<p class="missing">{esc(outage["host"])} {esc(outage["supervisor"])} waits for '
+                     f'{esc(outage["backend"])} since {_when(outage["since"])} ({esc(outage["reason"])})</p>')
+    if why["oldest"]:
+        rows = "".join(f'<tr><td>{esc(t["task"])}</td><td>{esc(duration(t["held_seconds"]))}</td>'
+                       f'<td>{esc(t["worker"] or "?")}</td><td>{esc(t["pid"])}</td><td>{esc(t["state"])}</td>'
+                       f'<td>{esc(t["host"] or "?")}</td><td>{esc(duration(t["expires_in"]))}</td></tr>'
+                       for t in why["oldest"])
+        parts.append('<h3>Oldest in flight</h3><table id="oldest"><tr><th>task</th><th>held</th><th>worker</th>'
+                     f'<th>pid</th><th>state</th><th>host</th><th>lease expires in</th></tr>{rows}</table>')
+    return "".join(parts)
+
+
+def _workers(status: dict) -> str:
+    rows = []
+    for host in status["hosts"]:
+        outage = host.get("outage")
+        waits = f'{esc(outage["backend"])} since {_when(outage["since"])}' if outage else "-"
+        supervisor = esc(supervisor_name(host))
+        for w in host["workers"] or [{}]:
+            rows.append(f'<tr><td>{esc(host["host"])}</td><td>{supervisor}</td><td>{esc(w.get("name", "-"))}</td>'
+                        f'<td>{esc(w.get("pid", "-"))}</td><td>{esc(w.get("tasks", "-"))}</td>'
+                        f'<td>{esc(w.get("unflushed", "-"))}</td><td>{esc(w.get("done", "-"))}</td>'
+                        f'<td>{esc(w.get("failed", "-"))}</td><td>{waits}</td></tr>')
+    return (f'<section><h2>Workers</h2><p id="workers-alive">{esc(status["workers_alive"])} alive of '
+            f'{esc(status["workers_wanted"])} wanted; {esc(status["unflushed"])} items unflushed</p>'
+            '<table id="workers"><tr><th>host</th><th>supervisor</th><th>worker</th><th>pid</th><th>tasks in hand</th>'
+            f'<th>unflushed</th><th>done</th><th>failed</th><th>outage</th></tr>{"".join(rows)}</table></section>')
+
+
+def _actions() -> str:
+    buttons = "".join(f'<button type="button" data-action="{name}">{label}</button>'
+                      for name, label in (("pause", "Pause"), ("resume", "Resume"), ("open-batch", "Open batch")))
+    return f'<section class="actions"><h2>Actions</h2>{_token_field(buttons)}</section>'
+
+
+def _token_field(buttons: str = "") -> str:
+    """The token's field (app.js keeps what is typed in the tab's sessionStorage), the buttons beside it, and
+    where an action's answer is shown."""
+    return (f'<p><label>Token <input id="token" type="password" autocomplete="off"></label> {buttons}</p>'
+            '<p id="action-result" role="status"></p>')
+
+
+# -- hosts, failures, history
+def hosts_page(report: dict, namespaces: list) -> str:
+    parts = [f'<p class="missing">MISSING {esc(reason)}</p>' for reason in report["unreachable"]]
+    rows = "".join(f'<tr><td>{esc(r["host"])}</td><td>{esc(r["waiting"])}</td><td>{esc(r["in_flight"])}</td>'
+                   f'<td>{esc(r["done"])}</td><td>{esc(r["failed"])}</td><td>{_seconds(r["p50"])}</td>'
+                   f'<td>{_seconds(r["p95"])}</td><td class="breaker-{esc(r["breaker"] or "closed")}">'
+                   f'{esc(r["breaker"] or "-")}</td></tr>' for r in report["hosts"])
+    parts.append('<table id="hosts"><tr><th>host</th><th>waiting</th><th>in flight</th><th>done</th><th>failed</th>'
+                 f'<th>p50</th><th>p95</th><th>breaker</th></tr>{rows}</table>'
+                 f'<p>The busiest {esc(report["top"])} hosts of batch {_figure(report["batch"])}; the rest count '
+                 'as "other".</p>')
+    return page("Hosts", report["namespace"], "hosts", "".join(parts), namespaces)
+
+
+def _seconds(value) -> str:
+    if value is None:
+        return "-"
+    return "&gt;30s" if value == float("inf") else esc(f"{value:g}s")
+
+
+def failures_page(namespace: str, report: dict, namespaces: list, actions: bool) -> str:
+    base, requeue = f"/ns/{quote(namespace, safe='')}/failures", actions and report["open"]
+    kinds = "".join(f'<tr><td><a href="{base}?reason={quote(k["kind"], safe="")}">{esc(k["kind"])}</a></td>'
+                    f'<td>{esc(k["count"])}</td>{_requeue_button(k["kind"]) if requeue else ""}</tr>'
+                    for k in report["kinds"])
+    rows = "".join(f'<tr><td>{esc(f["task_id"])}</td><td class="url">{esc(f["url"])}</td>'
+                   f'<td class="reason">{esc(f["reason"])}</td><td>{esc(f["attempts"])}</td>'
+                   f'<td>{esc(f["time"])}</td></tr>' for f in report["failures"])
+    which = f' whose reason holds “{esc(report["reason"])}”' if report["reason"] else ""
+    body = (f'<p id="failed-total">Batch {_figure(report["batch"])}: {esc(report["total"])} failed tasks{which}</p>'
+            f'<table id="kinds"><tr><th>reason</th><th>tasks</th></tr>{kinds}</table>'
+            '<h2>Tasks</h2><table id="failures"><tr><th>task</th><th>URL</th><th>reason</th><th>attempts</th>'
+            f'<th>time</th></tr>{rows}</table>{_token_field() if requeue else ""}')
+    return page("Failures", namespace, "failures", body, namespaces, actions)
+
+
+def _requeue_button(kind: str) -> str:
+    return f'<td><button type="button" data-action="requeue" data-reason="{esc(kind)}">Requeue</button></td>'
+
+
+def history_page(namespace: str, entries: list, namespaces: list) -> str:
+    oldest_first = list(reversed(entries))
+    names = [str(e["id"]) for e in oldest_first]
+
+    def chart(title: str, element_id: str, stacks: list, unit: str = "") -> str:
+        drawn = charts.bars(title, names, [(css, [e[field] for e in oldest_first]) for css, field in stacks], unit)
+        return f'<h2>{esc(title)}</h2><div id="{element_id}">{drawn}</div>'
+
+    charts_html = (chart("Tasks per batch: done, failed", "history-tasks", [("done", "done"), ("failed", "failed")])
+                   + chart("Duration", "history-duration", [("line-bar", "duration_seconds")], "s")
+                   + chart("Items stored", "history-items", [("items", "items")]))
+    rows = "".join(f'<tr><td>{esc(e["id"])}</td><td>{esc(e["mode"])}</td><td>{esc(e["opened"])}</td>'
+                   f'<td>{esc(e["closed"] or ("" if e["is_done"] else "(running)"))}</td>'
+                   f'<td>{esc(duration(e["duration_seconds"]) if e["duration_seconds"] is not None else "-")}</td>'
+                   f'<td>{esc(e["done"])}</td><td>{esc(e["failed"])}</td><td>{esc(e["total"])}</td>'
+                   f'<td>{_figure(e["items"])}</td></tr>' for e in entries)
+    body = (charts_html + '<table id="history"><tr><th>batch</th><th>mode</th><th>opened</th><th>closed</th>'
+            f'<th>duration</th><th>done</th><th>failed</th><th>total</th><th>items</th></tr>{rows}</table>')
+    return page("History", namespace, "history", body, namespaces)

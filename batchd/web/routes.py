@@ -1,0 +1,118 @@
+"""The dashboard's routes: a path to an answer (docs/web.md lists them).
+
+    GET  /                      the namespaces (one: its batch page)
+    GET  /ns/NS/[hosts|failures|history]      the pages (html.py)
+    GET  /api/namespaces | status | why | hosts | history | failures     ?namespace=NS (the first by default)
+    POST /api/pause | resume | open-batch | requeue                      only with a token (server.py)
+    GET  /static/app.css | app.js
+
+A backend that cannot be read answers 503 with its words, a page as HTML and the API as JSON; an unknown
+namespace 404; open-batch while a batch is open (without force=1) 409.
+"""
+import logging
+from typing import Callable, Optional
+from urllib.parse import unquote
+
+from ..errors import BatchdError
+from ..control.actions import BatchStillOpen
+from . import assets, html
+from .api import ACTIONS, Dashboard, StoreBusy, action_arguments, outage_words
+from .server import Answer, Request
+
+log = logging.getLogger("batchd.web")
+
+HTML = "text/html; charset=utf-8"
+STATIC = {"/static/app.css": (assets.STYLE, "text/css; charset=utf-8"),
+          "/static/app.js": (assets.SCRIPT, "text/javascript; charset=utf-8")}
+
+
+def make_router(dashboard: Dashboard) -> Callable[[Request], Answer]:
+    api = {"namespaces": lambda q: dashboard.namespaces(),
+           "status": lambda q: dashboard.status(q.get("namespace")),
+           "why": lambda q: dashboard.why(q.get("namespace")),
+           "hosts": lambda q: dashboard.hosts(q.get("namespace")),
+           "history": lambda q: dashboard.history(q.get("namespace")),
+           "failures": lambda q: dashboard.failures(q.get("namespace"), q.get("reason"))}
+
+    def route(request: Request) -> Answer:
+        path = request.path
+        try:
+            if path.startswith("/api/"):
+                return _api(dashboard, api, request, path[len("/api/"):])
+            if request.method != "GET":
+                return Answer.error(405, "the pages are read with GET; actions are POST /api/ACTION")
+            if path in STATIC:
+                text, kind = STATIC[path]
+                return Answer(200, text.encode(), kind)
+            return _page(dashboard, request)
+        except KeyError as e:
+            return _failed(path, 404, f"no namespace {e.args[0]!r} is shown here")
+        except BatchStillOpen as e:
+            return _failed(path, 409, str(e))
+        except (BatchdError, StoreBusy) as e:
+            return _failed(path, 503, outage_words(e))
+
+    return route
+
+
+def _failed(path: str, status: int, words: str) -> Answer:
+    if path.startswith("/api/"):
+        return Answer.error(status, words)
+    return Answer(status, html.error_page(words).encode(), HTML)
+
+
+def _api(dashboard: Dashboard, api: dict, request: Request, name: str) -> Answer:
+    if request.method == "GET" and name in api:
+        return Answer.json(api[name](request.query))
+    if name not in ACTIONS or not dashboard.actions:
+        return Answer.error(404, f"no such API: {request.method} /api/{name}")
+    if request.method != "POST":
+        return Answer.error(405, f"/api/{name} is an action: POST it", {"Allow": "POST"})
+    if not request.authorized:
+        status, words = ((401, "an action needs Authorization: Bearer TOKEN") if not request.header_given
+                         else (403, "the token is not this dashboard's"))
+        return Answer.error(status, words, {"WWW-Authenticate": 'Bearer realm="batchd"'} if status == 401 else None)
+    arguments = action_arguments(request.query, request.body)
+    return Answer.json({"action": name, "said": dashboard.act(name, arguments.get("namespace"), arguments)})
+
+
+def _page(dashboard: Dashboard, request: Request) -> Answer:
+    path, namespaces = request.path, list(dashboard.runtimes)
+    if path == "/":
+        if len(namespaces) == 1:
+            return Answer(303, b"", HTML, {"Location": f"/ns/{namespaces[0]}/"})
+        return Answer(200, html.index_page([_index_entry(dashboard, n) for n in dashboard.namespaces()]).encode(),
+                      HTML)
+    parts = path.split("/")
+    if len(parts) != 4 or parts[1] != "ns":
+        return Answer(404, html.error_page(f"no page at {path}").encode(), HTML)
+    namespace, tab = unquote(parts[2]), parts[3]
+    dashboard.runtime(namespace)                         # KeyError: 404
+    page = _tab(dashboard, namespace, tab, namespaces, request.query.get("reason"))
+    if page is None:
+        return Answer(404, html.error_page(f"no page at {path}").encode(), HTML)
+    return Answer(200, page.encode(), HTML)
+
+
+def _tab(dashboard: Dashboard, namespace: str, tab: str, namespaces: list, reason: Optional[str]) -> Optional[str]:
+    if tab == "":
+        return html.batch_page(dashboard.status(namespace), dashboard.why(namespace), namespaces, dashboard.actions)
+    if tab == "hosts":
+        return html.hosts_page(dashboard.hosts(namespace), namespaces)
+    if tab == "failures":
+        return html.failures_page(namespace, dashboard.failures(namespace, reason), namespaces, dashboard.actions)
+    if tab == "history":
+        return html.history_page(namespace, dashboard.history(namespace), namespaces)
+    return None
+
+
+def _index_entry(dashboard: Dashboard, entry: dict) -> dict:
+    try:
+        status = dashboard.status(entry["namespace"])
+    except (BatchdError, StoreBusy) as e:
+        return {**entry, "summary": outage_words(e)}
+    batch, tasks = status["batch"], status["tasks"]
+    if batch is None or tasks is None:
+        return {**entry, "summary": "no batch yet"}
+    return {**entry, "summary": f"batch {batch['id']}: {tasks['settled']}/{tasks['total']} settled"
+                                + (", finished" if batch["is_done"] else "")}
