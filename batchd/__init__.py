@@ -1,7 +1,7 @@
 """batchd: periodic batch web crawling with a MySQL task table and Redis leases."""
 from .config import VERSION as __version__, Settings
 from .errors import BackendUnavailable, BatchdError, ConfigError, ExitCode, MasterLockHeld
-from .http import Request, RequestFailed, Response
+from .http import FetchOptions, Request, RequestFailed, Response, RetryOptions, RevalidateOptions
 from .item import Field, Item, UndeclaredField
 from .backends.memory.memory_store import MemoryBatchStore
 from .backends.mysql_redis.mysql import MysqlBatchStore
@@ -15,6 +15,7 @@ from .task import TaskState
 
 __all__ = [
     "BatchSpider", "Runtime", "Request", "Response", "RequestFailed", "DownloaderMiddleware", "ChainContext",
+    "FetchOptions", "RetryOptions", "RevalidateOptions",
     "Item", "Field", "UndeclaredField",
     "BatchStore", "MemoryBatchStore", "MysqlBatchStore", "SqliteBatchStore", "TaskLayout", "BatchRecord", "Progress", "ItemRow",
     "TaskState", "Settings", "ExitCode", "BatchdError", "ConfigError", "BackendUnavailable", "MasterLockHeld",

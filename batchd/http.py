@@ -11,10 +11,12 @@ The downloader that turns one into the other is batchd/download/downloader.py.
 # Annotations stay unevaluated: requests 2.28 (Debian 12) has no subscriptable CaseInsensitiveDict.
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json as jsonlib
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import lru_cache
 from http.cookiejar import CookieJar
 from typing import IO, TYPE_CHECKING, Any, Optional, Union, overload
@@ -49,57 +51,125 @@ HEADER_CHARSET = re.compile(r"(?:^|;)\s*charset\s*=\s*[\"']?([^\"';,\s]+)", re.I
 DEFAULT_PORTS = {"http": ":80", "https": ":443"}
 
 
-class Request:
-    """One HTTP request and what the spider wants done with its response."""
+@dataclass
+class FetchOptions:
+    """How a request is sent: requests' own arguments, and batchd's per-request limits. `timeout` overrides
+    REQUEST_TIMEOUT; `verify` (a CA bundle's path, or False) TLS_VERIFY; `maxsize` (bytes) DOWNLOAD_MAXSIZE;
+    `proxy` (a URL) is the proxy of this request alone, instead of PROXY or PROXY_POOL; `extra`: any other
+    argument of requests.Session.request (files, cert...)."""
+    headers: Optional[Mapping[str, Union[str, bytes]]] = None
+    params: Optional[Fields] = None
+    data: Union[Fields, IO[bytes], Iterable[bytes], None] = None
+    json: Any = None
+    cookies: Union[Mapping[str, str], CookieJar, None] = None
+    timeout: Optional[Timeout] = None
+    allow_redirects: bool = True
+    proxies: Optional[Mapping[str, str]] = None
+    proxy: Optional[str] = None
+    verify: Union[bool, str, None] = None
+    auth: Optional[Auth] = None
+    maxsize: Optional[int] = None
+    extra: dict[str, Any] = field(default_factory=dict)
 
-    def __init__(self, url: str, callback: Union[Callback, str, None] = None, method: str = "GET",
-                 headers: Optional[Mapping[str, Union[str, bytes]]] = None, params: Optional[Fields] = None,
-                 data: Union[Fields, IO[bytes], Iterable[bytes], None] = None, json: Any = None,
-                 cookies: Union[Mapping[str, str], CookieJar, None] = None, meta: Optional[dict[str, Any]] = None,
-                 timeout: Optional[Timeout] = None, allow_redirects: bool = True,
-                 proxies: Optional[Mapping[str, str]] = None, verify: Union[bool, str, None] = None,
-                 auth: Optional[Auth] = None, max_retry_times: Optional[int] = None, dont_filter: bool = False,
+
+@dataclass
+class RetryOptions:
+    """How a failed attempt is tried again: `max_retry_times` overrides SPIDER_MAX_RETRY_TIMES."""
+    max_retry_times: Optional[int] = None
+
+
+@dataclass
+class RevalidateOptions:
+    """What a re-crawl does with this request (REVALIDATE, docs/recrawl.md): a GET goes conditional when its
+    URL's last crawl kept validators, unless `revalidate` is False (always fetched whole); when the page did
+    not change, `on_unchanged`, if given, is called instead of the callback (the response of a 304 has no
+    body)."""
+    revalidate: bool = True
+    on_unchanged: Union[Callback, str, None] = None
+
+
+# Each of today's keywords of Request, and the group that keeps it (any other keyword goes to requests).
+GROUP_OF_KEYWORD = {**{name: "fetch" for name in FetchOptions.__dataclass_fields__ if name != "extra"},
+                    "max_retry_times": "retry", "revalidate": "revalidation", "on_unchanged": "revalidation"}
+GROUPS = {"fetch": FetchOptions, "retry": RetryOptions, "revalidation": RevalidateOptions}
+
+
+class _Grouped:
+    """An option read and written through its group: `request.timeout` is `request.fetch.timeout`, as spiders
+    and middlewares written before the groups read it."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.group, self.name = GROUP_OF_KEYWORD[name], name
+
+    def __get__(self, request: Any, owner: Any = None) -> Any:
+        return getattr(getattr(request, self.group), self.name)
+
+    def __set__(self, request: Any, value: Any) -> None:
+        setattr(getattr(request, self.group), self.name, value)
+
+
+class Request:
+    """One HTTP request and what the spider wants done with its response.
+
+    Its options are kept in three groups: how it is sent (`fetch`, FetchOptions), how it is retried
+    (`retry`, RetryOptions), what a re-crawl does with it (`revalidation`, RevalidateOptions). Each option
+    may be given by its own keyword as well (`Request(url, timeout=5, revalidate=False)`), and read or
+    set as an attribute of the request (`request.timeout`)."""
+
+    headers = _Grouped()
+    params = _Grouped()
+    data = _Grouped()
+    json = _Grouped()
+    cookies = _Grouped()
+    timeout = _Grouped()
+    allow_redirects = _Grouped()
+    proxies = _Grouped()
+    proxy = _Grouped()
+    verify = _Grouped()
+    auth = _Grouped()
+    maxsize = _Grouped()
+    max_retry_times = _Grouped()
+    revalidate = _Grouped()
+    on_unchanged = _Grouped()
+
+    def __init__(self, url: str, callback: Union[Callback, str, None] = None, method: str = "GET", *,
                  errback: Union[Errback, str, None] = None, cb_kwargs: Optional[dict[str, Any]] = None,
-                 maxsize: Optional[int] = None, proxy: Optional[str] = None, revalidate: bool = True,
-                 on_unchanged: Union[Callback, str, None] = None, **kwargs: Any) -> None:
+                 meta: Optional[dict[str, Any]] = None, dont_filter: bool = False,
+                 fetch: Optional[FetchOptions] = None, retry: Optional[RetryOptions] = None,
+                 revalidation: Optional[RevalidateOptions] = None, **options: Any) -> None:
         """`errback` is called instead of the spider's failed_request when this request fails for good
-        (retries spent, or not retryable); `cb_kwargs` are passed to the callback as keyword arguments.
-        `verify` (a CA bundle's path, or False) and `maxsize` (bytes) override TLS_VERIFY and
-        DOWNLOAD_MAXSIZE for this request; `timeout` overrides REQUEST_TIMEOUT; `proxy` (a URL) is the
-        proxy of this request alone, instead of PROXY or PROXY_POOL. With REVALIDATE on, a GET goes
-        conditional when its URL's last crawl kept validators, unless `revalidate` is False (always
-        fetched whole); when the page did not change (a 304, or the same CHANGE_SIGNATURE = "body") its
-        callback is not called, and `on_unchanged`, if given, is called instead, as a callback is (the
-        response of a 304 has no body)."""
+        (retries spent, or not retryable); `cb_kwargs` are passed to the callback as keyword arguments;
+        `dont_filter` lets it through REQUEST_FILTER_ENABLE's filter. `options`: any option of the groups by
+        its own keyword (over the group's value), and any other argument of requests.Session.request."""
         self.url = url
         self.callback = callback
         self.errback = errback
         self.cb_kwargs = {} if cb_kwargs is None else cb_kwargs
         self.method = method.upper()
-        self.headers = headers
-        self.params = params
-        self.data = data
-        self.json = json
-        self.cookies = cookies
         self.meta = {} if meta is None else meta
-        self.timeout = timeout
-        self.allow_redirects = allow_redirects
-        self.proxies = proxies
-        self.verify = verify
-        self.auth = auth
-        self.max_retry_times = max_retry_times
         self.dont_filter = dont_filter
-        self.maxsize = maxsize
-        self.proxy = proxy
-        self.revalidate = revalidate
-        self.on_unchanged = on_unchanged
-        self.kwargs = kwargs  # passed through to requests.Session.request (files, cert...)
+        self.fetch = FetchOptions() if fetch is None else fetch
+        self.retry = RetryOptions() if retry is None else retry
+        self.revalidation = RevalidateOptions() if revalidation is None else revalidation
+        for name, value in options.items():
+            if name in GROUP_OF_KEYWORD:
+                setattr(getattr(self, GROUP_OF_KEYWORD[name]), name, value)
+            else:
+                self.fetch.extra[name] = value
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        """What goes on to requests.Session.request besides batchd's own options (files, cert...)."""
+        return self.fetch.extra
 
     def replace(self, **changes: Any) -> Request:
-        """A copy of this request with `changes` (any argument of Request). Its meta and cb_kwargs are
-        copies too: changing them leaves this request's alone."""
-        arguments = {name: getattr(self, name) for name in REQUEST_ARGUMENTS}
-        arguments.update(meta=dict(self.meta), cb_kwargs=dict(self.cb_kwargs), **self.kwargs)
+        """A copy of this request with `changes` (any argument of Request, or any option by its keyword).
+        Its meta, cb_kwargs and option groups are copies too: changing them leaves this request's alone."""
+        groups = {name: dataclasses.replace(getattr(self, name)) for name in GROUPS}
+        groups["fetch"].extra = dict(self.fetch.extra)
+        arguments: dict[str, Any] = {"url": self.url, "callback": self.callback, "method": self.method,
+                                     "errback": self.errback, "cb_kwargs": dict(self.cb_kwargs),
+                                     "meta": dict(self.meta), "dont_filter": self.dont_filter, **groups}
         arguments.update(changes)
         return Request(**arguments)
 
@@ -133,9 +203,6 @@ class Request:
         return f"<Request {self.method} {self.url}>"
 
 
-REQUEST_ARGUMENTS = ("url", "callback", "method", "headers", "params", "data", "json", "cookies", "meta", "timeout",
-                     "allow_redirects", "proxies", "verify", "auth", "max_retry_times", "dont_filter", "errback",
-                     "cb_kwargs", "maxsize", "proxy", "revalidate", "on_unchanged")
 # Where an element keeps the URL response.follow() takes from it.
 URL_ATTRIBUTES = {"a": "href", "area": "href", "link": "href", "img": "src", "iframe": "src", "frame": "src",
                   "script": "src", "source": "src", "embed": "src", "audio": "src", "video": "src"}

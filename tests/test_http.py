@@ -13,7 +13,7 @@ from requests.cookies import RequestsCookieJar
 import requests
 
 from batchd.config import Settings
-from batchd.http import Request, RequestFailed, Response
+from batchd.http import FetchOptions, Request, RequestFailed, Response, RetryOptions, RevalidateOptions
 from batchd.service.threads import guard, start_thread
 from tests.harness import retrying_downloader, wait_for
 from batchd.worker.worker import downloader_for
@@ -676,6 +676,31 @@ def test_replace_copies_every_argument_but_those_changed():
     assert original.cb_kwargs == {"n": 1}, "the copy's cb_kwargs are its own"
     assert original.replace(stream=True).kwargs == {"stream": True}, "requests' own arguments too"
 
+
+
+def test_options_come_in_groups_and_todays_keywords_still_fill_them():
+    grouped = Request("http://x.invalid/", fetch=FetchOptions(timeout=3, headers={"X": "1"}),
+                      retry=RetryOptions(max_retry_times=2), revalidation=RevalidateOptions(revalidate=False))
+    flat = Request("http://x.invalid/", timeout=3, headers={"X": "1"}, max_retry_times=2, revalidate=False)
+    for request in (grouped, flat):
+        assert (request.fetch.timeout, request.fetch.headers, request.retry.max_retry_times,
+                request.revalidation.revalidate) == (3, {"X": "1"}, 2, False)
+        assert (request.timeout, request.headers, request.max_retry_times, request.revalidate) == (3, {"X": "1"}, 2, False)
+    assert Request("http://x.invalid/", fetch=FetchOptions(timeout=3), timeout=5).fetch.timeout == 5, \
+        "a keyword wins over its group"
+    flat.proxy = "http://proxy.invalid:3128"           # set as an attribute (a download_midware does): in its group
+    assert flat.fetch.proxy == "http://proxy.invalid:3128"
+    assert Request("http://x.invalid/", cert="/c.pem").fetch.extra == {"cert": "/c.pem"}, "the rest goes to requests"
+
+
+def test_replace_gives_the_copy_groups_of_its_own():
+    original = Request("http://x.invalid/", timeout=3, cert="/c.pem", on_unchanged="same")
+    copy = original.replace(timeout=4)
+    copy.fetch.extra["cert"] = "/d.pem"
+    copy.revalidation.on_unchanged = "other"
+    assert (original.fetch.timeout, original.fetch.extra, original.revalidation.on_unchanged) == \
+        (3, {"cert": "/c.pem"}, "same")
+    assert copy.fetch.timeout == 4
 
 # --- headers, redirects, sizes, TLS ----------------------------------------------------
 

@@ -176,7 +176,7 @@ class Downloader:
         """Seconds one attempt may block a (guarded) thread: its deadline, or a connect that
         outlasts it (a socket still connecting cannot be cut), and some slack."""
         terms = self.host_terms.for_url(request.url)
-        timeout = terms.timeout if request.timeout is None else request.timeout
+        timeout = terms.timeout if request.fetch.timeout is None else request.fetch.timeout
         connect = timeout[0] if isinstance(timeout, tuple) else timeout
         return max(terms.download_timeout, connect or 0.0) + WATCH_RECUT + CHECK_IN_SLACK
 
@@ -207,15 +207,16 @@ class Downloader:
         session, terms = self._session(), self.host_terms.for_url(request.url)
         download = self._deadlines.begin(terms.download_timeout)
         _in_flight.download = download
-        reader = BodyReader(download, self.maxsize if request.maxsize is None else request.maxsize)
+        options = request.fetch
+        reader = BodyReader(download, self.maxsize if options.maxsize is None else options.maxsize)
         try:
             raw = session.request(
-                request.method, request.url, params=request.params, data=request.data,
-                json=request.json, headers=self._headers_with_validators(request, terms), cookies=request.cookies,
-                timeout=terms.timeout if request.timeout is None else request.timeout,
-                allow_redirects=request.allow_redirects, proxies=self._proxies_for(request),
-                verify=request.verify, auth=request.auth,
-                **{**request.kwargs, "stream": True, "hooks": hooks_with(reader, request.kwargs.get("hooks"))})
+                request.method, request.url, params=options.params, data=options.data,
+                json=options.json, headers=self._headers_with_validators(request, terms), cookies=options.cookies,
+                timeout=terms.timeout if options.timeout is None else options.timeout,
+                allow_redirects=options.allow_redirects, proxies=self._proxies_for(request),
+                verify=options.verify, auth=options.auth,
+                **{**options.extra, "stream": True, "hooks": hooks_with(reader, options.extra.get("hooks"))})
         except Exception as exc:
             if download.expired and not isinstance(exc, DownloadTimeout):
                 raise download.overdue() from exc  # whatever the cut socket made the read raise
@@ -233,7 +234,8 @@ class Downloader:
     def _headers_for(self, request, terms: Terms):
         """The request's headers over its host's, with one of several User-Agents picked for it unless
         either names one."""
-        headers = {**terms.headers, **(request.headers or {})} if terms.headers else request.headers
+        own = request.fetch.headers
+        headers = {**terms.headers, **(own or {})} if terms.headers else own
         if len(self.user_agents) == 1 or any(name.lower() == "user-agent" for name in headers or ()):
             return headers
         return {"User-Agent": random.choice(self.user_agents), **(headers or {})}
@@ -258,10 +260,11 @@ class Downloader:
         """The request's own proxy (its own, or the proxy middleware's) or proxies, else the environment's
         for its origin (HTTP_PROXY, NO_PROXY...), read once per origin: the sessions do not read the
         environment on every request (trust_env off)."""
-        if request.proxy:
-            return {"http": request.proxy, "https": request.proxy}
-        if request.proxies is not None:
-            return request.proxies
+        options = request.fetch
+        if options.proxy:
+            return {"http": options.proxy, "https": options.proxy}
+        if options.proxies is not None:
+            return options.proxies
         parts = urlsplit(request.url)
         origin = f"{parts.scheme}://{parts.netloc}"
         proxies = self._proxies_by_origin.get(origin)

@@ -112,7 +112,7 @@ class PageMemory:
         if CONDITIONAL_META in sent.meta:
             return sent, page
         conditional = None
-        if self.settings.REVALIDATE and sent.revalidate:
+        if self.settings.REVALIDATE and sent.revalidation.revalidate:
             conditional = conditional_of(page, self.clock(), self.settings.REVISIT_INTERVAL_MAX)
         return sent.replace(meta={**sent.meta, CONDITIONAL_META: conditional}), page
 

@@ -233,9 +233,10 @@ class TaskRunner:
         signature = self.memory.body_signature(response)
         if self.memory.unchanged(page, response, signature):
             self.memory.visit(run, request, response, page, signature, settled=True)
-            if request.on_unchanged is None:
+            on_unchanged = request.revalidation.on_unchanged
+            if on_unchanged is None:
                 return []
-            return self._run_callback(run, request, request.on_unchanged, request_seq, response, task)
+            return self._run_callback(run, request, on_unchanged, request_seq, response, task)
         callback = request.callback or self.spider.parse
         if signature is not None:
             self.memory.visit(run, request, response, page, signature)

@@ -57,7 +57,7 @@ class ProxyMiddleware(DownloaderMiddleware):
 
     def process_request(self, request: Request) -> Optional[Request]:
         self._local.proxy = None
-        if request.proxy or request.proxies is not None:
+        if request.fetch.proxy or request.fetch.proxies is not None:
             return None
         hosts_own = self.host_terms.for_url(request.url).proxy
         if hosts_own or self.pool is None:

@@ -59,7 +59,8 @@ class RetryMiddleware(DownloaderMiddleware):
     def _retry(self, request: Request, outcome) -> Optional[Request]:
         """The request to try again, after the wait; None once its retries are spent."""
         retries = request.meta.get(RETRY_TIMES, 0)
-        limit = self.max_retry_times if request.max_retry_times is None else request.max_retry_times
+        own = request.retry.max_retry_times
+        limit = self.max_retry_times if own is None else own
         if retries >= limit:
             if limit:
                 self.stats.inc("retry/max_reached")

@@ -121,7 +121,7 @@ class RobotsTxtMiddleware(DownloaderMiddleware):
         raise RequestFailed(request, ForbiddenByRobots(reason), reason, 1)
 
     def _agent_of(self, request: Request) -> str:
-        for name, value in (request.headers or {}).items():
+        for name, value in (request.fetch.headers or {}).items():
             if name.lower() == "user-agent":
                 return value.decode("latin-1") if isinstance(value, bytes) else value
         return self.user_agent
