@@ -1,11 +1,11 @@
 """The Runtime: everything a spider runs in, as Scrapy's crawler is to its spider.
 
-A BatchSpider holds only what the user writes (task_requests, callbacks, failed_request) and
-calls (update_task, start, start_monitor). Its Runtime owns the rest: the settings resolved once
-(defaults < the spider's `__custom_setting__` < the TOML file < the environment < the command
-line or `settings=`), the task table's layout, the namespace, the backend's ports, and the
-master and workers built on them. The supervisor's children, the `batchd` command, `start()`
-and `start_monitor()` all go through a Runtime.
+A BatchSpider (batchd/spider.py, which stands on this module) holds only what the user writes
+(task_requests, callbacks, failed_request) and calls (update_task, start, start_monitor). Its Runtime owns
+the rest: the settings resolved once (defaults < the spider's `__custom_setting__` < the TOML file < the
+environment < the command line or `settings=`), the task table's layout, the namespace, the backend's
+ports, and the master and workers its Assembly (batchd/assembly.py) builds on them. The supervisor's
+children, the `batchd` command, `start()` and `start_monitor()` all go through a Runtime.
 
     runtime = Runtime.create(SpiderClass, overrides)   # makes the spider and binds it (the supervisor's way)
     runtime = Runtime.of(spider)            # a spider made by hand: spider.runtime does this, once
@@ -18,6 +18,7 @@ import signal
 import threading
 from typing import Any, Callable, Optional
 
+from .assembly import Assembly
 from .settle import failures
 from .settle.settler import Settler
 from .backends import open_backend, open_store
@@ -31,7 +32,6 @@ from .backends.ports import Backend, BatchStore
 from .service.systemd import set_thread_role, setup_logging
 from .task import mark_move
 from .service.threads import start_thread
-from .spider import BatchSpider
 from .worker.task_run import HeldTasks
 from .worker.worker import Worker
 
@@ -47,6 +47,7 @@ class Runtime:
         self._backend: Optional[Backend] = None
         self._store_opened = False
         self.held = HeldTasks()         # the tasks this process's workers hold: update_task finds its holder
+        self.assembly = Assembly(settings, self.layout, lambda: self.backend, self.namespace)
 
     @classmethod
     def of(cls, spider, overrides: Optional[dict] = None, config_file=None,
@@ -58,7 +59,7 @@ class Runtime:
         return runtime
 
     @classmethod
-    def create(cls, spider_class: type[BatchSpider], keep_alive: bool = True, overrides: Optional[dict] = None,
+    def create(cls, spider_class: type, keep_alive: bool = True, overrides: Optional[dict] = None,
                config_file=None) -> "Runtime":
         """Make a spider of `spider_class` and its runtime, bound together, as Scrapy's crawler makes its spider."""
         spider = spider_class(keep_alive=keep_alive)
@@ -98,14 +99,13 @@ class Runtime:
 
     # -- the loops
     def master(self) -> Master:
-        return Master(self.settings, self.layout, self.backend.master_ports())
+        return self.assembly.master()
 
     def worker(self, ledger=None, name: str = "worker", keep_alive: bool = True,
                count: Callable[[str, int, Any], None] = count_nothing, metrics=None) -> Worker:
-        """`count(name, n, batch id)` hears the worker's figures ("item/invalid"); `metrics`: its Prometheus
-        counters (worker/worker_metrics.py's WorkerMetrics), under a supervisor with METRICS_PORT."""
-        return Worker(self.spider, self.settings, self.layout, self.backend.worker_ports(self.namespace), self.held,
-                      ledger=ledger, name=name, keep_alive=keep_alive, count=count, metrics=metrics)
+        """A worker of this spider (Assembly.worker says what each argument is)."""
+        return self.assembly.worker(self.spider, self.held, name=name, keep_alive=keep_alive, ledger=ledger,
+                                    count=count, metrics=metrics)
 
     def run_worker(self, stop: StopFlag, keep_alive: bool) -> None:
         """A worker here; with a store no other process reaches, the master too (in once mode unless kept
@@ -151,10 +151,7 @@ class Runtime:
     def settle(self, task_id, ok: bool) -> None:
         """update_task(): through the write-back gate of the worker of this process holding the task (done
         waits for its items); anywhere else (the master's own code, say), written at once."""
-        held = self.held.find(task_id)
-        if held is not None:
-            worker, run = held
-            worker.settle(run, ok)
+        if self.held.settle(task_id, ok):
             return
         if not self._store_opened:
             self.store.open(self.layout)
@@ -174,7 +171,7 @@ class Runtime:
         return None
 
 
-def layout_of(spider_class: type[BatchSpider], settings: Settings) -> TaskLayout:
+def layout_of(spider_class: Any, settings: Settings) -> TaskLayout:
     """The task table of a spider class and its columns, validated (ConfigError naming the culprit)."""
     if not spider_class.__task_table__:
         raise ConfigError(f"{spider_class.__name__} has no __task_table__")
@@ -196,6 +193,3 @@ def _signals_request(stop: StopFlag):
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-BatchSpider.runtime_class = Runtime      # the spider module imports nothing of the engine: it is told here

@@ -6,18 +6,17 @@ worker, `start_monitor()` the master, both in this process; the `batchd` command
 same loops under a supervisor. What they run in (settings, ports, master, workers) is the
 spider's Runtime (batchd/runtime.py), which makes and binds the spider as Scrapy's crawler does.
 
-This module imports nothing of the engine: the spider asks its runtime only what `SpiderRuntime`
-says, and `BatchSpider.runtime_class` is set by runtime.py itself when it is imported (batchd/__init__.py
-imports it, so it is there before any spider is made).
+This module stands on the runtime: a spider made by hand gets its Runtime on first use, and nothing in the
+engine imports this module (a worker runs any object with a spider's methods).
 """
 import logging
 import os
-from typing import Any, Callable, ClassVar, Iterable, Mapping, Optional, Protocol, Sequence, TypeVar, Union
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, TypeVar, Union
 
 from .config import Settings
 from .http import Produced, Request, Response
 from .backends.ports import BatchStore
-from .model import TaskLayout
+from .runtime import Runtime
 
 log = logging.getLogger("batchd")
 
@@ -27,30 +26,6 @@ ConfigFiles = Union[str, os.PathLike[str], Sequence[Union[str, os.PathLike[str]]
 
 
 Hook = TypeVar("Hook", bound=Callable[..., Any])
-
-
-class SpiderRuntime(Protocol):
-    """What a spider asks of the runtime that runs it (batchd/runtime.py's Runtime)."""
-
-    settings: Settings
-    layout: TaskLayout
-
-    def settle(self, task_id: Any, ok: bool) -> None: ...
-
-    def failure_reason(self, task_id: Any, response_or_exception: Union[Response, Exception]) -> Optional[str]: ...
-
-    def run_worker(self, stop: Any, keep_alive: bool) -> None: ...
-
-    def run_master(self, stop: Any, once: bool) -> None: ...
-
-
-class RuntimeClass(Protocol):
-    """How a spider gets its runtime: made for it on first use, and the entry of start() / start_monitor()."""
-
-    def of(self, spider: "BatchSpider", overrides: Optional[dict[str, Any]] = None, config_file: ConfigFiles = None,
-           store: Optional[BatchStore] = None) -> SpiderRuntime: ...
-
-    def run_entry(self, spider: "BatchSpider", body: Callable[[Any, Any], None]) -> None: ...
 
 
 def _does_nothing(hook: Hook) -> Hook:
@@ -63,7 +38,6 @@ class BatchSpider:
     __task_table__: Optional[str] = None
     __item_table__: Optional[str] = None
     __custom_setting__: dict[str, Any] = {}
-    runtime_class: ClassVar[Optional[RuntimeClass]] = None     # batchd/runtime.py's Runtime, set there
 
     def __init__(self, keep_alive: bool = False, batch_store: Optional[BatchStore] = None,
                  settings: Optional[Mapping[str, Any]] = None, config_file: ConfigFiles = None) -> None:
@@ -72,7 +46,7 @@ class BatchSpider:
         self.keep_alive = keep_alive
         self._runtime_args: dict[str, Any] = {"overrides": dict(settings or {}), "config_file": config_file,
                                               "store": batch_store}
-        self._runtime: Optional[SpiderRuntime] = None
+        self._runtime: Optional[Runtime] = None
 
     # -- what the user writes
     def task_requests(self, task: dict[str, Any]) -> Requests:
@@ -116,11 +90,11 @@ class BatchSpider:
     def start(self) -> None:
         """Run a worker here: with keep_alive, until SIGTERM / SIGINT; without, until the queue is
         empty and the batch done. A MemoryBatchStore runs its master here too."""
-        self._engine().run_entry(self, lambda runtime, stop: runtime.run_worker(stop, keep_alive=self.keep_alive))
+        Runtime.run_entry(self, lambda runtime, stop: runtime.run_worker(stop, keep_alive=self.keep_alive))
 
     def start_monitor(self, once: bool = False) -> None:
         """Run the master here: resident, or with once=True the current batch to completion."""
-        self._engine().run_entry(self, lambda runtime, stop: runtime.run_master(stop, once))
+        Runtime.run_entry(self, lambda runtime, stop: runtime.run_master(stop, once))
 
     @property
     def settings(self) -> Settings:
@@ -128,23 +102,17 @@ class BatchSpider:
         return self.runtime.settings
 
     @property
-    def runtime(self) -> SpiderRuntime:
+    def runtime(self) -> Runtime:
         """What this spider runs in (batchd/runtime.py), made on first use unless a Runtime made this spider
         and bound it already: a configuration error surfaces from whichever call asked first (start() turns
         it into one line and exit 78)."""
         if self._runtime is None:
-            self._runtime = self._engine().of(self, **self._runtime_args)
+            self._runtime = Runtime.of(self, **self._runtime_args)
         return self._runtime
 
-    def bind(self, runtime: SpiderRuntime) -> None:
+    def bind(self, runtime: Runtime) -> None:
         """Called by the Runtime that made this spider, or was made for it."""
         self._runtime = runtime
-
-    @classmethod
-    def _engine(cls) -> RuntimeClass:
-        if cls.runtime_class is None:
-            raise RuntimeError("batchd's runtime is not loaded: import batchd (not batchd.spider alone)")
-        return cls.runtime_class
 
 
 def _failure_reason(response_or_exception: Union[Response, Exception]) -> str:

@@ -22,7 +22,7 @@ from collections import Counter
 import pytest
 
 from batchd.task import TaskState
-from batchd.worker.worker import worker_token_prefix
+from batchd.worker.prefetch import worker_token_prefix
 from chaos import ChaosBatch
 from harness import wait_for
 from httpserver import FLAP_FAULTS, DeadHost, TestSite, flap_fault

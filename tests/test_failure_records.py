@@ -132,14 +132,13 @@ def test_update_task_outside_a_worker_records_the_spiders_word(backend, site):
 
 class HolderSpider(CrawlTask):
     """Even tasks fail by update_task(ok=False), odd ones succeed by update_task(ok=True); each says which
-    worker the runtime's index found holding it."""
+    worker's gate the runtime's index found holding it, and whether its run is the one in this thread."""
 
     found: dict = {}
 
     def parse(self, request, response, task):
-        held = self.runtime.held.find(task["id"])
-        worker, run = held
-        HolderSpider.found[task["id"]] = (worker.name, worker._in_hand.get(threading.get_ident()) is run)
+        gate, run = self.runtime.held.find(task["id"])
+        HolderSpider.found[task["id"]] = (gate, run.thread_ident == threading.get_ident() and run.task_id == task["id"])
         yield from super().parse(request, response, task)
         self.update_task(task["id"], ok=task["id"] % 2 == 1)
 
@@ -150,10 +149,11 @@ def test_update_task_reaches_the_worker_holding_the_task_through_the_index(backe
     HolderSpider.found = {}
     backend.create_tasks([site.url(f"/page/{n}") for n in range(1, 13)])
     spider = spider_factory(backend, HolderSpider, SPIDER_THREAD_COUNT=2)()
-    with InProcessBatch(lambda: spider, workers=3):
+    with InProcessBatch(lambda: spider, workers=3) as batch:
         wait_for(lambda: set(backend.states().values()) <= {D, F}, message="every task settled")
+        gates = {loop.pipeline for name, _, _, loop in batch.loops if name.startswith("worker")}
     assert backend.states() == {n: (D if n % 2 else F) for n in range(1, 13)}
-    assert all(own for _, own in HolderSpider.found.values()), HolderSpider.found
+    assert all(own and gate in gates for gate, own in HolderSpider.found.values()), HolderSpider.found
     assert len(HolderSpider.found) == 12 and spider.runtime.held.find(1) is None
     assert {row["reason"] for row in backend.failures().values()} == {"marked failed by the spider"}
 

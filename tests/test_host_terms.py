@@ -1,5 +1,5 @@
 """Per-host terms (hosts/terms.py, HOSTS: [hosts."example.com"] tables): their parsing and its
-one-line errors, the matching of a host to its table, and a worker's downloader (worker.downloader_for)
+one-line errors, the matching of a host to its table, and a worker's downloader (assembly.downloader_for)
 keeping one host's delay, headers and timeout and not the other's, at the local site: 127.0.0.1 and
 localhost are two hosts of one server. `batchd check` lists the terms, the proxy's password redacted."""
 
@@ -11,7 +11,7 @@ from batchd.download.chain import sleep_without_stop
 from batchd.hosts.terms import HostTerms, Terms
 from batchd.errors import ConfigError
 from batchd.http import Request, RequestFailed
-from batchd.worker.worker import downloader_for
+from batchd.assembly import downloader_for
 
 from supervised import SEED
 from test_cli import batchd

@@ -16,7 +16,7 @@ from batchd.config import Settings
 from batchd.http import FetchOptions, Request, RequestFailed, Response, RetryOptions, RevalidateOptions
 from batchd.service.threads import guard, start_thread
 from tests.harness import retrying_downloader, wait_for
-from batchd.worker.worker import downloader_for
+from batchd.assembly import downloader_for
 from tests.httpserver import (BOMB_DECODED, COMPRESSED_CASES, COMPRESSIBLE_PAGE, ENCODING_CASES, TestSite, gzip_bomb,
                               self_signed_certificate)
 

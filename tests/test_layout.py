@@ -18,13 +18,14 @@ SHARED = ("errors", "codec", "http", "schedule", "task", "config", "model", "ite
 FLOORS = {**{name: 0 for name in SHARED},
           "service": 1, "hosts": 1, "recrawl": 1,
           "backends": 2, "alerts": 2,
-          "download": 3, "settle": 3, "spider": 3, "core": 3,
+          "download": 3, "settle": 3, "core": 3,
           "worker": 4, "master": 4,
-          "runtime": 5, "reporting": 5,
-          "__init__": 6, "control": 6,
-          "supervisor": 7, "web": 7,
-          "cli": 8,
-          "__main__": 9}
+          "assembly": 5, "reporting": 5,
+          "runtime": 6, "control": 6,
+          "spider": 7,
+          "__init__": 8, "supervisor": 8, "web": 8,
+          "cli": 9,
+          "__main__": 10}
 MOST_LOOSE_MODULES = 12
 CODE_IN_INIT = ("backends",)      # the backends' open_backend() entry points: a package per store
 
@@ -75,7 +76,7 @@ def test_every_room_has_a_floor():
 
 
 def test_few_modules_stay_loose():
-    loose = sorted(path.name for path in PACKAGE.glob("*.py"))
+    loose = sorted(path.name for path in PACKAGE.glob("*.py") if path.name not in ("__init__.py", "__main__.py"))
     assert len(loose) <= MOST_LOOSE_MODULES, loose
 
 

@@ -14,7 +14,8 @@ import requests
 from batchd.download.middlewares.latency import FetchLatencyMiddleware
 from batchd.reporting.metrics import SupervisorCollector
 from batchd.worker.worker_metrics import WorkerMetrics
-from batchd.download.chain import ChainContext, chain_from_settings
+from batchd.assembly import chain_context
+from batchd.download.chain import chain_from_settings
 from batchd.download.middlewares.stats import StatsMiddleware
 from batchd.config import Settings
 from batchd.service.systemd import JournalFields
@@ -199,7 +200,7 @@ def test_a_workers_records_carry_the_journal_fields_of_their_task(mysql_backend,
 
 def test_the_latency_link_is_in_the_chain_only_with_metrics():
     def links(metrics):
-        return [type(m) for m in chain_from_settings(ChainContext(Settings(), metrics=metrics)).middlewares][-2:]
+        return [type(m) for m in chain_from_settings(chain_context(Settings(), metrics=metrics)).middlewares][-2:]
     assert links(None)[-1] is StatsMiddleware
     assert links(WorkerMetrics("test")) == [StatsMiddleware, FetchLatencyMiddleware]
 

@@ -11,7 +11,8 @@ from batchd.config import Settings
 from batchd.download.downloader import Downloader
 from batchd.errors import ConfigError
 from batchd.http import Request, RequestFailed, Response
-from batchd.download.chain import ChainContext, DownloaderMiddleware, chain_from_settings
+from batchd.assembly import chain_context
+from batchd.download.chain import DownloaderMiddleware, chain_from_settings
 from batchd.download.middlewares.rate_limit import RateLimitMiddleware
 from batchd.download.middlewares.retry import RetryMiddleware
 from batchd.download.middlewares.stats import HostsInFlight, StatsMiddleware
@@ -175,7 +176,7 @@ def test_the_retry_link_counts_retries_by_reason(site):
 # --- DOWNLOADER_MIDDLEWARES ------------------------------------------------------------
 
 def chain_of(**settings):
-    context = ChainContext(Settings(**settings), download=lambda request: None, host_rates=object(), threads=4)
+    context = chain_context(Settings(**settings), threads=4, download=lambda request: None, host_rates=object())
     return [type(m) for m in chain_from_settings(context).middlewares]
 
 

@@ -8,7 +8,8 @@ from batchd.download.downloader import Downloader
 from batchd.http import Request
 from batchd.hosts.terms import HostTerms, Terms
 from batchd.hosts.paces import HostPaces
-from batchd.download.middlewares.politeness import PolitenessMiddleware, politeness_for
+from batchd.assembly import chain_context
+from batchd.download.middlewares.politeness import PolitenessMiddleware
 from batchd.task import TaskState
 
 from harness import InProcessBatch, wait_for
@@ -63,11 +64,14 @@ def test_a_randomised_delay_lies_between_half_and_one_and_a_half_times(site):
 
 
 def test_no_politeness_is_made_where_it_could_hold_nothing_back():
-    assert politeness_for(Settings(), threads=4) is None                       # 8 per host, no delay
-    assert politeness_for(Settings(CONCURRENT_REQUESTS_PER_DOMAIN=2), threads=4).terms.defaults.concurrency == 2
-    assert politeness_for(Settings(DOWNLOAD_DELAY=0.5), threads=4).terms.defaults.delay == 0.5
-    assert politeness_for(Settings(HOSTS={"a.example": {"delay": 0.5}}), threads=4) is not None
-    assert politeness_for(Settings(ROBOTSTXT_OBEY=True), threads=4) is not None       # Crawl-delay is kept here
+    def link(**settings):
+        return PolitenessMiddleware.from_context(chain_context(Settings(**settings), threads=4))
+
+    assert link() is None                                           # 8 per host, no delay
+    assert link(CONCURRENT_REQUESTS_PER_DOMAIN=2).paces.terms.defaults.concurrency == 2
+    assert link(DOWNLOAD_DELAY=0.5).paces.terms.defaults.delay == 0.5
+    assert link(HOSTS={"a.example": {"delay": 0.5}}) is not None
+    assert link(ROBOTSTXT_OBEY=True) is not None                    # Crawl-delay is kept here
 
 
 def test_a_batch_with_one_request_at_a_time_per_host(backend, site):

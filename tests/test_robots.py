@@ -14,7 +14,7 @@ from batchd.download.middlewares.politeness import PolitenessMiddleware
 from batchd.download.middlewares.robots import RobotsTxtMiddleware
 from batchd.cli.starter import CONFIG_FILE, write_starter
 from batchd.task import TaskState
-from batchd.worker.worker import downloader_for
+from batchd.assembly import downloader_for
 from harness import Counter, InProcessBatch, settle, wait_for
 from spiders.seed import CrawlTask
 

@@ -9,7 +9,7 @@ from batchd.config import Settings
 from batchd.download.downloader import Downloader
 from batchd.errors import ConfigError
 from batchd.http import Request, RequestFailed
-from batchd.download.chain import ChainContext
+from batchd.assembly import chain_context
 from batchd.download.middlewares.politeness import PolitenessMiddleware
 from batchd.download.middlewares.throttle import AutoThrottleMiddleware
 
@@ -116,7 +116,7 @@ def test_past_the_bound_on_hosts_an_idle_one_is_forgotten(site):
 
 def test_the_settings_make_the_throttle_and_a_start_over_the_maximum_is_refused():
     def made(**settings):
-        return AutoThrottleMiddleware.from_context(ChainContext(Settings(**settings)))
+        return AutoThrottleMiddleware.from_context(chain_context(Settings(**settings)))
 
     assert made() is None
     throttle = made(AUTOTHROTTLE_ENABLED=True, AUTOTHROTTLE_START_DELAY=2.0, AUTOTHROTTLE_MAX_DELAY=30.0,

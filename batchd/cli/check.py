@@ -5,8 +5,6 @@ import logging
 from typing import Callable
 
 from ..errors import BatchdError, ExitCode
-from ..download.chain import ChainContext, chain_from_settings
-from ..hosts.terms import HostTerms
 from ..backends.ports import claim_namespace
 from ..runtime import Runtime
 from .arguments import VerbGroup, runtime_from_args, spider_and_config
@@ -55,7 +53,7 @@ def check_verb(args: argparse.Namespace) -> int:
 
 def _host_terms(runtime: Runtime) -> None:
     """The terms in force: the global ones, then one line per [hosts] table (proxies redacted)."""
-    terms = HostTerms.from_settings(runtime.settings)
+    terms = runtime.assembly.host_terms
     print(f"TERMS {'every host':<11} {terms.defaults.describe()}")
     for pattern, table in terms.patterns.items():
         print(f"TERMS {pattern:<11} {table.describe()}")
@@ -91,12 +89,11 @@ def _namespace_owner(runtime: Runtime) -> str:
 
 
 def _middleware_chain(runtime: Runtime) -> str:
-    """DOWNLOADER_MIDDLEWARES as a worker would load it (with these settings: links they leave idle are out)."""
-    context = ChainContext(runtime.settings, spider=runtime.spider, threads=runtime.settings.SPIDER_THREAD_COUNT,
-                           host_rates=runtime.backend.host_rates(runtime.namespace))
-    chain = chain_from_settings(context)
-    names = " > ".join(type(link).__name__ for link in chain.middlewares) or "no link"
-    chain.close()
+    """DOWNLOADER_MIDDLEWARES as a worker builds it (with these settings: links they leave idle are out)."""
+    downloader = runtime.assembly.downloader(runtime.settings.SPIDER_THREAD_COUNT, spider=runtime.spider,
+                                             host_rates=runtime.backend.host_rates(runtime.namespace))
+    names = " > ".join(type(link).__name__ for link in downloader.chain.middlewares) or "no link"
+    downloader.close()
     return f"middlewares {names}"
 
 

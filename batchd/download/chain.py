@@ -86,14 +86,16 @@ def sleep_without_stop(seconds: float) -> bool:
 
 @dataclass
 class ChainContext:
-    """What a middleware may use: the worker's settings and spider, its counters for the batch (a link
-    never waits: it raises NotYet), the HostRates and HostBreakers ports, `download`: one
-    attempt at a request, outside the chain (robots.txt is fetched with it), the worker's
-    Prometheus counters (batchd.worker.worker_metrics.WorkerMetrics; None with METRICS_PORT off), its Alerts, the terms
-    of each host (HOSTS over the global settings), the worker's per-host pace (hosts/terms.py:
-    made from the settings unless given) and its attempts in flight per host (middlewares/stats.py's
-    HostsInFlight; None: the link keeps its own)."""
+    """What a middleware may use, handed to it by the one place that builds a worker's parts
+    (batchd/assembly.py): the worker's settings, the terms of each host (HOSTS over the global settings,
+    built once per process), the worker's per-host pace (hosts/paces.py), its spider, its counters for the
+    batch (a link never waits: it raises NotYet), `download`: one attempt at a request, outside the chain
+    (robots.txt is fetched with it), the HostRates and HostBreakers ports, its threads, its Prometheus
+    counters (batchd.worker.worker_metrics.WorkerMetrics; None with METRICS_PORT off), its Alerts, and its
+    attempts in flight per host (middlewares/stats.py's HostsInFlight; None: the link keeps its own)."""
     settings: Any
+    host_terms: HostTerms
+    paces: HostPaces
     spider: Any = None
     stats: Counts = NoCounts()
     download: Optional[Callable[[Request], Response]] = None
@@ -102,15 +104,7 @@ class ChainContext:
     metrics: Any = None
     host_breakers: Any = None
     alerts: Any = None
-    host_terms: Optional[HostTerms] = None
-    paces: Optional[HostPaces] = None
     in_flight: Any = None
-
-    def __post_init__(self):
-        if self.host_terms is None:
-            self.host_terms = HostTerms.from_settings(self.settings)
-        if self.paces is None:
-            self.paces = HostPaces(self.host_terms, self.settings.RANDOMIZE_DOWNLOAD_DELAY)
 
 
 class DownloaderMiddleware:

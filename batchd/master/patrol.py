@@ -140,11 +140,13 @@ class ProgressRate:
 
 
 class Master:
-    def __init__(self, settings: Settings, layout: TaskLayout, ports: MasterPorts, owner: Optional[str] = None):
+    def __init__(self, settings: Settings, layout: TaskLayout, ports: MasterPorts, settler: Settler, alerts: Alerts,
+                 owner: Optional[str] = None):
+        """`settler`: the one settle path (settle/settler.py); `alerts`: the master's (built by batchd/assembly.py)."""
         self.settings, self.layout, self.store, self.leases = settings, layout, ports.store, ports.leases
         self.locks, self.wake, self.namespaces = ports.locks, ports.wake, ports.namespaces
         self.tally, self.counters = ports.tally, ports.counters
-        self.settler = Settler(ports.store, ports.tally)
+        self.settler, self.alerts = settler, alerts
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}"
         self.rate = ProgressRate()
         self.last_progress: Optional[Progress] = None
@@ -160,7 +162,6 @@ class Master:
         self._reported = 0.0                       # when the reset under way was last reported
         self.paused_since: Optional[float] = None  # `batchd pause`: when (Unix time)
         self.queue_length = 0                      # tasks in the queue after the last refill (for metrics)
-        self.alerts = Alerts(settings, ports.leases.namespace)
         self.opening = BatchOpening(mode=settings.BATCH_MODE, reset_failed=settings.BATCH_RESET_FAILED)
         if not self.opening.is_default and not self.store.keeps_openings:
             raise ConfigError(f"BATCH_MODE={settings.BATCH_MODE}, BATCH_RESET_FAILED={settings.BATCH_RESET_FAILED}: "

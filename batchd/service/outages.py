@@ -61,6 +61,10 @@ class OutageWatch:
         self._down: dict = {}       # backend -> Outage
         self._ended: dict = {}      # backend -> when its last outage ended (time.monotonic())
 
+    def keep_beating(self, beat: Callable[[], None]) -> None:
+        """The role's heartbeat from now on (a watch is built before its role runs, the heart as it starts)."""
+        self.beat = beat
+
     def failed(self, error: BackendUnavailable) -> None:
         backend, reason, now = error.backend, str(error), time.monotonic()
         with self._cond:

@@ -42,7 +42,8 @@ from ..master.patrol import ProgressRate
 from ..reporting.metrics import MetricsServer
 from ..reporting.snapshots import SettledSamples, SnapshotPublisher, status_line, supervisor_ports
 from ..service.systemd import Notifier, set_log_namespace, set_process_role, set_process_title, watchdog_usec
-from ..worker.worker import ledger_slots, worker_token_prefix
+from ..worker.prefetch import worker_token_prefix
+from ..worker.worker import ledger_slots
 
 log = logging.getLogger("batchd.supervisor")
 

@@ -48,7 +48,7 @@ from .item_checks import InvalidItems, check_item, check_item_table
 from .task_run import TaskRun
 from ..service.lifecycle import Backoff
 from ..model import COLUMNS_ITEM_KIND, ItemDestination, ItemRow, TaskFailure
-from ..service.outages import retry_through_outages
+from ..service.outages import OutageWatch, retry_through_outages
 from ..backends.ports import WorkerPorts, store_items
 from ..settle.batch_stats import StatsFlusher
 from ..task import TaskState, settling_move
@@ -70,10 +70,13 @@ def count_nothing(name: str, n: int, batch_id: Any) -> None:
 
 
 class Pipeline:
-    def __init__(self, ports: WorkerPorts, ledger, settings, item_table: str, item_kind: str, watch,
-                 on_written=lambda runs: None, count: Callable[[str, int, Any], None] = count_nothing,
-                 stats_flusher: Optional[StatsFlusher] = None, alerts: Optional[Alerts] = None,
-                 memory: Optional[PageMemory] = None):
+    def __init__(self, ports: WorkerPorts, ledger, settings, destination: ItemDestination, watch: OutageWatch,
+                 settler: Settler, failed_items: FailedItemsFile, on_written=lambda runs: None,
+                 count: Callable[[str, int, Any], None] = count_nothing, stats_flusher: Optional[StatsFlusher] = None,
+                 alerts: Optional[Alerts] = None, memory: Optional[PageMemory] = None):
+        """`destination`: where a spider's dicts go; `settler`: the one settle path, counting in `ledger`;
+        `failed_items`: FAILED_ITEMS_PATH; `on_written(runs)` hears each write-back; `count(name, n, batch
+        id)` the pipeline's figures; `memory`: what re-crawls remember of pages (None: nothing)."""
         self.store, self.leases, self.tally = ports.store, ports.leases, ports.tally
         self.memory = memory
         self.ledger, self.watch, self.alerts, self.stats_flusher = ledger, watch, alerts, stats_flusher
@@ -81,9 +84,8 @@ class Pipeline:
         self.flush_interval = settings.ITEM_FLUSH_INTERVAL
         self.give_up = settings.ITEM_FLUSH_GIVE_UP
         self.lease_seconds = settings.BATCH_LOST_TASK_STALE
-        self.failed_items = FailedItemsFile(settings.failed_items_path())
-        self.item_table, self.item_kind = item_table, item_kind
-        self.spider_destination = ItemDestination(item_table, item_kind)   # where dicts go
+        self.failed_items = failed_items
+        self.spider_destination = destination
         self.on_written, self.count = on_written, count
         self.invalid = InvalidItems()
         self._checked_classes: set = set()      # the Item classes found fit for their tables
@@ -100,8 +102,8 @@ class Pipeline:
         self._replay_after = 0.0
         self._flush_outage_since: Optional[float] = None   # the flush's groups share one ITEM_FLUSH_GIVE_UP
         self._thread: Optional[threading.Thread] = None
-        self._columns = self.store.item_columns(item_table) if item_kind == COLUMNS_ITEM_KIND else None
-        self.settler = Settler(self.store, self.tally, counted=lambda done, failed: ledger.count(done=done, failed=failed))
+        self._columns: Optional[frozenset] = None    # of a columns item table, read at the start
+        self.settler = settler
 
     # -- called by the fetch threads
     def track(self, run: TaskRun) -> None:
@@ -206,6 +208,9 @@ class Pipeline:
 
     # -- the lander thread
     def start(self) -> None:
+        """Land from now on (the store is open: a columns item table's columns are read here)."""
+        if self.spider_destination.kind == COLUMNS_ITEM_KIND:
+            self._columns = self.store.item_columns(self.spider_destination.table)
         self._thread = start_thread(self._land_loop, "batchd-lander")
 
     def stop(self, timeout: float, abandon: bool = False) -> bool:

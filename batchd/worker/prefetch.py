@@ -18,8 +18,12 @@ twenty). A lease waiting here is renewed with the worker's others and given back
 any lease it holds: nothing about the guarantees changes, only the round trips.
 """
 import collections
+import itertools
+import os
+import socket
 import threading
 import time
+import uuid
 from typing import Callable, Optional
 
 from ..model import Lease
@@ -106,3 +110,21 @@ class LeasePrefetch:
         with self._lock:
             drained, self._waiting = list(self._waiting), collections.deque()
             return drained
+
+
+class LeaseTokens:
+    """The tokens a worker takes its leases with: unique per worker (several may share a process), each
+    starting with its process's prefix (`worker_token_prefix`)."""
+
+    def __init__(self, pid: Optional[int] = None):
+        self.prefix = f"{worker_token_prefix(pid or os.getpid())}{uuid.uuid4().hex[:8]}:"
+        self._numbers = itertools.count(1)
+
+    def next(self) -> str:
+        return f"{self.prefix}{next(self._numbers)}"
+
+
+def worker_token_prefix(pid: int) -> str:
+    """The start of every lease token of a worker process: its supervisor gives back a dead worker's
+    leases by it (`expire_leases_of`)."""
+    return f"{socket.gethostname()}:{pid}:"

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Protocol
+from typing import Optional, Protocol
 
 from requests.cookies import RequestsCookieJar
 
@@ -32,7 +32,7 @@ from ..settle import failures
 from ..task import TaskState
 from ..backends.ports import SeenFilter
 from .item_checks import BadItem
-from .timeout import TaskTimedOut, user_code
+from .timeout import TaskTimedOut, outside_user_code, user_code
 
 log = logging.getLogger("batchd.worker")
 
@@ -82,6 +82,11 @@ class TaskRun:
         seq, self.request_seq = self.request_seq, self.request_seq + 1
         return seq
 
+    def timeout_failure(self, reason: str) -> TaskFailure:
+        """Why TASK_TIMEOUT failed the task, naming the request under way."""
+        return failures.failure(self.task_id, self.lease.batch_id, reason, url=self.url,
+                                error_class=TaskTimedOut.__name__)
+
     def failure_at_hand(self) -> TaskFailure:
         """Why update_task(ok=False) fails the task: the request whose failed_request() or errback is
         running, else the spider's own word."""
@@ -91,15 +96,16 @@ class TaskRun:
 
 
 class HeldTasks:
-    """The runs a process's workers are processing, by task key, each with the worker that holds it."""
+    """The runs a process's workers are processing, by task key, each with its worker's gate: update_task()
+    settles a task through them."""
 
     def __init__(self):
-        self._held: dict = {}       # task key -> (holder, TaskRun)
+        self._held: dict = {}       # task key -> (the gate of the worker holding it, TaskRun)
         self._lock = threading.Lock()
 
-    def hold(self, run: TaskRun, holder: Any) -> None:
+    def hold(self, run: TaskRun, gate: "Gate") -> None:
         with self._lock:
-            self._held[run.lease.key] = (holder, run)
+            self._held[run.lease.key] = (gate, run)
 
     def release(self, run: TaskRun) -> None:
         with self._lock:
@@ -107,8 +113,19 @@ class HeldTasks:
                 del self._held[run.lease.key]
 
     def find(self, task_id) -> Optional[tuple]:
-        """(holder, run) of the task, or None where no worker of this process is processing it."""
+        """(the gate of the worker processing the task, its run), or None where no worker of this process is."""
         return self._held.get(task_key(task_id))
+
+    def settle(self, task_id, ok: bool) -> bool:
+        """update_task() for a task a worker of this process is processing: handed to that worker's gate (done
+        waits for the task's items to land); False where none is processing it."""
+        held = self.find(task_id)
+        if held is None:
+            return False
+        gate, run = held
+        with outside_user_code(run):
+            gate.record_outcome(run, ok, None if ok else run.failure_at_hand())
+        return True
 
 
 class Gate(Protocol):
@@ -128,20 +145,21 @@ def overridden_hooks(spider) -> frozenset:
 
 
 class TaskRunner:
-    """Runs the tasks of one worker through its spider. `stop_worker(reason)` ends the worker with exit 78
-    (an Item class its table cannot take)."""
+    """Runs the tasks of one worker through its spider."""
 
     def __init__(self, spider, settings: Settings, downloader, gate: Gate, seen: SeenFilter, namespace: str,
-                 worker_name: str, stop_worker: Callable[[str], None], memory: Optional[PageMemory] = None):
+                 worker_name: str, memory: Optional[PageMemory] = None):
         """`memory`: what re-crawls remember of pages (None: nothing, every page is fetched and parsed)."""
         self.spider, self.settings, self.downloader, self.gate, self.seen = spider, settings, downloader, gate, seen
-        self.namespace, self.worker_name, self.stop_worker = namespace, worker_name, stop_worker
+        self.namespace, self.worker_name = namespace, worker_name
         self.memory = memory
         self._overridden_hooks = overridden_hooks(spider)
 
     def process(self, run: TaskRun, stop) -> Optional[NotYet]:
         """Run the task's requests from where it stands: None once they are over (the outcome is the
-        gate's), or the NotYet of the one that may not go yet (the caller sets the task aside)."""
+        gate's), or the NotYet of the one that may not go yet (the caller sets the task aside). A
+        ConfigError (an Item class its table cannot take) is raised on once the task is handed back: it
+        ends the worker."""
         wait = None
         try:
             wait = self._advance(run, stop)
@@ -152,7 +170,7 @@ class TaskRunner:
             self._fail_with(run, e)
         except ConfigError as e:     # an Item class its table cannot take: no task of it could succeed
             log.critical("%s: %s; this worker stops (task %s is given back)", self.worker_name, e, run.task_id)
-            self.stop_worker(str(e))
+            raise
         except Exception as e:   # the user's code failed: this task fails, the worker carries on
             log.error("task %s failed: %s: %s", run.task_id, type(e).__name__, e,
                       exc_info=_first_time((self.namespace, run.lease.batch_id, str(run.task_id)), e))

@@ -15,37 +15,28 @@ signal, or STOP_TIMEOUT passed), or a stop during an outage, abandons what is le
 those tasks are not marked done, and their leases are given back to the master at once
 when the queue can be reached (else they expire).
 """
-import itertools
 import logging
 import math
-import os
-import socket
 import threading
 import time
-import uuid
+from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from ..settle import failures
 from ..config import Settings
 from ..errors import BackendUnavailable, BatchdError, ConfigError, ExitCode
+from ..alerts.alerts import Alerts
 from ..download.downloader import Downloader
-from ..download.chain import ChainContext, Counts, NoCounts, chain_from_settings
-from ..hosts.terms import HostTerms
 from ..download.middlewares.stats import HostsInFlight
-from ..settle.ledger import LocalLedger
+from ..hosts.set_aside import SetAside
 from ..service.lifecycle import Backoff, StopFlag
 from ..service.outages import OutageWatch, retry_through_outages
 from ..model import TaskLayout
-from .prefetch import EMPTY_RECHECK, EMPTY_RECHECK_MOST, LeasePrefetch
-from ..hosts.set_aside import SetAside
-from .pipeline import Pipeline, count_nothing
-from ..recrawl.page_memory import PageMemory
+from .prefetch import EMPTY_RECHECK, EMPTY_RECHECK_MOST, LeasePrefetch, LeaseTokens
+from .pipeline import Pipeline
 from .task_run import HeldTasks, TaskRun, TaskRunner
-from .timeout import TaskTimedOut, TaskTimeouts, outside_user_code, timeout_grace
-from ..hosts.counts import gauges_of
-from ..backends.ports import WorkerPorts, claim_namespace
+from .timeout import TaskTimeouts, timeout_grace
+from ..backends.ports import LeaseQueue, WakeChannel, WorkerPorts, claim_namespace
 from ..schedule import is_due
-from ..alerts.alerts import Alerts
 from ..settle.batch_stats import BatchStats, StatsFlusher
 from ..service.systemd import set_thread_role, task_log_fields
 from ..service.threads import Heart, check_in, guard, start_thread
@@ -69,25 +60,6 @@ class WorkerRecycled(BatchdError):
     exit_code = ExitCode.SOFTWARE
 
 
-def downloader_for(settings: Settings, threads: int, sleep, host_rates=None, spider=None,
-                   stats: Counts = NoCounts(), metrics=None, host_breakers=None, alerts=None,
-                   in_flight=None) -> Downloader:
-    """The Downloader the settings describe, with the DOWNLOADER_MIDDLEWARES chain; TLS_VERIFY off is said
-    once, here."""
-    if not settings.TLS_VERIFY:
-        log.warning("TLS_VERIFY is off: the certificates of https sites are not checked")
-    host_terms = HostTerms.from_settings(settings)     # the timeouts and headers here, the rest in the chain
-    downloader = Downloader(pool_size=threads, maxsize=settings.DOWNLOAD_MAXSIZE, host_terms=host_terms,
-                            headers=settings.DEFAULT_REQUEST_HEADERS, user_agents=settings.USER_AGENT,
-                            max_redirects=settings.REDIRECT_MAX_TIMES, warnsize=settings.DOWNLOAD_WARNSIZE,
-                            verify=settings.TLS_VERIFY, sleep=sleep)
-    downloader.use(chain_from_settings(ChainContext(
-        settings, spider=spider, stats=stats, download=downloader.download_once,
-        host_rates=host_rates, threads=threads, metrics=metrics, host_breakers=host_breakers, alerts=alerts,
-        host_terms=host_terms, in_flight=in_flight)))
-    return downloader
-
-
 def ledger_slots(settings: Settings) -> int:
     """Ledger slots of a worker: a task holds one from its lease until its items have landed. Enough for a
     whole flush's worth of tasks (ITEM_FLUSH_SIZE, one item each) besides what the threads have in hand,
@@ -96,30 +68,38 @@ def ledger_slots(settings: Settings) -> int:
             + min(settings.ITEM_FLUSH_SIZE, FLUSH_SLOTS_MOST))
 
 
+@dataclass
+class WorkerParts:
+    """What a worker runs with, each part handed the others it needs: built by batchd/assembly.py."""
+    ledger: Any
+    tokens: LeaseTokens
+    stats: BatchStats
+    stats_flusher: StatsFlusher
+    alerts: Alerts
+    in_flight: HostsInFlight
+    set_aside: SetAside
+    prefetch: LeasePrefetch
+    watch: OutageWatch
+    downloader: Downloader
+    pipeline: Pipeline
+    runner: TaskRunner
+    timeouts: TaskTimeouts
+
+
 class Worker:
     """`held`: the index of this process's tasks in hand that update_task() looks in (the Runtime's)."""
 
-    def __init__(self, spider, settings: Settings, layout: TaskLayout, ports: WorkerPorts, held: HeldTasks,
-                 ledger=None, name: str = "worker", keep_alive: bool = True,
-                 count: Callable[[str, int, Any], None] = count_nothing, metrics=None):
-        self.spider, self.settings, self.layout, self.ports, self.held = spider, settings, layout, ports, held
+    def __init__(self, settings: Settings, layout: TaskLayout, ports: WorkerPorts, held: HeldTasks,
+                 parts: WorkerParts, name: str = "worker", keep_alive: bool = True):
+        self.settings, self.layout, self.ports, self.held = settings, layout, ports, held
         self.store, self.leases, self.wake = ports.store, ports.leases, ports.wake
-        self.name, self.keep_alive, self.count = name, keep_alive, count
+        self.name, self.keep_alive = name, keep_alive
         self.thread_count = settings.SPIDER_THREAD_COUNT
-        self.ledger = ledger or LocalLedger(ledger_slots(settings))
         self.lease_seconds = settings.BATCH_LOST_TASK_STALE
-        # Unique per worker (several may share a process), found by its process's prefix.
-        self.token_prefix = f"{worker_token_prefix(os.getpid())}{uuid.uuid4().hex[:8]}:"
-        self._lease_numbers = itertools.count(1)
-        # The batch counters: what the threads count (stats.inc), flushed by the lander under this worker's name;
-        # with METRICS_PORT (a WorkerMetrics), the same calls count for Prometheus too.
-        self.metrics = metrics
-        self.stats = BatchStats() if metrics is None else metrics.batch_stats()
-        self.in_flight = HostsInFlight()        # attempts being sent, per host (the stats link counts them)
-        self.stats_flusher = StatsFlusher(self.stats, ports.counters, self.token_prefix, settings.STATS_FLUSH_INTERVAL,
-                                          settings.HOST_STATS_TOP, self._host_gauges)
-        self.alerts = Alerts(settings, self.leases.namespace)       # items dumped, from the lander
-        self.prefetch = LeasePrefetch(self.leases, self.lease_seconds, self._next_token, self.ledger.free_slots)
+        self.ledger, self.stats, self.stats_flusher = parts.ledger, parts.stats, parts.stats_flusher
+        self.alerts, self.in_flight, self.set_aside = parts.alerts, parts.in_flight, parts.set_aside
+        self.prefetch, self.watch, self.timeouts = parts.prefetch, parts.watch, parts.timeouts
+        self.downloader, self.pipeline, self.runner = parts.downloader, parts.pipeline, parts.runner
         self._last_empty_wake = 0.0
         self._next_share, self._share_gap = 0.0, SHARE_EVERY
         self._surplus_mark = 2 * settings.CONCURRENT_REQUESTS_PER_DOMAIN    # tasks of a host kept waiting for a place
@@ -128,31 +108,8 @@ class Worker:
         self._fresh_ran = self._fresh_aside = 0     # tasks leased since the last room made: ran on, set aside
         self._leasing = threading.Event()
         self._in_hand: dict = {}                # fetch thread ident -> the TaskRun it is processing
-        self.set_aside = SetAside(settings.HOST_SET_ASIDE_MAX)
-        self.timeouts = TaskTimeouts(settings.TASK_TIMEOUT, name, self._time_out)
         self._failure: Optional[tuple] = None  # (reason, exit code) that ends this worker
-        self.pipeline: Optional[Pipeline] = None
-        self.downloader: Optional[Downloader] = None
         self.heart: Callable = lambda: None
-        self.watch = OutageWatch()
-
-    def _host_gauges(self) -> dict:
-        """This worker's hosts now: tasks set aside and attempts in flight (flushed with the counters)."""
-        return gauges_of(self.set_aside.by_host(), self.in_flight.by_host())
-
-    # The pipeline and the downloader exist while the worker serves (_serve makes them); every thread that
-    # uses them runs only then.
-    @property
-    def _pipeline(self) -> Pipeline:
-        if self.pipeline is None:
-            raise RuntimeError(f"{self.name} has no pipeline before it serves")
-        return self.pipeline
-
-    @property
-    def _downloader(self) -> Downloader:
-        if self.downloader is None:
-            raise RuntimeError(f"{self.name} has no downloader before it serves")
-        return self.downloader
 
     # -- the loop the supervisor (or start()) runs
     def run(self, stop: StopFlag, heartbeat: Callable = lambda: None) -> None:
@@ -160,8 +117,7 @@ class Worker:
         alive is a once-mode run: a store it cannot reach at start is final (exit 69), an outage
         later is waited out for up to OUTAGE_TIMEOUT."""
         self.heart = Heart(heartbeat, self.settings.CHILD_TIMEOUT / 2)
-        self.watch = OutageWatch({self.store.backend_name: self.store.ping, self.leases.backend_name: self.leases.ping},
-                                 listener=self.ledger.set_outages, beat=self.heart)
+        self.watch.keep_beating(self.heart)
         if not self._open(stop):
             return
         remove_hook = guard.on_fatal(lambda reason, code: self._fail(stop, reason, code))
@@ -183,23 +139,11 @@ class Worker:
         return start() if not self.keep_alive else retry_through_outages(start, self.watch, stop) is not None
 
     def _serve(self, stop: StopFlag) -> None:
-        self.downloader = downloader_for(self.settings, self.thread_count, stop.wait_cold, self.ports.host_rates,
-                                         self.spider, self.stats, self.metrics, self.ports.host_breakers, self.alerts,
-                                         self.in_flight)
-        self.downloader.on_attempt_ended = self.set_aside.host_done
-        table, kind = self.layout.item_destination
-        memory = PageMemory.for_worker(self.store, self.settings, self._count)
-        self.pipeline = Pipeline(self.ports, self.ledger, self.settings, table, kind, self.watch,
-                                 on_written=self._after_write_back, count=self._count,
-                                 stats_flusher=self.stats_flusher, alerts=self.alerts, memory=memory)
-        runner = TaskRunner(self.spider, self.settings, self.downloader, self.pipeline, self.ports.seen,
-                            self.leases.namespace, self.name, lambda reason: self._fail(stop, reason, ExitCode.CONFIG),
-                            memory)
-        self._pipeline.start()
+        self.pipeline.start()
         keeper_stop = threading.Event()
         keeper = start_thread(self._keep_leases, "batchd-keeper", keeper_stop)
         self._leasing.set()
-        fetchers = [start_thread(self._fetch_loop, f"batchd-fetch-{n}", stop, n, runner)
+        fetchers = [start_thread(self._fetch_loop, f"batchd-fetch-{n}", stop, n)
                     for n in range(1, self.thread_count + 1)]
         log.info("%s started: %d threads, %s, %s", self.name, self.thread_count, self.store.describe(),
                  self.leases.describe())
@@ -207,11 +151,6 @@ class Worker:
             self._watch_until_finished(stop, fetchers)
         finally:
             self._shut_down(stop, fetchers, keeper, keeper_stop)
-
-    def _count(self, name: str, n: int, batch_id) -> None:
-        """The pipeline's figures: into the batch's counters, and to whoever made this worker (`count`)."""
-        self.stats.inc(name, n, batch_id)
-        self.count(name, n, batch_id)
 
     def _fail(self, stop: StopFlag, reason: str, code: int) -> None:
         """A thread of this worker died (the guard's hook, in-process): stop cold, report `code`."""
@@ -248,7 +187,7 @@ class Worker:
     def _nothing_left(self) -> bool:
         """Nothing in hand, nothing queued, and the batch done with no new one due (a due batch the
         master has not opened yet still has work for us, whatever the last batch's done flag says)."""
-        if self._pipeline.in_flight() or self.leases.pending_count() or not self.leases.is_done():
+        if self.pipeline.in_flight() or self.leases.pending_count() or not self.leases.is_done():
             return False
         return not is_due(self.store.last_batch(), self.store.now(), self.settings)
 
@@ -266,11 +205,11 @@ class Worker:
         abandon = stop.cold or time.monotonic() >= deadline
         try:
             with guard.waiting(self.settings.STOP_TIMEOUT + 10):
-                landed = self._pipeline.stop(max(0.0, deadline - time.monotonic()), abandon=abandon)
+                landed = self.pipeline.stop(max(0.0, deadline - time.monotonic()), abandon=abandon)
         finally:
             keeper_stop.set()
             keeper.join(5)
-            self._downloader.close()
+            self.downloader.close()
         for run in self.set_aside.drain():      # (their leases go back with the others not written back)
             self.held.release(run)
         self._give_back_leases()
@@ -283,7 +222,7 @@ class Worker:
 
     def _give_back_leases(self) -> None:
         """Tasks this worker will not write back: the master requeues them at its next patrol."""
-        leases = self._pipeline.unwritten_leases() + self.prefetch.drain()
+        leases = self.pipeline.unwritten_leases() + self.prefetch.drain()
         if not leases:
             return
         try:
@@ -307,23 +246,12 @@ class Worker:
                 log.warning("batch %d: counters not flushed at stop (%s), lost: %s", batch_id, e,
                             ", ".join(f"{name} {n}" for name, n in sorted(counts.items())))
 
-    # -- update_task() and failed_request() of the spider, for a task this worker holds (Runtime finds it)
-    def settle(self, run: TaskRun, ok: bool) -> None:
-        """update_task() for a task one of this worker's threads is processing: hand it to the gate (done
-        waits for the task's items to land)."""
-        with outside_user_code(run):
-            self._pipeline.record_outcome(run, ok, None if ok else run.failure_at_hand())
-
     # -- TASK_TIMEOUT (timeout.py)
     def _enforce_task_timeout(self, stop: StopFlag) -> None:
         stuck = self.timeouts.enforce(list(self._in_hand.values()))
         if stuck is not None:
             self._failure = self._failure or (stuck, ExitCode.SOFTWARE)
             stop.request()
-
-    def _time_out(self, run, reason: str) -> None:
-        self._pipeline.record_outcome(run, ok=False, failure=failures.failure(
-            run.task_id, run.lease.batch_id, reason, url=run.url, error_class=TaskTimedOut.__name__))
 
     # -- the keeper thread
     def _keep_leases(self, keeper_stop: threading.Event) -> None:
@@ -333,21 +261,21 @@ class Worker:
             if keeper_stop.wait(renew_every):
                 return
             try:
-                self.leases.renew(self._pipeline.held_leases() + self.prefetch.waiting(), self.lease_seconds)
+                self.leases.renew(self.pipeline.held_leases() + self.prefetch.waiting(), self.lease_seconds)
             except BackendUnavailable as e:
                 self.watch.failed(e)      # the next renewal is the retry: a lease outlives a short outage
                 continue
             self.watch.ok(self.leases.backend_name)
 
     # -- a fetch thread
-    def _fetch_loop(self, stop: StopFlag, number: int, runner: TaskRunner) -> None:
+    def _fetch_loop(self, stop: StopFlag, number: int) -> None:
         set_thread_role(f"{self.name}.{number}" if self.thread_count > 1 else self.name)
         idle, outage = Backoff(base=EMPTY_RECHECK, cap=IDLE_POLL_CAP), Backoff()
         while self._leasing.is_set() and not stop.is_set():
             check_in(within=IDLE_POLL_CAP + 1)
             run = self.set_aside.take()
             if run is not None:
-                self._serve_run(run, stop, runner)
+                self._serve_run(run, stop)
                 continue
             if self.set_aside.full():
                 self._make_room()
@@ -356,7 +284,7 @@ class Worker:
                     continue
             slot = self.ledger.acquire_slot()
             if slot is None:
-                self._pipeline.ask_flush()     # slots are held by tasks waiting for their items
+                self.pipeline.ask_flush()     # slots are held by tasks waiting for their items
                 stop.wait(0.05)
                 continue
             try:
@@ -374,15 +302,15 @@ class Worker:
                 # that may be long), nothing soon will come to batch the buffered items with. And the tasks of
                 # a busy host this worker holds beyond what it can start soon may go to another worker.
                 if not self._in_hand or len(self.set_aside):
-                    self._pipeline.flush_when_idle()
+                    self.pipeline.flush_when_idle()
                 self._share_surplus()
                 self._wake_master_when_empty()
                 self.set_aside.wait(idle.next_delay())     # (woken by a task set aside coming due)
                 continue
             idle.reset()
-            self._serve_lease(lease, slot, stop, runner)
+            self._serve_lease(lease, slot, stop)
 
-    def _serve_lease(self, lease, slot: int, stop: StopFlag, runner: TaskRunner) -> None:
+    def _serve_lease(self, lease, slot: int, stop: StopFlag) -> None:
         if lease.queue_left == self.settings.refill_mark:
             self._wake_master()
         self.ledger.label(slot, lease.key)
@@ -390,16 +318,16 @@ class Worker:
         self._leased_since_share += 1
         if self.stats.working_on(lease.batch_id):
             self.stats_flusher.due_now()      # what is left of the last batch's counts goes at once
-            self._downloader.batch_started(lease.batch_id)     # the middlewares start afresh (robots.txt...)
+            self.downloader.batch_started(lease.batch_id)     # the middlewares start afresh (robots.txt...)
         run = TaskRun(lease=lease, slot=slot)
-        self._pipeline.track(run)
-        self.held.hold(run, self)
-        if self._serve_run(run, stop, runner):
+        self.pipeline.track(run)
+        self.held.hold(run, self.pipeline)
+        if self._serve_run(run, stop):
             self._fresh_aside += 1
         else:
             self._fresh_ran += 1
 
-    def _serve_run(self, run: TaskRun, stop: StopFlag, runner: TaskRunner) -> bool:
+    def _serve_run(self, run: TaskRun, stop: StopFlag) -> bool:
         """Run the task in this thread until it is over or must wait (then it is set aside: True)."""
         run.thread_ident = threading.get_ident()
         if run.aside_since is not None:       # TASK_TIMEOUT counts the time in a thread, not set aside
@@ -412,7 +340,9 @@ class Worker:
         wait = None
         try:
             with task_log_fields(self.leases.namespace, run.lease.batch_id, run.task_id):
-                wait = runner.process(run, stop)
+                wait = self.runner.process(run, stop)
+        except ConfigError as e:     # an Item class its table cannot take: no task of it could succeed
+            self._fail(stop, str(e), ExitCode.CONFIG)
         finally:
             del self._in_hand[run.thread_ident]
             if wait is None:
@@ -467,7 +397,7 @@ class Worker:
         for run, host in runs:
             if id(run.lease) in handed:
                 self.held.release(run)
-                self._pipeline.forget(run)
+                self.pipeline.forget(run)
             else:       # the queue out of reach, or the lease lost: the task waits here as it did
                 self.set_aside.put(run, host, float("inf"))
         log.debug("handed back %d tasks of busy hosts to the queue for other workers", len(handed))
@@ -479,30 +409,26 @@ class Worker:
         return run.sent_nothing() and (not self.settings.REQUEST_FILTER_ENABLE
                                        or bool(run.parked and run.parked[0].dont_filter))
 
-    def _next_token(self) -> str:
-        return f"{self.token_prefix}{next(self._lease_numbers)}"
-
     def _wake_master_when_empty(self) -> None:
         if time.monotonic() - self._last_empty_wake > EMPTY_WAKE_GAP:
             self._last_empty_wake = time.monotonic()
             self._wake_master()
 
     def _wake_master(self) -> None:
-        try:
-            self.wake.wake_master()
-        except BackendUnavailable:
-            pass    # the master patrols on its own timer anyway
-
-    def _after_write_back(self, runs: list) -> None:
-        """The last write-backs of a batch may finish it: let the master see it now."""
-        try:
-            if self.leases.pending_count() == 0:
-                self._wake_master()
-        except BackendUnavailable:
-            pass
+        wake_master(self.wake)
 
 
-def worker_token_prefix(pid: int) -> str:
-    """The start of every lease token of a worker process: its supervisor gives back a dead worker's
-    leases by it (`expire_leases_of`)."""
-    return f"{socket.gethostname()}:{pid}:"
+def wake_master(wake: WakeChannel) -> None:
+    try:
+        wake.wake_master()
+    except BackendUnavailable:
+        pass    # the master patrols on its own timer anyway
+
+
+def wake_master_when_drained(leases: LeaseQueue, wake: WakeChannel) -> None:
+    """After a write-back: the last write-backs of a batch may finish it, so let the master see it now."""
+    try:
+        if leases.pending_count() == 0:
+            wake_master(wake)
+    except BackendUnavailable:
+        pass

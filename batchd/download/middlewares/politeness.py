@@ -14,21 +14,18 @@ from typing import Optional
 
 from ...http import Request, Response
 from ..chain import ChainContext, DownloaderMiddleware, NotYet
-from ...hosts.terms import HostTerms
 from ...hosts.paces import HostPaces, needs_pacing
 
 
 class PolitenessMiddleware(DownloaderMiddleware):
-    """Each attempt takes its turn at its host (politeness_for: only when it could hold one back)."""
+    """Each attempt takes its turn at its host (in the chain only when its paces could hold one back)."""
 
     def __init__(self, paces: HostPaces):
         self.paces = paces
 
     @classmethod
     def from_context(cls, context: ChainContext) -> Optional["PolitenessMiddleware"]:
-        assert context.paces is not None      # (ChainContext makes it)
-        politeness = politeness_for(context.settings, context.threads, context.paces)
-        return cls(politeness) if politeness is not None else None
+        return cls(context.paces) if needs_pacing(context.paces, context.settings, context.threads) else None
 
     def process_request(self, request: Request) -> None:
         wait = self.paces.take(request.url)
@@ -42,10 +39,3 @@ class PolitenessMiddleware(DownloaderMiddleware):
     def process_exception(self, request: Request, exception: BaseException) -> None:
         self.paces.give_back(request.url)
         return None
-
-
-def politeness_for(settings, threads: int, paces: Optional[HostPaces] = None) -> Optional[HostPaces]:
-    """The paces to keep (the settings', unless given), or None when they could hold nothing back (hosts/paces.py,
-    needs_pacing)."""
-    paces = paces or HostPaces(HostTerms.from_settings(settings), settings.RANDOMIZE_DOWNLOAD_DELAY)
-    return paces if needs_pacing(paces, settings, threads) else None

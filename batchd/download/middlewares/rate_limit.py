@@ -41,7 +41,6 @@ class RateLimitMiddleware(DownloaderMiddleware):
 
     @classmethod
     def from_context(cls, context: ChainContext) -> Optional["RateLimitMiddleware"]:
-        assert context.host_terms is not None      # (ChainContext makes them)
         obeys = context.settings.ROBOTSTXT_OBEY
         if context.host_rates is None or not (obeys or any(terms.rate for terms in context.host_terms.every())):
             return None

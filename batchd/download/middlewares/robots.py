@@ -96,7 +96,7 @@ class RobotsTxtMiddleware(DownloaderMiddleware):
             raise TypeError("RobotsTxtMiddleware needs the context's download (one attempt outside the chain)")
         user_agent = settings.USER_AGENT[0] if settings.USER_AGENT else "batchd"
         return cls(context.download, user_agent, context.stats, proxy=settings.PROXY, paces=context.paces,
-                   host_terms=context.host_terms or HostTerms())
+                   host_terms=context.host_terms)
 
     def batch_started(self, batch_id) -> None:
         with self._lock:
