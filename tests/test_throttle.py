@@ -1,4 +1,4 @@
-"""AUTOTHROTTLE (batchd/throttle.py): each host's delay between request starts, learnt from its answers,
+"""AUTOTHROTTLE (download/middlewares/throttle.py, its learnt delays in hosts/throttle.py): each host's delay between request starts, learnt from its answers,
 measured at the local site (tests/httpserver.py: /moody answers as site.mood says) through a real
 Downloader whose chain holds the throttle."""
 import logging
@@ -120,7 +120,7 @@ def test_the_settings_make_the_throttle_and_a_start_over_the_maximum_is_refused(
 
     assert made() is None
     throttle = made(AUTOTHROTTLE_ENABLED=True, AUTOTHROTTLE_START_DELAY=2.0, AUTOTHROTTLE_MAX_DELAY=30.0,
-                    AUTOTHROTTLE_TARGET_CONCURRENCY=4.0, DOWNLOAD_DELAY=0.5)
+                    AUTOTHROTTLE_TARGET_CONCURRENCY=4.0, DOWNLOAD_DELAY=0.5).throttle
     assert (throttle.start_delay, throttle.max_delay, throttle.target_concurrency, throttle.min_delay) == (
         2.0, 30.0, 4.0, 0.5)
     with pytest.raises(ConfigError, match=r"AUTOTHROTTLE_START_DELAY \(9\) is more than AUTOTHROTTLE_MAX_DELAY \(3\)"):

@@ -22,7 +22,10 @@ import threading
 import time
 from typing import Any, Callable, NamedTuple, Optional
 
+from ..errors import BackendUnavailable
+
 KEPT_HOSTS = 10_000          # records kept at most before the stale are forgotten (the Redis index too)
+LOOK_EVERY = 1.0             # s: a worker reads the breaker of a host that failed there at most this often
 RECORD_TTL = 86_400.0        # s a record outlives its last change (a down host is probed, so changed, far more often)
 
 
@@ -137,3 +140,86 @@ class LocalHostBreakers:
             if len(self._records) >= KEPT_HOSTS:        # none stale: the oldest half goes
                 newest = sorted(self._records.items(), key=lambda item: item[1][1])[KEPT_HOSTS // 2:]
                 self._records = dict(newest)
+
+
+class BreakerView:
+    """A worker's view of its hosts' breakers in a HostBreakers port (one port per namespace, shared by its
+    workers): the failures in a row it saw of each host, and each breaker of a host that failed here as it last
+    read it, read again once LOOK_EVERY old. A host that has not failed here costs no round trip; a port out of
+    reach reads as no breaker (the breaker stays out of the way) and a step through it as no change."""
+
+    def __init__(self, breakers, clock: Callable[[], float] = time.time):
+        self.breakers, self.clock = breakers, clock
+        self._lock = threading.Lock()
+        self._streaks: dict = {}       # host -> its failures in a row seen here
+        self._views: dict = {}         # host -> (its BreakerState or None, when read) for hosts that failed here
+        self._said: set = set()        # (host, batch) this worker has said down (to the port)
+
+    def watches(self, host: str) -> bool:
+        """Whether `host` failed here (only then is its breaker looked at)."""
+        return host in self._views
+
+    def look(self, host: str, now: float) -> Optional[BreakerState]:
+        """The host's breaker as last read, read again once LOOK_EVERY old."""
+        kept = self._views.get(host)
+        if kept is not None and now - kept[1] < LOOK_EVERY:
+            return kept[0]
+        try:
+            state = self.breakers.look(host)
+        except BackendUnavailable:
+            state = None
+        self._remember(host, state, now)
+        return state
+
+    def step(self, host: str, step: str, now: float, arg=None) -> tuple:
+        """(the breaker after `step`, the step's answer: breaker_step says what each answers)."""
+        try:
+            state, answer = self.breakers.step(host, step, now, arg)
+        except BackendUnavailable:
+            return None, 0
+        self._remember(host, state, now)
+        return state, answer
+
+    def failed_in_a_row(self, host: str) -> int:
+        """One more failure of `host` in a row: how many now."""
+        with self._lock:
+            if len(self._streaks) >= KEPT_HOSTS:
+                self._streaks.clear()
+            streak = self._streaks[host] = self._streaks.get(host, 0) + 1
+            return streak
+
+    def start_over(self, host: str) -> None:
+        """`host` answered (or its breaker opened): its failures in a row count from 0."""
+        self._streaks.pop(host, None)
+
+    def close(self, host: str) -> bool:
+        """A probe answered: the host's breaker closes for every worker (False: the port is out of reach)."""
+        try:
+            self.breakers.close(host)
+        except BackendUnavailable:
+            return False
+        self._views.pop(host, None)
+        return True
+
+    def forget_if_closed(self, host: str) -> None:
+        """Stop watching `host` once its breaker reads closed, with no Retry-After still holding it off."""
+        kept = self._views.get(host)
+        if kept is not None and (kept[0] is None or kept[0].phase is BreakerPhase.CLOSED
+                                 and kept[0].not_before <= self.clock()):
+            self._views.pop(host, None)
+
+    def first_to_say(self, host: str, batch_id) -> bool:
+        """Whether this worker has yet to say `host` down in this batch (it asks the port once per host and
+        batch, whose answer says whether it is the first of the namespace)."""
+        said = (host, batch_id)
+        if said in self._said:
+            return False
+        self._said.add(said)
+        return True
+
+    def _remember(self, host: str, state: Optional[BreakerState], now: float) -> None:
+        with self._lock:
+            if len(self._views) >= KEPT_HOSTS and host not in self._views:
+                self._views = {h: kept for h, kept in self._views.items() if kept[0] is not None}
+            self._views[host] = (state, now)
+

@@ -21,14 +21,12 @@ that has not failed in this worker; one read of the port at most every LOOK_EVER
 failed here; one step per state change (open, a probe claimed, a probe's end, down said).
 """
 import logging
-import threading
 import time
 from datetime import datetime, timezone
 from typing import Callable, Optional, Union
 from urllib.parse import urlsplit
 
-from ...hosts.breakers import KEPT_HOSTS, BreakerPhase, BreakerState
-from ...errors import BackendUnavailable
+from ...hosts.breakers import LOOK_EVERY, BreakerPhase, BreakerState, BreakerView
 from ...http import Request, RequestFailed, Response
 from ..chain import TRANSIENT_ERRORS, ChainContext, DownloaderMiddleware, NotYet, not_yet_if
 from .retry import RETRY_AFTER_STATUSES, retry_after_seconds
@@ -36,7 +34,6 @@ from .retry import RETRY_AFTER_STATUSES, retry_after_seconds
 log = logging.getLogger("batchd")
 
 PROBE = "_batchd_breaker_probe"    # the meta key of the request that is its host's probe
-LOOK_EVERY = 1.0                   # s: a worker reads the breaker of a host that failed here at most this often
 PROBE_SLACK = 5.0                  # s beyond DOWNLOAD_TIMEOUT that a probe's claim lasts (its worker may die)
 
 
@@ -61,14 +58,11 @@ class HostBreakerMiddleware(DownloaderMiddleware):
     def __init__(self, breakers, failures: int = 5, probe: float = 5.0, probe_max: float = 300.0,
                  give_up: float = 1800.0, probe_seconds: float = 185.0, alerts=None,
                  clock: Callable[[], float] = time.time):
-        self.breakers, self.failures, self.give_up, self.alerts, self.clock = breakers, failures, give_up, alerts, clock
+        self.failures, self.give_up, self.alerts, self.clock = failures, give_up, alerts, clock
+        self.view = BreakerView(breakers, clock)
         self.probe_max = max(probe, probe_max)
         self.probe, self.probe_seconds = min(probe, self.probe_max), probe_seconds
         self.batch_id = None
-        self._lock = threading.Lock()
-        self._streaks: dict = {}       # host -> its failures in a row seen by this worker
-        self._views: dict = {}         # host -> (its BreakerState or None, when read) for hosts that failed here
-        self._said: set = set()        # (host, batch) this worker has said down (to the port)
 
     @classmethod
     def from_context(cls, context: ChainContext) -> Optional["HostBreakerMiddleware"]:
@@ -84,17 +78,17 @@ class HostBreakerMiddleware(DownloaderMiddleware):
     def process_request(self, request: Request) -> None:
         host = host_of(request)
         request.meta.pop(PROBE, None)      # (a probe that did not go is no probe in a new attempt)
-        if host not in self._views:
+        if not self.view.watches(host):
             return None                    # a host that has not failed here: no round trip
         now = self.clock()
-        state = self._view(host, now)
+        state = self.view.look(host, now)
         if state is None:
             return None
         not_yet_if(request, state.not_before - now, f"Retry-After of {host}")
         if state.phase is BreakerPhase.CLOSED:
             return None
         if state.phase is not BreakerPhase.PROBING and state.next_probe <= now:
-            state, won = self._step(host, "claim", now, self.probe_seconds)
+            state, won = self.view.step(host, "claim", now, self.probe_seconds)
             if won:
                 request.meta[PROBE] = True
                 return None
@@ -120,7 +114,7 @@ class HostBreakerMiddleware(DownloaderMiddleware):
         if isinstance(exception, Exception):
             self._answered(request)        # wrongly (a bad certificate, a page validate() rejected), but it answered
         elif request.meta.pop(PROBE, None):
-            self._step(host_of(request), "release", self.clock())   # a NotYet inside, a timeout: the probe did not go
+            self.view.step(host_of(request), "release", self.clock())   # a NotYet inside, a timeout: the probe did not go
         return None
 
     def _failed(self, request: Request) -> Optional[Request]:
@@ -128,20 +122,17 @@ class HostBreakerMiddleware(DownloaderMiddleware):
         counted; None for a failure the retry link judges."""
         host, now = host_of(request), self.clock()
         if request.meta.get(PROBE):
-            state, _ = self._step(host, "probe_failed", now, self.probe_max)
+            state, _ = self.view.step(host, "probe_failed", now, self.probe_max)
             return _again(request) if state is not None else None
-        with self._lock:
-            if len(self._streaks) >= KEPT_HOSTS:
-                self._streaks.clear()
-            streak = self._streaks[host] = self._streaks.get(host, 0) + 1
+        streak = self.view.failed_in_a_row(host)
         if streak >= self.failures:
-            self._streaks.pop(host, None)
-            state, opened = self._step(host, "trip", now, (streak, self.probe))
+            self.view.start_over(host)
+            state, opened = self.view.step(host, "trip", now, (streak, self.probe))
             if opened:
                 log.info("host %s: %d failures in a row: its breaker opens, first probe in %g s", host, streak,
                          self.probe)
         else:
-            state = self._view(host, now)
+            state = self.view.look(host, now)
         if state is not None and state.phase is not BreakerPhase.CLOSED:
             return _again(request)
         return None
@@ -149,35 +140,26 @@ class HostBreakerMiddleware(DownloaderMiddleware):
     def _answered(self, request: Request) -> None:
         """The host answered: its count starts again, and a probe's answer closes its breaker."""
         host = host_of(request)
-        if host not in self._views:
+        if not self.view.watches(host):
             return
-        self._streaks.pop(host, None)
+        self.view.start_over(host)
         if request.meta.pop(PROBE, None):
-            try:
-                self.breakers.close(host)
-            except BackendUnavailable:
-                return
-            log.info("host %s answered its probe: its breaker closes", host)
-            self._views.pop(host, None)
+            if self.view.close(host):
+                log.info("host %s answered its probe: its breaker closes", host)
             return
-        kept = self._views.get(host)
-        if kept is not None and (kept[0] is None or kept[0].phase is BreakerPhase.CLOSED
-                                 and kept[0].not_before <= self.clock()):     # (a Retry-After still holds)
-            self._views.pop(host, None)
+        self.view.forget_if_closed(host)
 
     def _hold_off(self, request: Request, response: Response) -> None:
         """A Retry-After on a 429 or 503 holds the whole host off, for every worker."""
         seconds = retry_after_seconds(response.headers.get("Retry-After"))
         if seconds:
             now = self.clock()
-            self._step(host_of(request), "hold_off", now, now + min(seconds, self.probe_max))
+            self.view.step(host_of(request), "hold_off", now, now + min(seconds, self.probe_max))
 
     def _given_up(self, request: Request, host: str, state: BreakerState, now: float) -> RequestFailed:
         reason = down_reason(host, state.since, self.give_up)
-        said = (host, self.batch_id)
-        if said not in self._said:
-            self._said.add(said)
-            _, first = self._step(host, "say_down", now, str(self.batch_id))
+        if self.view.first_to_say(host, self.batch_id):
+            _, first = self.view.step(host, "say_down", now, str(self.batch_id))
             if first:
                 self._say_down(host, reason, state)
         return RequestFailed(request, HostDown(reason), reason, 0)
@@ -189,32 +171,6 @@ class HostBreakerMiddleware(DownloaderMiddleware):
             self.alerts.raise_alert("host_down", self.batch_id, message, about=host, site=host, failures=state.failures)
         else:
             log.warning("%s", message)
-
-    def _view(self, host: str, now: float) -> Optional[BreakerState]:
-        """The host's breaker as this worker last read it, read again once LOOK_EVERY old."""
-        kept = self._views.get(host)
-        if kept is not None and now - kept[1] < LOOK_EVERY:
-            return kept[0]
-        try:
-            state = self.breakers.look(host)
-        except BackendUnavailable:      # the shared state cannot be read: the breaker stays out of the way
-            state = None
-        self._remember(host, state, now)
-        return state
-
-    def _step(self, host: str, step: str, now: float, arg=None) -> tuple:
-        try:
-            state, answer = self.breakers.step(host, step, now, arg)
-        except BackendUnavailable:
-            return None, 0
-        self._remember(host, state, now)
-        return state, answer
-
-    def _remember(self, host: str, state: Optional[BreakerState], now: float) -> None:
-        with self._lock:
-            if len(self._views) >= KEPT_HOSTS and host not in self._views:
-                self._views = {h: kept for h, kept in self._views.items() if kept[0] is not None}
-            self._views[host] = (state, now)
 
 
 def _again(request: Request) -> Request:
