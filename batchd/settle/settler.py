@@ -6,7 +6,7 @@ Who settles, and with which move (task.py has the state machine):
     update_task outside a worker (runtime.py)           MARK_DONE, MARK_FAILED
     BATCH_TASK_MAX_ATTEMPTS (master/patrol.py)          FINISH_FAILED
     a lease that expired, an orphan (master/patrol.py)  REQUEUE
-    `batchd requeue --failed` (control/requeue.py)             REQUEUE_FAILED
+    `batchd requeue --failed` (control/requeue.py)      REQUEUE_FAILED
 
 Each settle does, in this order:
 
