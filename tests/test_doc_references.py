@@ -43,7 +43,7 @@ import importlib
 import os
 import re
 
-from batchd.config import HOST_TERMS, LOG_LEVELS, SETTING_FIELDS, SETTING_TYPES
+from batchd.config import HOST_TERMS, LOG_LEVELS, SETTING_FIELDS, SETTING_TYPES, Settings
 from batchd.download.chain import MOVED_LINKS, MOVED_MODULES
 from batchd.task import Move, TaskState
 from pages import PAGES, ROOT, blocks, inline_code, matches, prose, read
@@ -181,10 +181,9 @@ def drawn_floors(text: str) -> dict:
     line is a floor's number and then its rooms (`4  master/  worker/  the roles`); the rooms are the
     words up to the first that is no folder and no module."""
     for b in blocks(text):
-        lines = [line for line in b.body.splitlines() if line.strip()]
-        if b.lang == DRAWING and lines and all(FLOOR_LINE.match(line) for line in lines):
-            return {room: int(floor) for floor, rooms in (FLOOR_LINE.match(line).groups() for line in lines)
-                    for room in rooms_of(rooms)}
+        floors = [FLOOR_LINE.match(line) for line in b.body.splitlines() if line.strip()]
+        if b.lang == DRAWING and floors and all(floors):
+            return {room: int(m.group(1)) for m in floors if m for room in rooms_of(m.group(2))}
     return {}
 
 
@@ -374,7 +373,7 @@ def test_every_name_that_is_no_setting_is_on_a_page_and_in_the_code():
 
 # -- middleware lists -------------------------------------------------------------------------------
 
-DEFAULT_CHAIN = SETTING_FIELDS["DOWNLOADER_MIDDLEWARES"].default
+DEFAULT_CHAIN = Settings().DOWNLOADER_MIDDLEWARES
 LINK_BY_CLASS = {path.rpartition(".")[2]: path for path in DEFAULT_CHAIN}
 MIDDLEWARE_LIST = re.compile(r"""DOWNLOADER_MIDDLEWARES["']?\s*[:=]\s*['"]?\[""")
 QUOTED = re.compile(r"""["']([^"']+)["']""")
