@@ -2,16 +2,12 @@
 
 - Every `batchd ...` command a page shows, in a shell block or in inline code, names a real verb and
   only options that verb's parser accepts (batchd's own parser, `build_parser()`).
-- Every CAPS name a page shows in backticks is a declared setting, `BATCHD_` and a setting, or a
-  name batchd's code defines or reads (an environment variable, a journal field, an enum member, a
-  constant); every key of a TOML block is a setting.
 - Every relative link reaches a file, and with `#anchor`, one of that page's headings.
 
-The checks take a page's text, so the last tests can show that each one catches what it is for."""
+What the pages name of the code (paths, modules, settings, the middleware chain) is held to it in
+tests/test_doc_references.py. The checks take a page's text, so the last tests can show that each one
+catches what it is for."""
 import argparse
-import dataclasses
-import functools
-import glob
 import os
 import re
 import shlex
@@ -19,39 +15,7 @@ import shlex
 import pytest
 
 from batchd.cli.main import build_parser
-from batchd.config import Settings
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PAGES = ["README.md"] + sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md")))
-SETTINGS = {f.name for f in dataclasses.fields(Settings)}
-# Words of the systems around batchd that pages quote in CAPS: SQL's UNIQUE index and JSON column type,
-# Redis's TIME command.
-FOREIGN_WORDS = {"UNIQUE", "JSON", "TIME"}
-SHELL_BLOCKS = ("sh", "bash", "shell", "console")
-# A name with an underscore wherever it stands in a span, or a whole span that is one CAPS word (with
-# `= value` after it, as a page shows a setting being set).
-CAPS_NAME = re.compile(r"\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b")
-CAPS_SPAN = re.compile(r"([A-Z][A-Z0-9]*)(?:\s*=.*)?")
-
-
-def read(page: str) -> str:
-    with open(os.path.join(ROOT, page), encoding="utf-8") as f:
-        return f.read()
-
-
-def blocks(text: str) -> list:
-    """(language, body) of each fenced block."""
-    return re.findall(r"^```(\w*)\n(.*?)^```", text, re.S | re.M)
-
-
-def prose(text: str) -> str:
-    """The text outside fenced blocks."""
-    return re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
-
-
-def inline_code(text: str) -> list:
-    """Each `span` of the prose, a span broken over two lines joined again."""
-    return [" ".join(span.split()) for span in re.findall(r"`([^`]+)`", prose(text))]
+from pages import PAGES, ROOT, SHELL_BLOCKS, blocks, inline_code, prose, read
 
 
 # -- commands ---------------------------------------------------------------------------------------
@@ -81,8 +45,8 @@ def batchd_arguments(command: str):
 
 def page_commands(text: str) -> list:
     """The argument lists of every batchd command the page shows."""
-    shown = [c for lang, body in blocks(text) if lang in SHELL_BLOCKS for c in shell_commands(body)]
-    shown += [span for span in inline_code(text) if re.match(r"(\S*/)?batchd ", span)]
+    shown = [c for block in blocks(text) if block.lang in SHELL_BLOCKS for c in shell_commands(block.body)]
+    shown += [span for _, span in inline_code(text) if re.match(r"(\S*/)?batchd ", span)]
     return [(command, args) for command in shown if (args := batchd_arguments(command)) is not None]
 
 
@@ -129,54 +93,6 @@ def test_the_pages_show_every_verb():
     """A check that finds no commands passes for nothing: together the pages show every verb."""
     shown = {tuple(walk(args)[0]) for page in PAGES for _, args in page_commands(read(page))}
     assert all_verbs() - shown == set()
-
-
-# -- setting names ----------------------------------------------------------------------------------
-
-@functools.cache
-def code() -> str:
-    """batchd's source, the tests' conftest (which reads TEST_MYSQL_URL and TEST_REDIS_URL) and the
-    test command (which reads TEST_WORKERS)."""
-    files = glob.glob(os.path.join(ROOT, "batchd", "**", "*.py"), recursive=True)
-    files += [os.path.join(ROOT, "tests", "conftest.py"), os.path.join(ROOT, "tests", "run-suites")]
-    return "\n".join(open(f, encoding="utf-8").read() for f in files)
-
-
-def known_name(name: str) -> bool:
-    """A setting, BATCHD_ and a setting, a foreign word, or a name the code reads as a string
-    ("STATE_DIRECTORY") or defines: `NAME = ...`, `NAME: type = ...`, `record.NAME = ...` (constants,
-    enum members, journal fields), or a variable the shell reads (`${NAME:-default}`)."""
-    return (name in SETTINGS or name.removeprefix("BATCHD_") in SETTINGS or name in FOREIGN_WORDS
-            or re.search(rf"[\"']{name}[\"']|\b{name}\s*(?::[^=\n]*)?=(?!=)|\$\{{{name}\b", code()) is not None)
-
-
-def page_caps_names(text: str) -> set:
-    names = set()
-    for span in inline_code(text):
-        names |= set(CAPS_NAME.findall(span))
-        if whole := CAPS_SPAN.fullmatch(span):
-            names.add(whole.group(1))
-    for lang, body in blocks(text):
-        if lang in SHELL_BLOCKS:
-            names |= set(re.findall(r"\bBATCHD_[A-Z0-9_]+", body))
-    return names
-
-
-def toml_keys(text: str) -> set:
-    return {m for lang, body in blocks(text) if lang == "toml"
-            for m in re.findall(r"^([A-Z][A-Z0-9_]*)\s*=", body, re.M)}
-
-
-def name_problems(text: str) -> list:
-    unknown = sorted(n for n in page_caps_names(text) if not known_name(n))
-    return [f"`{n}` is no setting nor a name batchd knows" for n in unknown] + \
-           [f"TOML key {n} is no setting" for n in sorted(toml_keys(text) - SETTINGS)]
-
-
-@pytest.mark.parametrize("page", PAGES)
-def test_every_caps_name_a_page_shows_is_a_setting_or_a_name_batchd_knows(page):
-    problems = name_problems(read(page))
-    assert not problems, "\n".join(problems)
 
 
 # -- links ------------------------------------------------------------------------------------------
@@ -228,15 +144,6 @@ def test_the_command_check_fails_on_a_verb_or_option_that_does_not_exist():
                         "batchd tasks adds: no such verb (there are add, import)",
                         "batchd statuz: no such verb (there are " + ", ".join(subcommands(build_parser())) + ")",
                         "batchd failed has no option --reasons"]
-
-
-def test_the_name_check_fails_on_a_setting_that_is_not_declared():
-    page = ("Set `DOWNLOAD_DELAYS = 1`, `WORKER`, `BATCHD_SPIDERS`, `WORKERS` and `BATCHD_CONFIG`.\n\n"
-            "```toml\nTHREADS = 4\nWORKERS = 2\n```\n")
-    assert name_problems(page) == ["`BATCHD_SPIDERS` is no setting nor a name batchd knows",
-                                   "`DOWNLOAD_DELAYS` is no setting nor a name batchd knows",
-                                   "`WORKER` is no setting nor a name batchd knows",
-                                   "TOML key THREADS is no setting"]
 
 
 def test_the_link_check_fails_on_a_missing_page_or_heading():
