@@ -1,1 +1,1 @@
-"""The master: the patrol that opens, refills, reclaims, measures and closes batches; the walks of the task table."""
+"""The master: the patrol that opens, refills, reclaims, measures and closes batches, the lock it patrols under, and the walks of the task table."""

@@ -26,7 +26,6 @@ import collections
 import logging
 import os
 import socket
-import threading
 import time
 from dataclasses import replace
 from datetime import datetime
@@ -45,7 +44,8 @@ from ..backends.ports import MasterPorts, claim_namespace
 from ..schedule import is_due, next_due
 from ..settle.batch_stats import report
 from ..task import Move
-from ..service.threads import Heart, check_in, start_thread
+from ..service.threads import Heart
+from .lock_keeper import LockKeeper
 from .walks import CHUNK_SECONDS, CountWalk, ResetWalk
 
 log = logging.getLogger("batchd.master")
@@ -58,54 +58,6 @@ ORPHAN_SCAN_LIMIT = 10000
 ANY_AGE = -DAY          # an age every task in processing is older than (stale_processing's bound)
 WALK_BUDGET = 0.15      # seconds of a walk (the reset, a reconciliation) in one patrol
 RESET_REPORT_EVERY = 10.0   # seconds between two lines on a reset under way
-
-
-class LockKeeper:
-    """Renews the master lock every third of its TTL; `lost` is set the moment a renewal fails.
-
-    The lock counts as held only until half its TTL after the last renewal that succeeded (`holds`), on this
-    process's clock, whether or not the next renewal has answered: a renewal blocked on a dead or partitioned
-    Redis stops the patrols in time. Why half: under Sentinel a promoted replica may lack the last renewals
-    (replication is asynchronous), so the lock expires there earlier than the master reckons; as long as the
-    replica's lag is under half MASTER_LOCK_TIMEOUT, this master has stopped before another can take the lock."""
-
-    def __init__(self, lock, ttl: float):
-        self.lock, self.ttl = lock, ttl
-        self.lost = threading.Event()
-        self._valid_until = time.monotonic() + ttl / 2       # (taken just before)
-        self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
-
-    def holds(self) -> bool:
-        return not self.lost.is_set() and time.monotonic() < self._valid_until
-
-    def start(self) -> None:
-        self._thread = start_thread(self._renew_loop, "batchd-master-lock")
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5)
-        try:
-            self.lock.release()
-        except (BackendUnavailable, ConfigError):
-            pass   # it expires on its own
-
-    def _renew_loop(self) -> None:
-        while True:
-            check_in(within=self.ttl / 3 + 1)
-            if self._stop.wait(self.ttl / 3):
-                return
-            sent = time.monotonic()
-            try:
-                if self.lock.renew():
-                    self._valid_until = sent + self.ttl / 2
-                    continue
-                log.error("the master lock was lost (taken over after a stall?); patrols stop")
-            except BackendUnavailable as e:
-                log.error("cannot renew the master lock: %s; patrols stop until it is held again", e)
-            self.lost.set()
-            return
 
 
 class ProgressRate:
