@@ -120,3 +120,19 @@ def test_the_version_is_the_projects():
     with open(PACKAGE.parent / "pyproject.toml", "rb") as f:
         declared = tomllib.load(f)["project"]["version"]
     assert batchd.__version__ == declared == importlib.metadata.version("batchd")
+
+
+def test_every_module_says_first_what_it_is_for():
+    """A module opens with a docstring, its first line a sentence of what the module is for."""
+    mute = [str(path.relative_to(PACKAGE)) for path in MODULES.values()
+            if len((ast.get_docstring(ast.parse(path.read_text())) or "").split(" ")) < 4]
+    assert not mute, f"modules whose first line does not say what they are for: {mute}"
+
+
+def test_no_two_modules_share_a_file_name():
+    """One file name, one module: `batchd.web.html` and `batchd.x.html` would read alike in an import."""
+    by_name: dict = {}
+    for path in PACKAGE.rglob("*.py"):
+        if path.name != "__init__.py":
+            by_name.setdefault(path.name, []).append(str(path.relative_to(PACKAGE)))
+    assert not {name: paths for name, paths in by_name.items() if len(paths) > 1}
