@@ -1,4 +1,4 @@
-"""AUTOTHROTTLE (download/middlewares/throttle.py, its learnt delays in hosts/throttle.py): each host's delay between request starts, learnt from its answers,
+"""AUTOTHROTTLE (download/middlewares/throttle.py, its learnt delays in hosts/learnt_delays.py): each host's delay between request starts, learnt from its answers,
 measured at the local site (tests/httpserver.py: /moody answers as site.mood says) through a real
 Downloader whose chain holds the throttle."""
 import logging

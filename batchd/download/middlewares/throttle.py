@@ -25,7 +25,7 @@ import time
 
 from ...errors import ConfigError
 from ...hosts.paces import KEPT_HOSTS, HostPaces
-from ...hosts.throttle import HostThrottle
+from ...hosts.learnt_delays import HostThrottle
 from ...http import Request, Response
 from ..chain import ChainContext, DownloaderMiddleware
 
