@@ -9,7 +9,7 @@ import pytest
 
 from batchd.hosts.breakers import BreakerPhase, LocalHostBreakers
 from batchd.backends.mysql_redis.redis_client import connect_redis
-from batchd.backends.mysql_redis.redis_ports import RedisHostBreakers
+from batchd.backends.mysql_redis.redis_hosts import RedisHostBreakers
 from batchd.config import Settings
 from batchd.download.chain import NotYet
 from batchd.download.middlewares.breaker import HostBreakerMiddleware, down_reason, host_of

@@ -83,7 +83,7 @@ def test_status_hosts_after_a_run_over_two_hosts(shared_backend, site, procs):
     if shared_backend.kind == "mysql":       # SQLite keeps breakers in each process: none for the command to see
         import time
         from batchd.backends.mysql_redis.redis_client import connect_redis
-        from batchd.backends.mysql_redis.redis_ports import RedisHostBreakers
+        from batchd.backends.mysql_redis.redis_hosts import RedisHostBreakers
         client = connect_redis(shared_backend.redis_url)
         RedisHostBreakers(shared_backend.redis_url, shared_backend.namespace, client).step(
             f"user:secret@localhost:{port}", "trip", time.time(), (5, 5.0))

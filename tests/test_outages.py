@@ -15,7 +15,7 @@ import redis
 import batchd
 
 from batchd.backends.mysql_redis.mysql import parse_mysql_url
-from batchd.backends.mysql_redis.redis_ports import translate_redis_error
+from batchd.backends.mysql_redis.redis_port import translate_redis_error
 from batchd.errors import BackendUnavailable
 from batchd.service.lifecycle import StopFlag
 from batchd.service.threads import start_thread

@@ -15,7 +15,7 @@ import pytest
 
 import batchd
 from batchd.backends.mysql_redis.redis_client import connect_redis
-from batchd.backends.mysql_redis.redis_ports import RedisCounters
+from batchd.backends.mysql_redis.redis_batch import RedisCounters
 from batchd.errors import BackendUnavailable
 from batchd.settle.batch_stats import BatchStats, StatsFlusher, report
 from batchd.task import TaskState

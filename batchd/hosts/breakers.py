@@ -1,6 +1,6 @@
 """Hosts' breakers kept in one process: the memory and SQLite backends' HostBreakers port (the Redis one
-holds them for every worker of a namespace: backends/mysql_redis/redis_ports.py runs the same steps in
-BREAKER_SCRIPT).
+holds them for every worker of a namespace: backends/mysql_redis/lua/step_host_breaker.lua runs the same
+steps).
 
 A host's breaker is one record, changed only by `breaker_step` (here under a lock, in Redis in one
 script), so that the workers sharing it see one story:
@@ -53,7 +53,7 @@ STEPS = ("trip", "claim", "probe_failed", "release", "hold_off", "say_down")
 
 def breaker_step(record: Optional[dict], step: str, now: float, arg) -> tuple:
     """(the record after `step`, or None: none to keep; the step's answer: 1 when a trip opened the breaker, a
-    claim won the probe, a say_down was the first of its batch, else 0). BREAKER_SCRIPT runs the same."""
+    claim won the probe, a say_down was the first of its batch, else 0). step_host_breaker.lua runs the same."""
     if step not in STEPS:
         raise ValueError(f"no breaker step {step!r}")
     r: dict[str, Any] = dict(record) if record else {"phase": "closed", "since": 0.0, "failures": 0, "wait": 0.0, "next_probe": 0.0,

@@ -1,5 +1,5 @@
 """DOMAIN_RATE_LIMIT kept in one process: the memory and SQLite backends' HostRates port (the Redis one
-holds it for every worker of a namespace: backends/mysql_redis/redis_ports.py runs the same arithmetic)."""
+holds it for every worker of a namespace: backends/mysql_redis/lua/book_host_rate.lua runs the same arithmetic)."""
 import threading
 import time
 from typing import Callable
@@ -10,7 +10,7 @@ KEPT_HOSTS = 10_000          # past this many, idle hosts are forgotten
 def booked_start(theoretical: float, now: float, per_second: float, burst: int) -> tuple:
     """One booking of the generic cell rate algorithm: (seconds to wait, the next theoretical arrival). A
     request to a host is due every 1/per_second s; `burst` - 1 intervals of credit let that many start at
-    once after a lull. Redis runs the same arithmetic in RATE_SCRIPT."""
+    once after a lull. Redis runs the same arithmetic in book_host_rate.lua."""
     interval = 1.0 / per_second
     theoretical = max(theoretical, now)
     start = max(now, theoretical - (burst - 1) * interval)

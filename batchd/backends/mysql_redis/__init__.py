@@ -5,8 +5,10 @@ from ...errors import ConfigError
 from ..ports import Backend, BatchStore, SupervisorPorts
 from .mysql import MysqlBatchStore
 from .redis_client import connect_redis
-from .redis_ports import (RedisCounters, RedisHostBreakers, RedisHostRates, RedisLeaseQueue, RedisMasterLocks,
-                          RedisNamespaceRecord, RedisSeenFilter, RedisStatusBoard, RedisTally, RedisWake)
+from .redis_batch import RedisCounters, RedisSeenFilter, RedisTally
+from .redis_coordination import RedisMasterLocks, RedisNamespaceRecord, RedisStatusBoard, RedisWake
+from .redis_hosts import RedisHostBreakers, RedisHostRates
+from .redis_leases import RedisLeaseQueue
 
 
 def open_store(url: str, setting: str = "MYSQL_URL") -> MysqlBatchStore:

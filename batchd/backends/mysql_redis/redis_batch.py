@@ -1,0 +1,89 @@
+"""What a batch keeps in Redis beside its queue: the tally of its settled tasks, its counters (in all and per
+host, with each worker's gauges), and the requests it has made.
+
+Keys (redis_keys.py): tally:<batch>, stats:<batch>, stats_flushes:<batch>, hosts:<batch>, host_gauges:<worker>,
+seen.
+"""
+import json
+from typing import Optional
+
+from ...hosts.counts import OTHER, sum_gauges
+from .lua_scripts import LuaScript
+from .redis_keys import SEEN_TTL, STATS_TTL, TALLY_TTL
+from .redis_port import RedisPort, translated
+
+
+class RedisSeenFilter(RedisPort):
+    """The SeenFilter port: a set of fingerprints, with a TTL."""
+
+    @translated
+    def first_seen(self, batch_id: int, fingerprint: str) -> bool:
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.sadd(self.keys.seen, f"{batch_id}:{fingerprint}")
+            pipe.expire(self.keys.seen, SEEN_TTL)
+            added, _ = pipe.execute()
+        return bool(added)
+
+
+class RedisTally(RedisPort):
+    """The BatchTally port: one hash per batch."""
+
+    _restore = LuaScript("restore_tally")
+
+    @translated
+    def add_settled(self, batch_id: int, done: int, failed: int) -> None:
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hincrby(self.keys.tally(batch_id), "done", done)
+            pipe.hincrby(self.keys.tally(batch_id), "failed", failed)
+            pipe.execute()
+
+    @translated
+    def settled(self, batch_id: int) -> Optional[tuple]:
+        held, done, failed = self.redis.hmget(self.keys.tally(batch_id), "held", "done", "failed")
+        return None if held is None else (int(done or 0), int(failed or 0))
+
+    @translated
+    def restore_settled(self, batch_id: int, done: int, failed: int) -> None:
+        self._restore(keys=[self.keys.tally(batch_id)], args=[done, failed, TALLY_TTL])
+
+    @translated
+    def set_settled(self, batch_id: int, done: int, failed: int) -> None:
+        key = self.keys.tally(batch_id)
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(key, mapping={"done": done, "failed": failed, "held": 1})
+            pipe.expire(key, TALLY_TTL)
+            pipe.execute()
+
+
+class RedisCounters(RedisPort):
+    """The BatchCounters port: a hash of counters per batch, and a hash of the flushes it took."""
+
+    _add = LuaScript("add_counts")
+
+    @translated
+    def add_counts(self, batch_id: int, counts, source: str, seq: int, hosts={}, host_cap: int = 0) -> None:
+        pairs = [part for name, n in counts.items() for part in (name, int(n))]
+        self._add(keys=[self.keys.stats(batch_id), self.keys.stats_flushes(batch_id), self.keys.hosts(batch_id)],
+                  args=[source, seq, STATS_TTL, json.dumps(hosts), host_cap, OTHER] + pairs)
+
+    @translated
+    def counts(self, batch_id: int) -> dict:
+        return {name.decode(): int(n) for name, n in self.redis.hgetall(self.keys.stats(batch_id)).items()}
+
+    @translated
+    def host_counts(self, batch_id: int) -> dict:
+        return {host.decode(): json.loads(counts) for host, counts in self.redis.hgetall(self.keys.hosts(batch_id)).items()}
+
+    @translated
+    def set_host_gauges(self, source: str, gauges, ttl: float) -> None:
+        if gauges:
+            self.redis.set(self.keys.host_gauges(source), json.dumps(gauges), px=max(1, int(ttl * 1000)))
+        else:
+            self.redis.delete(self.keys.host_gauges(source))
+
+    @translated
+    def host_gauges(self) -> dict:
+        keys = list(self.redis.scan_iter(match=self.keys.host_gauges_pattern(), count=100))
+        return sum_gauges(json.loads(value) for value in (self.redis.mget(keys) if keys else ()) if value is not None)
+
+
