@@ -8,7 +8,7 @@ from .backends.mysql_redis.mysql import MysqlBatchStore
 from .backends.sqlite.sqlite_store import SqliteBatchStore
 from .download.chain import ChainContext, DownloaderMiddleware
 from .model import BatchRecord, ItemRow, Progress, TaskLayout
-from .backends.ports import BatchStore
+from .backends.store import BatchStore
 from .runtime import Runtime
 from .spider import BatchSpider
 from .task import TaskState

@@ -28,7 +28,8 @@ from .service.lifecycle import StopFlag
 from .master.patrol import Master
 from .model import TaskLayout
 from .worker.pipeline import count_nothing
-from .backends.ports import Backend, BatchStore
+from .backends.ports import Backend
+from .backends.store import BatchStore
 from .service.systemd import set_thread_role, setup_logging
 from .task import mark_move
 from .service.threads import start_thread

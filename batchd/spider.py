@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, TypeVar
 
 from .config import Settings
 from .http import Produced, Request, Response
-from .backends.ports import BatchStore
+from .backends.store import BatchStore
 from .runtime import Runtime
 
 log = logging.getLogger("batchd")

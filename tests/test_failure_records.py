@@ -262,7 +262,7 @@ def test_an_earlier_batch_shows_every_record_whatever_the_tasks_state_now():
 
 def test_a_store_without_failure_records_says_so():
     from batchd import MemoryBatchStore
-    from batchd.backends.ports import BatchStore
+    from batchd.backends.store import BatchStore
 
     class Plain(MemoryBatchStore):
         failures = BatchStore.failures

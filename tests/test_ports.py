@@ -25,7 +25,8 @@ from batchd.backends import open_backend, open_supervisor_ports
 from batchd.backends.memory import MemoryBatchStore
 from batchd.config import load_settings
 from batchd.errors import BackendUnavailable
-from batchd.backends.ports import Backend, BatchStore, HostBreakers, HostRates, MasterLock, SupervisorPorts
+from batchd.backends.ports import Backend, HostBreakers, HostRates, MasterLock, SupervisorPorts
+from batchd.backends.store import BatchStore
 from harness import wait_for
 
 KINDS = ["memory", "mysql_redis", "sqlite"]

@@ -16,7 +16,8 @@ from typing import Optional
 
 from ..config import redact_url
 from ..errors import ConfigError
-from .ports import Backend, BatchStore, SupervisorPorts
+from .ports import Backend, SupervisorPorts
+from .store import BatchStore
 
 SQLITE_PREFIX = "sqlite:///"
 MYSQL_SCHEMES = ("mysql", "mariadb")

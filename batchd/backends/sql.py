@@ -47,7 +47,7 @@ from ..model import (COLUMNS_ITEM_KIND, PAGE_URL_MOST, BatchOpening, BatchRecord
                      FailureQuery, ItemRow, PageRecord, Progress, Revisit, TaskFailure, TaskLayout, reset_cursor,
                      task_key, url_key)
 from ..hosts.claims import HostClaim
-from .ports import BatchStore, opened_with
+from .store import BatchStore, opened_with
 
 log = logging.getLogger("batchd.store")
 

@@ -12,7 +12,7 @@ import time
 from dataclasses import replace
 from typing import Callable
 
-from ..backends.ports import BatchStore
+from ..backends.store import BatchStore
 from ..model import BatchRecord
 from ..task import Move
 

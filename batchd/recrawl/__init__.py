@@ -7,5 +7,5 @@
                   kept at its write-back, after its items landed
 
 What is kept lives in the store, in two tables of batchd's own beside the task table (`<table>_page`,
-`<table>_revisit`; backends/ports.py, BatchStore.keeps_pages); the user's tables are never altered.
+`<table>_revisit`; backends/store.py, BatchStore.keeps_pages); the user's tables are never altered.
 """

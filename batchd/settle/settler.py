@@ -30,7 +30,8 @@ Each settle does, in this order:
 import logging
 from typing import Callable, Optional, Sequence
 
-from ..backends.ports import BatchStore, BatchTally
+from ..backends.ports import BatchTally
+from ..backends.store import BatchStore
 from ..errors import BackendUnavailable
 from ..model import TaskFailure
 from ..task import Move

@@ -22,7 +22,7 @@ from typing import Iterator, Optional, Sequence
 from ..codec import dumps, loads
 from ..errors import BackendUnavailable
 from ..model import ItemDestination, ItemRow
-from ..backends.ports import store_items
+from ..backends.store import store_items
 
 log = logging.getLogger("batchd.failed_items")
 

@@ -49,7 +49,8 @@ from .task_run import TaskRun
 from ..service.lifecycle import Backoff
 from ..model import COLUMNS_ITEM_KIND, ItemDestination, ItemRow, TaskFailure
 from ..service.outages import OutageWatch, retry_through_outages
-from ..backends.ports import WorkerPorts, store_items
+from ..backends.ports import WorkerPorts
+from ..backends.store import store_items
 from ..settle.batch_stats import StatsFlusher
 from ..task import TaskState, settling_move
 from ..service.threads import check_in, start_thread

@@ -17,7 +17,7 @@ from ...errors import ConfigError
 from ...model import (BatchOpening, BatchRecord, FailureGroup, FailureQuery, ItemRow, PageRecord, Progress, Revisit,
                       TaskFailure, TaskLayout, reset_cursor, task_key)
 from ...hosts.claims import HostClaim
-from ..ports import BatchStore, opened_with
+from ..store import BatchStore, opened_with
 from ...task import Move, TaskState
 
 

@@ -2,7 +2,8 @@
 of the user's own), every queue-side port in Redis, so that masters and workers on any number of
 hosts share them."""
 from ...errors import ConfigError
-from ..ports import Backend, BatchStore, SupervisorPorts
+from ..ports import Backend, SupervisorPorts
+from ..store import BatchStore
 from .mysql import MysqlBatchStore
 from .redis_client import connect_redis
 from .redis_batch import RedisCounters, RedisSeenFilter, RedisTally
