@@ -75,7 +75,7 @@ TESTS = os.path.join(os.path.dirname(HERE), "tests")
 sys.path.insert(0, TESTS)
 
 from batchd.backends import store_from_url
-from batchd.backends.sql import REVISIT_COLUMNS
+from batchd.backends.sql_results import REVISIT_COLUMNS
 from batchd.model import TaskLayout
 from batchd.spider import BatchSpider
 from servers import PrivateMariaDB, PrivateRedis  # noqa: E402

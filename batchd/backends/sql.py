@@ -1,53 +1,21 @@
-"""SqlBatchStore: what the SQL stores share, written once; a dialect fills in the hooks.
+"""SqlBatchStore: what the SQL stores share, written once; a dialect fills in the hooks (sql_dialect.py).
 
-The task-table checks, the compare-and-set state moves, the claim, the chunked reset, the
-batch record and the item upserts live here. `MysqlBatchStore` and `SqliteBatchStore` bring
-only their SQL spelling, their connections, their DDL and their clock:
-
-    spelling   quote_mark, placeholder         ` and %s, or " and ?
-               in_chunk                        at most this many ids in one IN (...)
-               claim_lock                      after the claim's SELECT (MySQL: FOR UPDATE SKIP LOCKED)
-               move_in_one_transaction         move() runs its chunks in one transaction, or each alone
-               stamped_on_insert/_on_update    batch record columns the store sets to now() itself
-               cursor_type                     the record's reset_cursor column (JSON of an id, or NULL)
-               stats_type                      the record's stats column (JSON counters, or NULL)
-               now_term()                      the store's clock in a statement: (sql, values)
-               older_than_term(column, s)      "column is more than s seconds old": (sql, values)
-               time_from_db(value)             a time column as read -> datetime
-               upsert_clause(columns, key)     what turns an INSERT into an upsert
-               column_value(value)             an item value as it is bound to a column
-    plumbing   fetch(sql, params, dicts)       the rows of one statement
-               execute(sql, params)            one writing statement -> rows changed
-               execute_many(sql, rows)         one statement over many rows of values
-               transaction()                   statements inside it, on this thread, commit together
-    schema     location()                      where tables are looked for, for messages
-               table_columns(table)            column name -> what the dialect needs to know of it
-               unique_keys(table)              the column sets of its primary key and UNIQUE indexes
-               check_task_columns(layout, c)   the time column's type; the id's type for the item table
-               has_leading_index(t, c)         whether an index of t starts with column c
-               state_range_hint(layout)        what makes a read of pending rows in an id range use the state index
-               index_statement(t, c)           the statement that would create one
-               create_record_table(t), create_default_item_table(t), create_failure_table(t),
-               create_page_table(t), create_revisit_table(t)
-
-Every statement binds its values; table and column names come from a validated TaskLayout
-(or item keys, checked as identifiers) and always pass through quote().
+The task-table checks, the compare-and-set state moves, the claim, the chunked reset and the batch
+record live here; the items, failure records, pages and revisits in sql_results.py.
 """
-import abc
 import logging
 from contextlib import nullcontext
 from dataclasses import fields
 from typing import Callable, Optional, Sequence
 
 from ..codec import plain_json
-from ..config import check_identifier
 from ..errors import ConfigError
 from ..task import Move, TaskState
-from ..model import (COLUMNS_ITEM_KIND, PAGE_URL_MOST, BatchOpening, BatchRecord, FailureGroup,
-                     FailureQuery, ItemRow, PageRecord, Progress, Revisit, TaskFailure, TaskLayout, reset_cursor,
-                     task_key, url_key)
+from ..model import BatchOpening, BatchRecord, Progress, TaskLayout, reset_cursor
 from ..hosts.claims import HostClaim
-from .store import BatchStore, opened_with
+from .sql_dialect import chunks, where_all
+from .sql_results import FAILURE_COLUMNS, PAGE_COLUMNS, REVISIT_COLUMNS, SqlResults
+from .store import opened_with
 
 log = logging.getLogger("batchd.store")
 
@@ -57,50 +25,13 @@ RESET_CURSOR = "reset_cursor"     # batchd's own column of the record: where an 
 STATS = "stats"                   # batchd's own column of the record: the batch's counters, at its close
 OPENING = "opening"               # batchd's own column of the record: how the batch opened (model.BatchOpening)
 RECORD_FIELDS = tuple(f.name for f in fields(BatchRecord))      # the columns last_batch() reads
-ITEM_KEY = ("batch_id", "task_id", "request_seq", "item_seq")   # the default item table's unique key
-FAILURE_COLUMNS = ("batch_id", "task_id", "url", "reason", "status", "error_class", "attempts", "host", "fail_time")
-FAILURE_KEY = ("batch_id", "task_id")                           # the failure table's primary key
-PAGE_COLUMNS = ("url_key", "url", "task_id", "etag", "last_modified", "vary", "signature", "whole_at", "seen_in",
-                "changed_in", "redirected")                     # keyed on url_key (model.url_key of the url)
-REVISIT_COLUMNS = ("task_id", "interval_s", "next_due", "verdict", "batch_id")   # keyed on task_id
 TASK_COLUMNS = (("id_field", "BATCH_TASK_ID_FIELD"), ("state_field", "BATCH_TASK_STATE_FIELD"),
                 ("time_field", "BATCH_TASK_TIME_FIELD"), ("host_field", "BATCH_TASK_HOST_FIELD"))
 
 
-def marks(n: int, placeholder: str) -> str:
-    """n bind markers, for VALUES (...) or IN (...)."""
-    return ", ".join([placeholder] * n)
-
-
-def _where(conditions: list) -> str:
-    return " WHERE " + " AND ".join(conditions) if conditions else ""
-
-
-def column_sets(rows) -> list:
-    """(index name, column name) rows -> the column set of each index."""
-    indexes: dict = {}
-    for index, column in rows:
-        indexes.setdefault(index, set()).add(column)
-    return [frozenset(columns) for columns in indexes.values()]
-
-
-def chunks(seq: Sequence, size: int):
-    for start in range(0, len(seq), size):
-        yield list(seq[start:start + size])
-
-
-class SqlBatchStore(BatchStore):
+class SqlBatchStore(SqlResults):
     """A BatchStore on an SQL database; a dialect subclass sets the attributes and fills in the hooks."""
 
-    quote_mark: str
-    placeholder: str
-    in_chunk: int
-    claim_lock: str
-    move_in_one_transaction: bool
-    stamped_on_insert: tuple
-    stamped_on_update: tuple
-    cursor_type: str
-    stats_type: str
     keeps_openings = True
     keeps_pages = True
 
@@ -108,112 +39,6 @@ class SqlBatchStore(BatchStore):
         self._item_columns: dict = {}
         self.host_claim: Optional[HostClaim] = None
         self._host_column = self._range_hint = ""       # quoted; set by open() when BATCH_TASK_HOST_FIELD is
-
-    # -- the dialect's spelling
-    def quote(self, name: str) -> str:
-        """Quote an identifier, validated here once more."""
-        return f"{self.quote_mark}{check_identifier(name, 'identifier')}{self.quote_mark}"
-
-    def marks(self, n: int) -> str:
-        return marks(n, self.placeholder)
-
-    @abc.abstractmethod
-    def now_term(self) -> tuple:
-        """(SQL, values) that stand for now() in a statement; one call per statement."""
-
-    @abc.abstractmethod
-    def older_than_term(self, column: str, seconds: float) -> tuple:
-        """(SQL, values) of the test "`column` is more than `seconds` seconds older than now()"."""
-
-    def time_from_db(self, value):
-        """A time column's value as the driver returns it -> datetime."""
-        return value
-
-    @abc.abstractmethod
-    def upsert_clause(self, columns: Sequence[str], key: Optional[Sequence[str]]) -> str:
-        """The clause after INSERT ... VALUES (...) that overwrites `columns` of the row already holding
-        the same unique key: `key` for a table batchd made, None for any unique key of the user's table."""
-
-    def column_value(self, value):
-        """Lists and dicts go to a column as JSON text; the driver converts the rest."""
-        return plain_json(value) if isinstance(value, (dict, list, tuple)) else value
-
-    # -- the dialect's plumbing
-    @abc.abstractmethod
-    def fetch(self, sql: str, params: Sequence = (), dicts: bool = False) -> list:
-        """Every row of one statement: tuples (indexable by position), or dicts by column name."""
-
-    @abc.abstractmethod
-    def execute(self, sql: str, params: Sequence = ()) -> int:
-        """Run one writing statement; return how many rows it changed."""
-
-    @abc.abstractmethod
-    def execute_many(self, sql: str, rows: Sequence[Sequence]) -> None:
-        """Run one statement once per row of values."""
-
-    @abc.abstractmethod
-    def transaction(self):
-        """A context manager: the statements this thread runs inside it commit together, or not at all."""
-
-    # -- the dialect's schema
-    @abc.abstractmethod
-    def unique_keys(self, table: str) -> list:
-        """The column sets (frozensets) of the table's primary key and UNIQUE indexes."""
-
-    @abc.abstractmethod
-    def location(self) -> str:
-        """Where tables are looked for, as a message says it: "database `x`", "SQLite file /path"."""
-
-    @abc.abstractmethod
-    def table_columns(self, table: str) -> dict:
-        """Column name -> what the dialect knows of it; empty when there is no such table."""
-
-    def tables_columns(self, tables: Sequence[str]) -> dict:
-        """Each table's `table_columns`, for several tables (a dialect may read them all at once)."""
-        return {table: self.table_columns(table) for table in tables}
-
-    @abc.abstractmethod
-    def check_task_columns(self, layout: TaskLayout, columns: dict) -> None:
-        """Raise ConfigError unless the time column holds times batchd can compare; note the id
-        column's type for the default item table's task_id."""
-
-    @abc.abstractmethod
-    def has_leading_index(self, table: str, column: str) -> bool:
-        """Whether some index of `table` starts with `column`."""
-
-    def state_range_hint(self, layout: TaskLayout) -> str:
-        """What follows the task table's name in a read of pending rows in an id range (HostClaim's) so that it
-        ranges over the state index in id order; empty when the planner finds that alone (SQLite)."""
-        return ""
-
-    @abc.abstractmethod
-    def index_statement(self, table: str, column: str) -> str:
-        """The statement that would create an index on `table` (`column`)."""
-
-    @abc.abstractmethod
-    def create_record_table(self, table: str) -> None:
-        """CREATE TABLE IF NOT EXISTS for the batch record, with the columns of RECORD_COLUMNS."""
-
-    @abc.abstractmethod
-    def create_default_item_table(self, table: str) -> None:
-        """CREATE TABLE IF NOT EXISTS for the default item table, unique on ITEM_KEY."""
-
-    @abc.abstractmethod
-    def create_failure_table(self, table: str) -> None:
-        """CREATE TABLE IF NOT EXISTS for the failure records, with FAILURE_COLUMNS, keyed on FAILURE_KEY."""
-
-    @abc.abstractmethod
-    def create_page_table(self, table: str) -> None:
-        """CREATE TABLE IF NOT EXISTS for the PageRecords, with PAGE_COLUMNS (the texts as long as
-        model.PAGE_TEXT_MOST and PAGE_URL_MOST allow), keyed on url_key, changed_in indexed."""
-
-    @abc.abstractmethod
-    def create_revisit_table(self, table: str) -> None:
-        """CREATE TABLE IF NOT EXISTS for the Revisits, with REVISIT_COLUMNS, keyed on task_id, next_due indexed."""
-
-    @abc.abstractmethod
-    def task_table_statements(self, layout: TaskLayout) -> list:
-        """The statements that make the seed's task table (id, url, state, time; the state indexed)."""
 
     # -- loading tasks (batchd tasks add / import, the demo)
     def create_task_table(self, layout: TaskLayout) -> bool:
@@ -398,7 +223,7 @@ class SqlBatchStore(BatchStore):
         table, key, _ = self._quoted_task_table()
         conditions, params = self._id_range(after, None)
         rows = self.fetch(f"SELECT MAX(chunk_id), COUNT(*) FROM (SELECT {key} AS chunk_id FROM {table}"
-                          f"{_where(conditions)} ORDER BY {key} LIMIT {self.placeholder}) AS chunk", params + [size])
+                          f"{where_all(conditions)} ORDER BY {key} LIMIT {self.placeholder}) AS chunk", params + [size])
         last, count = rows[0]
         return (last, count) if count else None
 
@@ -432,7 +257,7 @@ class SqlBatchStore(BatchStore):
         p = self.placeholder
         rows, done, failed = self.fetch(f"SELECT COUNT(*), COALESCE(SUM(CASE WHEN {state} = {p} THEN 1 ELSE 0 END), 0), "
                                         f"COALESCE(SUM(CASE WHEN {state} = {p} THEN 1 ELSE 0 END), 0) FROM {table}"
-                                        f"{_where(conditions)}", [int(TaskState.DONE), int(TaskState.FAILED)] + params)[0]
+                                        f"{where_all(conditions)}", [int(TaskState.DONE), int(TaskState.FAILED)] + params)[0]
         return int(rows), int(done), int(failed)
 
     def _id_range(self, after, upper) -> tuple:
@@ -459,11 +284,6 @@ class SqlBatchStore(BatchStore):
         return self.execute(f"UPDATE {table} SET {state} = {self.placeholder}, {time_column} = "
                             f"{now} WHERE {where}{source_test}", [int(move.target)] + now_values + params + sources)
 
-    def _quoted_task_table(self) -> tuple:
-        """The task table, its id column and its state column, quoted."""
-        layout = self.opened_layout
-        return self.quote(layout.table), self.quote(layout.id_field), self.quote(layout.state_field)
-
     # -- task states
     def claim(self, limit: int, upto=None) -> list:
         _, key, _ = self._quoted_task_table()
@@ -484,7 +304,7 @@ class SqlBatchStore(BatchStore):
         """(FROM ... WHERE ..., values) of the pending rows with after < id <= upto (either end open when None)."""
         table, _, state = self._quoted_task_table()
         conditions, params = self._id_range(after, upto)
-        return (f"FROM {table}{self._range_hint}{_where([f'{state} = {self.placeholder}'] + conditions)}",
+        return (f"FROM {table}{self._range_hint}{where_all([f'{state} = {self.placeholder}'] + conditions)}",
                 [int(TaskState.PENDING)] + params)
 
     def _pending_hosts(self, after, upto, n: int) -> list:
@@ -547,130 +367,3 @@ class SqlBatchStore(BatchStore):
         return self.fetch(f"SELECT COUNT(*) FROM {table} WHERE {state} IN ({self.marks(2)})",
                           (int(TaskState.PENDING), int(TaskState.PROCESSING)))[0][0]
 
-    # -- items
-    def save_items(self, table: str, kind: str, rows: Sequence[ItemRow], key: Sequence[str] = ()) -> None:
-        if not rows:
-            return
-        with self.transaction():
-            if kind == COLUMNS_ITEM_KIND:
-                self._save_column_items(table, rows, key)
-            else:
-                self._upsert(table, ITEM_KEY + ("item",), ("item",), ITEM_KEY,
-                             [(r.batch_id, r.task_id, r.request_seq, r.item_seq, plain_json(r.data)) for r in rows])
-
-    def _save_column_items(self, table: str, rows: Sequence[ItemRow], key: Sequence[str]) -> None:
-        by_columns: dict = {}
-        for row in rows:
-            by_columns.setdefault(tuple(row.data), []).append(row.data)
-        for columns, items in by_columns.items():
-            # An Item's __unique_key__ is the conflict target where the dialect names one (SQLite); no key:
-            # like MySQL's ON DUPLICATE KEY, any unique key of the user's table counts.
-            self._upsert(table, columns, columns, tuple(key) or None,
-                         [[self.column_value(item[c]) for c in columns] for item in items])
-
-    # -- failure records
-    def record_failures(self, failures: Sequence[TaskFailure]) -> None:
-        """One upsert over every row: a single statement (mysqlclient sends the rows as one INSERT)."""
-        if not failures:
-            return
-        now = self.column_value(self.now())     # bound, not now_term(): every row's VALUES stays plain markers
-        self._upsert(self.opened_layout.failure_table, FAILURE_COLUMNS, FAILURE_COLUMNS[2:], FAILURE_KEY,
-                     [(f.batch_id, f.task_id, f.url, f.reason, f.status, f.error_class, f.attempts, f.host, now)
-                      for f in failures])
-
-    def failures(self, query: FailureQuery, after=None, limit: int = 100) -> list:
-        source, conditions, params = self._failure_source(query)
-        if after is not None:
-            conditions.append(f"f.{self.quote('task_id')} > {self.placeholder}")
-            params.append(after)
-        names = ", ".join(f"f.{self.quote(c)}" for c in FAILURE_COLUMNS)
-        rows = self.fetch(f"SELECT {names} {source}{_where(conditions)} ORDER BY f.{self.quote('task_id')} "
-                          f"LIMIT {self.placeholder}", params + [limit], dicts=True)
-        return [self._failure_from_db(row) for row in rows]
-
-    def _failure_from_db(self, row: dict) -> TaskFailure:
-        written = row.pop("fail_time")
-        return TaskFailure(**row, time=self.time_from_db(written))
-
-    def failure_groups(self, query: FailureQuery) -> list:
-        source, conditions, params = self._failure_source(query)
-        status, error_class, reason = (f"f.{self.quote(c)}" for c in ("status", "error_class", "reason"))
-        alone = f"CASE WHEN {status} IS NULL AND {error_class} IS NULL THEN {reason} END"
-        rows = self.fetch(f"SELECT {status}, {error_class}, MIN({reason}), COUNT(*) {source}{_where(conditions)} "
-                          f"GROUP BY {status}, {error_class}, {alone} ORDER BY COUNT(*) DESC", params)
-        return [FailureGroup(status=row[0], error_class=row[1], sample=row[2], count=int(row[3])) for row in rows]
-
-    def _failure_source(self, query: FailureQuery) -> tuple:
-        """(FROM ..., conditions, values) of the failure records `query` selects (the table is `f`)."""
-        p = self.placeholder
-        source = f"FROM {self.quote(self.opened_layout.failure_table)} AS f"
-        conditions, params = [f"f.{self.quote('batch_id')} = {p}"], [query.batch_id]   # type: list, list
-        if query.still_failed:
-            table, key, state = self._quoted_task_table()
-            source += f" JOIN {table} AS t ON t.{key} = f.{self.quote('task_id')}"
-            conditions.append(f"t.{state} = {p}")
-            params.append(int(TaskState.FAILED))
-        if query.reason:
-            conditions.append(f"INSTR(LOWER(f.{self.quote('reason')}), {p}) > 0")
-            params.append(query.reason.lower())
-        return source, conditions, params
-
-    # -- what a re-crawl remembers: pages and revisits
-    def remember_pages(self, pages: Sequence[PageRecord]) -> None:
-        """One upsert over every page, as PageRecord.fitted() keeps it: a text longer than its column (an
-        etag or vary over 1,024 characters, say) is stored as NULL, so that page is not revalidated; a page
-        whose URL is over PAGE_URL_MOST characters is not stored."""
-        kept = [fitted for fitted in (page.fitted() for page in pages) if fitted is not None]
-        if kept:
-            self._upsert(self.opened_layout.page_table, PAGE_COLUMNS, PAGE_COLUMNS[1:], PAGE_COLUMNS[:1],
-                         [(url_key(p.url), p.url, p.task_id, p.etag, p.last_modified, p.vary, p.signature,
-                           p.whole_at, p.seen_in, p.changed_in, int(p.redirected)) for p in kept])
-
-    def recall_pages(self, urls: Sequence[str]) -> dict:
-        rows = self._rows_keyed(self.opened_layout.page_table, PAGE_COLUMNS, "url_key",
-                                [url_key(url) for url in dict.fromkeys(urls) if len(url) <= PAGE_URL_MOST])
-        return {row["url"]: self._page_from_db(row) for row in rows}
-
-    def forget_pages(self, urls: Sequence[str]) -> None:
-        keys = [url_key(url) for url in dict.fromkeys(urls)]
-        for part in chunks(keys, self.in_chunk):
-            self.execute(f"DELETE FROM {self.quote(self.opened_layout.page_table)} "
-                         f"WHERE {self.quote('url_key')} IN ({self.marks(len(part))})", part)
-
-    def pages_changed_in(self, batch_id: int) -> list:
-        names = ", ".join(self.quote(c) for c in PAGE_COLUMNS)
-        rows = self.fetch(f"SELECT {names} FROM {self.quote(self.opened_layout.page_table)} "
-                          f"WHERE {self.quote('changed_in')} = {self.placeholder} ORDER BY {self.quote('url')}",
-                          [batch_id], dicts=True)
-        return [self._page_from_db(row) for row in rows]
-
-    def _page_from_db(self, row: dict) -> PageRecord:
-        del row["url_key"]
-        return PageRecord(**dict(row, whole_at=float(row["whole_at"]), redirected=bool(row["redirected"])))
-
-    def schedule_revisits(self, revisits: Sequence[Revisit]) -> None:
-        if revisits:
-            self._upsert(self.opened_layout.revisit_table, REVISIT_COLUMNS, REVISIT_COLUMNS[1:], REVISIT_COLUMNS[:1],
-                         [(r.task_id, r.interval, r.next_due, r.verdict, r.batch_id) for r in revisits])
-
-    def revisits(self, task_ids: Sequence) -> dict:
-        rows = self._rows_keyed(self.opened_layout.revisit_table, REVISIT_COLUMNS, "task_id",
-                                list(dict.fromkeys(task_ids)))
-        return {task_key(row["task_id"]): Revisit(task_id=row["task_id"], interval=float(row["interval_s"]),
-                                                  next_due=float(row["next_due"]), verdict=row["verdict"],
-                                                  batch_id=row["batch_id"]) for row in rows}
-
-    def _rows_keyed(self, table: str, columns: Sequence[str], key: str, values: list) -> list:
-        """The rows (dicts of `columns`) of `table` whose `key` is one of `values`: one SELECT per in_chunk."""
-        names = ", ".join(self.quote(c) for c in columns)
-        rows: list = []
-        for part in chunks(values, self.in_chunk):
-            rows += self.fetch(f"SELECT {names} FROM {self.quote(table)} WHERE {self.quote(key)} "
-                               f"IN ({self.marks(len(part))})", part, dicts=True)
-        return rows
-
-    def _upsert(self, table: str, columns: Sequence[str], updated: Sequence[str],
-                key: Optional[Sequence[str]], values: list) -> None:
-        names = ", ".join(self.quote(c) for c in columns)
-        self.execute_many(f"INSERT INTO {self.quote(table)} ({names}) VALUES ({self.marks(len(columns))}) "
-                          f"{self.upsert_clause(updated, key)}", values)

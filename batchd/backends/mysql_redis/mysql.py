@@ -1,8 +1,9 @@
 """MysqlBatchStore: the default backend, on MySQL or MariaDB through mysqlclient.
 
-The store's logic is SqlBatchStore's (batchd/backends/sql.py); this module is the MySQL dialect:
-backticks and %s, the server's NOW(), ON DUPLICATE KEY UPDATE, a claim that SELECTs ... FOR
-UPDATE SKIP LOCKED then UPDATEs in one transaction, the DDL, and the connections. Every
+The store's logic is SqlBatchStore's (batchd/backends/sql.py); this module is the MySQL dialect (the
+hooks of batchd/backends/sql_dialect.py): backticks and %s, the server's NOW(), ON DUPLICATE KEY UPDATE,
+a claim that SELECTs ... FOR UPDATE SKIP LOCKED then UPDATEs in one transaction, the DDL, and the
+connections. Every
 statement binds its values; table and column names come from a validated TaskLayout and are
 quoted with backticks. Each thread has its own connection (mysqlclient connections are not
 thread-safe), made again after a fork; connections run in autocommit, READ COMMITTED.
@@ -18,7 +19,8 @@ from ...config import IDENTIFIER, check_identifier, redact_url
 from ...errors import BackendUnavailable, ConfigError
 from ...model import CLASS_MOST, HOST_MOST, PAGE_TEXT_MOST, PAGE_URL_MOST, REASON_MOST, URL_MOST, TaskLayout
 from ...service.threads import guard
-from ..sql import SqlBatchStore, column_sets
+from ..sql import SqlBatchStore
+from ..sql_dialect import column_sets
 
 # Errors that mean "the server is not there (or not writable) now" rather than "the statement is
 # wrong": a connection lost or refused, and a server in read-only mode (1290, 1792, 1836: a replica

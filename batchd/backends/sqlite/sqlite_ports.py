@@ -35,7 +35,7 @@ from ...codec import decode_task, encode_task
 from ...model import Lease, task_key
 from ...hosts.counts import OTHER, merge_hosts, sum_gauges
 from ..ports import LeaseView, lease_view
-from ..sql import chunks, marks
+from ..sql_dialect import chunks, marks
 from .sqlite_file import IN_CHUNK, SqliteFile
 
 WAKE_POLL = 0.05      # seconds between two looks at the wake flag

@@ -1,10 +1,10 @@
 """SqliteBatchStore: the task table, the batch record and the items in one SQLite file (its queue-side
 ports live in the same file: batchd/backends/sqlite/sqlite_ports.py), for one host with no MySQL and no Redis.
 
-The store's logic is SqlBatchStore's (batchd/backends/sql.py); this module is the SQLite dialect:
-quoting, the clock, upserts, the DDL. The file's connections and transactions are SqliteFile's
-(batchd/backends/sqlite/sqlite_file.py). Every state change is a compare-and-set UPDATE whose row count
-is returned.
+The store's logic is SqlBatchStore's (batchd/backends/sql.py); this module is the SQLite dialect (the
+hooks of batchd/backends/sql_dialect.py): quoting, the clock, upserts, the DDL. The file's connections and
+transactions are SqliteFile's (batchd/backends/sqlite/sqlite_file.py). Every state change is a
+compare-and-set UPDATE whose row count is returned.
 
 Time. Every time batchd writes (the task's time column, `batch_date`, the record's `update_time`)
 is UTC text 'YYYY-MM-DD HH:MM:SS', so rows a user inserts with `DEFAULT CURRENT_TIMESTAMP` compare
@@ -20,7 +20,8 @@ from typing import Optional, Sequence
 from ...config import check_identifier
 from ...errors import ConfigError
 from ...model import TaskLayout
-from ..sql import SqlBatchStore, column_sets
+from ..sql import SqlBatchStore
+from ..sql_dialect import column_sets
 from .sqlite_file import BUSY_TIMEOUT, IN_CHUNK, SqliteFile, stamp, utc_now
 
 # Declared types whose affinity would keep a number: a Unix time, which batchd cannot compare.
