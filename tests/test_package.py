@@ -113,6 +113,10 @@ def test_package_contents(built):
                  "/usr/share/man/man1/batchd.1.gz", "/usr/share/man/man5/batchd.toml.5.gz",
                  "/usr/share/batchd/grafana/batchd.json"):
         assert path in files, path
+    # The Redis ports' Lua scripts are package data, read where the package is installed.
+    lua = os.path.join("batchd", "backends", "mysql_redis", "lua")
+    for name in os.listdir(os.path.join(ROOT, lua)):
+        assert f"/usr/lib/python3/dist-packages/{lua}/{name}" in files, name
     # Only batchd itself in dist-packages: its libraries come from Debian's packages.
     top_level = {p.split("/")[5] for p in files
                  if p.startswith("/usr/lib/python3/dist-packages/") and p.count("/") > 5}
