@@ -1,6 +1,7 @@
 """Backends, and the one place that picks one.
 
-A backend package provides every port of batchd/backends/ports.py for a namespace:
+A backend package provides, for a namespace, every port of batchd/backends/ports.py beside the store
+(batchd/backends/store.py):
 
     mysql_redis/   MySQL (or a store of the user's own) for the tasks, Redis for the rest: any number of hosts
     sqlite/        one SQLite file holds everything: one host, no servers
