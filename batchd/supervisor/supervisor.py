@@ -22,7 +22,6 @@ writes back, so the ledger reaches 0; what a child still held when it ended is l
 """
 import collections
 import gc
-import json
 import logging
 import multiprocessing
 import os
@@ -33,14 +32,14 @@ from multiprocessing.connection import wait
 from typing import Optional
 
 from .child import Child, ChildSpec, Plan, Seats, after_abort, child_main, describe_exit, probe
+from ..backends.ports import SupervisorPorts
 from ..config import Settings
 from ..errors import ConfigError, ExitCode
 from ..settle.ledger import LedgerBlock, Phase
 from ..service.lifecycle import Backoff
 from .loader import SpiderSource
-from ..master.patrol import ProgressRate
-from ..reporting.metrics import MetricsServer
-from ..reporting.snapshots import SettledSamples, SnapshotPublisher, status_line, supervisor_ports
+from ..reporting.snapshots import supervisor_ports
+from ..reporting.supervisor_report import Reporter, Supervised, SupervisedChild, SupervisorReport
 from ..service.systemd import Notifier, set_log_namespace, set_process_role, set_process_title, watchdog_usec
 from ..worker.worker import ledger_slots, worker_token_prefix
 
@@ -74,16 +73,15 @@ class Supervisor:
         self.settings: Optional[Settings] = None          # these three once the spider is loaded (_begin)
         self.namespace: Optional[str] = None
         self.block: Optional[LedgerBlock] = None
-        self.publisher: Optional[SnapshotPublisher] = None
-        self.metrics: Optional[MetricsServer] = None      # METRICS_PORT: /metrics, served from a thread
+        self.ports: Optional[SupervisorPorts] = None     # the board, and the leases of a dead worker to give back
+        # Everything it reports (the snapshot, STATUS=, /metrics) comes from its report, handed what it knows.
+        self.report = SupervisorReport(Reporter(role=plan.verb, host=self.host, instance=plan.instance_key,
+                                                seat=plan.named(plan.verb), pid=self.pid))
         self.restarts: dict = {}                 # role -> children that ended unasked (for the metrics)
         self.exit_code = ExitCode.OK
         self.stopping = False
         self.announce_ready = True
-        self.rate = ProgressRate()
         self.ended: collections.Counter[str] = collections.Counter()   # the children gone: totals, what they left
-        self.master_figures: dict = {}           # the batch as this host's master last wrote it in its row
-        self.settled_samples = SettledSamples()  # and its tally at each snapshot (its rate, its ETA)
         self._signals: collections.deque = collections.deque()
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._due = {"watchdog": 0.0, "status": 0.0, "extend": 0.0}
@@ -151,14 +149,10 @@ class Supervisor:
                  self.block.size, self.block.slots_per_worker)
         self._warn_short_watchdog()
         if settings.METRICS_PORT:      # before the first fork: the children count into its directory
-            self.metrics = MetricsServer(settings.METRICS_ADDRESS, settings.METRICS_PORT, self.plan.instance_key,
-                                         self.metric_figures)
+            self.report.serve_metrics(settings.METRICS_ADDRESS, settings.METRICS_PORT)
 
     def _apply(self, settings, namespace: str) -> None:
         """Adopt resolved settings (at start and after a reload)."""
-        if self.settings is not None and ((settings.METRICS_PORT, settings.METRICS_ADDRESS)
-                                          != (self.settings.METRICS_PORT, self.settings.METRICS_ADDRESS)):
-            log.warning("METRICS_PORT and METRICS_ADDRESS take effect at a restart, not at a reload")
         self.settings, self.namespace = settings, namespace
         set_log_namespace(namespace)
         logging.getLogger("batchd").setLevel(settings.LOG_LEVEL.upper())
@@ -169,12 +163,10 @@ class Supervisor:
                 self.seats[role].wanted, self.seats[role].next_spawn = wanted, 0.0
             else:
                 self.seats[role] = Seats(wanted=wanted)
-                self.restarts[role] = 0     # every key there before a scrape reads them from another thread
-        self._close_publisher()      # the namespace or the store may have changed with a reload
-        ports = supervisor_ports(settings, namespace)
-        if ports is not None:
-            self.publisher = SnapshotPublisher(ports, self.host, self.plan.named(self.plan.verb),
-                                               settings.STATUS_INTERVAL)
+                self.restarts[role] = 0     # /metrics shows each role's count, 0 until one ends
+        self._close_ports()      # the namespace or the store may have changed with a reload
+        self.ports = supervisor_ports(settings, namespace)
+        self.report.adopt(settings, namespace, self._where(), self.ports)
 
     def _wanted_workers(self, settings) -> int:
         wanted = settings.WORKERS if settings.WORKERS is not None else (os.cpu_count() or 1)
@@ -258,7 +250,7 @@ class Supervisor:
             self._apply(*probe(self.context, self.source, self._forget_in_child, self._pet_watchdog))
         except ConfigError as e:
             log.error("reload failed, the running children carry on: %s", e)
-            self.notifier.ready(self._status_text())
+            self.notifier.ready(self._report_tick())
             return
         now = time.monotonic()
         current = [child for child in self.children if child.retiring_since is None]
@@ -297,13 +289,13 @@ class Supervisor:
         for child in self.children:
             if child.retiring_since is None:
                 self._retire(child, now)
-        self.notifier.stopping(self._status_text())
+        self.notifier.stopping(self._report_tick())
         self._due["extend"] = now
 
     def _cold_stop(self, reason: str) -> None:
         if not self.stopping:
             self.stopping = True
-            self.notifier.stopping(self._status_text())
+            self.notifier.stopping(self._report_tick())
         now = time.monotonic()
         log.warning("%s: cold stop: in-flight tasks are abandoned and come back through their leases", reason)
         for child in self.children:
@@ -351,7 +343,7 @@ class Supervisor:
         base = "master" if role == "master" else f"worker {number}"
         spec = ChildSpec(role=role, number=number, row=row, once=self.plan.once,
                          keep_alive=not (self.plan.once and self.plan.verb == "worker"),
-                         metered=self.metrics is not None,
+                         metered=self.report.metrics is not None,
                          name=self.plan.named(base), title=f"batchd: {base} {self._where()}")
         self._ledger.prepare(row)
         process = self.context.Process(target=child_main, name=f"batchd-{base.replace(' ', '-')}",
@@ -365,16 +357,14 @@ class Supervisor:
         os.close(self._wake_r)
         os.close(self._wake_w)
         self.notifier.close()
-        if self.metrics is not None:
-            self.metrics.forget_in_child()
+        self.report.forget_in_child()
 
     def _reap(self, child: Child, now: float) -> None:
         code = child.process.exitcode
         if code is None:
             return          # the sentinel fired a moment before the exit status is there
         self.children.remove(child)
-        if self.metrics is not None:        # before its restart is counted: a scrape sees both, or neither
-            self.metrics.child_ended(child.pid)     # its live gauge goes; its counters stay in the sums
+        self.report.child_ended(child.pid)      # its live gauge goes from /metrics; its counters stay in the sums
         lost, row = self._ledger.lost(child.spec.row), self._ledger.row(child.spec.row)
         self.ended.update(done=row.done, failed=row.failed, items=row.items,
                           left_items=lost.items, left_tasks=len(lost.task_keys))
@@ -394,9 +384,15 @@ class Supervisor:
     def _give_back_leases_of(self, child: Child) -> None:
         """A dead worker's leases are due at once: the master requeues its tasks at its next patrol
         instead of when their leases would have expired."""
-        if self.publisher is None:
+        if self.ports is None:
             return
-        given = self.publisher.give_back_leases_of(worker_token_prefix(child.pid))
+        try:
+            given = self.ports.leases.expire_leases_of(worker_token_prefix(child.pid))
+            if given:
+                self.ports.wake.wake_master()
+        except Exception as e:   # they come back all the same, once their leases expire
+            log.warning("cannot give back the leases %s held: %s (they come back when they expire)", child.label, e)
+            return
         if given:
             log.info("gave back the %d leases %s held: the master requeues them now", given, child.label)
 
@@ -474,17 +470,17 @@ class Supervisor:
             log.critical("%s has not died %g s after SIGKILL (stuck in the kernel?); the watchdog stops "
                          "until it does", child.label, KILL_GRACE)
 
-    # -- telling systemd and Redis
+    # -- telling systemd, and the report
     def _report(self, now: float) -> None:
         if self.announce_ready and not self.stopping and self._seats_filled():
             self.announce_ready = False
-            text = self._publish_status(now)
+            text = self._report_tick()
             self.notifier.ready(text)
             log.info("ready: %s", text)
         self._pet_watchdog()
         if now >= self._due["status"]:
             self._due["status"] = now + self._loaded_settings.STATUS_INTERVAL
-            self._publish_status(now)
+            self.notifier.status(self._report_tick())
         if self.stopping and now >= self._due["extend"]:
             self._due["extend"] = now + EXTEND_EVERY
             self.notifier.extend_timeout(EXTEND_BY)
@@ -522,105 +518,18 @@ class Supervisor:
                         "a hung child could cost the service its watchdog; raise WatchdogSec= or lower "
                         "CHILD_TIMEOUT", seconds, self._loaded_settings.CHILD_TIMEOUT, KILL_GRACE, needed)
 
-    def _snapshot(self) -> dict:
-        workers = [c for c in self.children if c.spec.role == "worker"]
-        totals = self._ledger.totals(c.spec.row for c in workers)
-        done, failed = totals["done"] + self.ended["done"], totals["failed"] + self.ended["failed"]
-        self.rate.add(done + failed)
-        snapshot = {"role": self.plan.verb, "host": self.host, "instance": self.plan.instance_key,
-                    "pid": self.pid, "updated": round(time.time(), 3),
-                    "workers_alive": sum(1 for c in workers if c.retiring_since is None),
-                    "workers_wanted": self.seats["worker"].wanted if "worker" in self.seats else 0,
-                    "master_alive": int(any(c.spec.role == "master" and c.retiring_since is None
-                                            for c in self.children)),
-                    "done": done, "failed": failed, "items": totals["items"] + self.ended["items"],
-                    "unflushed": totals["unflushed"], "in_flight": totals["in_flight"],
-                    "rate": round(self.rate.per_second(), 3),
-                    "workers": json.dumps([self._worker_line(c) for c in workers])}
-        rows = [self._ledger.row(c.spec.row) for c in self.children if c.spec.role == "master"]
-        row = max((r for r in rows if r.batch_id > 0), key=lambda r: r.heartbeat, default=None)
-        if row is not None:
-            self.master_figures = {"batch_id": row.batch_id, "batch_settled": row.settled,
-                                   "batch_total": row.total, "batch_is_done": row.is_done,
-                                   "batch_done": row.done_count, "batch_failed": row.fail_count,
-                                   "batch_next_due": row.next_due.decode("ascii", "replace"),
-                                   "batch_paused_since": row.paused_since, **self._sample_tally(row)}
-        # The last figures of a master that stopped still describe the batch (a reload, the end of a stop).
-        return {**snapshot, **self.master_figures, **self._outage()}
-
-    def _sample_tally(self, row) -> dict:
-        """The open batch's tally now, added to its samples: the batch_samples and batch_life fields; once it is
-        over, its life alone, ending at its close (as long as this supervisor saw it run)."""
-        if row.is_done:
-            if self.settled_samples.batch_id != row.batch_id:
-                return {}
-            self.settled_samples.close(time.time(), row.done_count + row.fail_count)
-            return {"batch_life": self.settled_samples.life_field()}
-        settled = self.publisher.settled(row.batch_id) if self.publisher is not None else None
-        if settled is not None:
-            self.settled_samples.add(row.batch_id, time.time(), settled)
-        if self.settled_samples.batch_id != row.batch_id:
-            return {}
-        return {"batch_samples": self.settled_samples.field(), "batch_life": self.settled_samples.life_field()}
-
-    def _outage(self) -> dict:
-        """The longest-running outage any child waits out, as snapshot fields (none: no fields)."""
-        outages = [o for o in (self._ledger.outage(c.spec.row) for c in self.children) if o is not None]
-        if not outages:
-            return {}
-        backend, since, reason = min(outages, key=lambda o: o[1])
-        return {"outage_backend": backend, "outage_since": round(since, 3), "outage_reason": reason}
-
-    def metric_figures(self) -> dict:
-        """The supervisor's gauges for a /metrics scrape. Called from the metrics thread: it reads the ledger
-        (shared memory, whose rows say which children run) and plain values, never the list of children
-        the loop changes meanwhile."""
-        block = self._ledger
-        running = [n for n in (*block.master_row_numbers(), *block.worker_row_numbers())
-                   if block.row(n).phase != Phase.EMPTY]
-        workers = [n for n in running if n >= block.master_rows]
-        totals = block.totals(workers)
-        down = {name for outage in map(block.outage, running) if outage is not None
-                for name in outage[0].split("+")}
-        figures = {"namespace": self.namespace, "workers_alive": len(workers), "unflushed": totals["unflushed"],
-                   "in_flight": totals["in_flight"], "restarts": dict(self.restarts), "outages": down}
-        rows = [block.row(n) for n in running if n < block.master_rows]
-        row = max((r for r in rows if r.batch_id > 0), key=lambda r: r.heartbeat, default=None)
-        if row is not None:
-            figures["batch"] = {"id": row.batch_id, "total": row.total, "done": row.done_count,
-                                "failed": row.fail_count, "queued": row.queued}
-            publisher, settings = self.publisher, self.settings      # (a reload may replace them meanwhile)
-            hosts = (publisher.hosts(row.batch_id, settings.HOST_STATS_TOP)
-                     if publisher is not None and settings is not None else None)
-            if hosts is not None:
-                figures["hosts"] = hosts
-        return figures
-
-    def _worker_line(self, child: Child) -> dict:
-        """One worker as `batchd status` lists it."""
-        return {"name": child.spec.name, "pid": child.process.pid, **self._ledger.view(child.spec.row)}
-
-    def _publish_status(self, now: float) -> str:
-        snapshot = self._snapshot()
-        if self.publisher is not None:
-            self.publisher.publish(snapshot)
-        batch = snapshot if "batch_id" in snapshot else None
-        if batch is None and self.publisher is not None and "master" not in self.seats:
-            batch = self.publisher.master_view()
-        text = status_line(f"{self.plan.verb} {self._where()}", snapshot, batch)
-        self.notifier.status(text)
-        return text
-
-    def _status_text(self) -> str:
-        snapshot = self._snapshot()
-        return status_line(f"{self.plan.verb} {self._where()}", snapshot,
-                           snapshot if "batch_id" in snapshot else None)
+    def _report_tick(self) -> str:
+        """The report's figures made from what this supervisor knows now; the STATUS= text back."""
+        children = tuple(SupervisedChild(role=c.spec.role, name=c.spec.name, pid=c.pid, row=c.spec.row,
+                                         serving=c.retiring_since is None) for c in self.children)
+        wanted = self.seats["worker"].wanted if "worker" in self.seats else 0
+        return self.report.tick(Supervised(self._ledger, children, wanted, self.ended, self.restarts))
 
     # -- the end
     def _shut_down(self) -> None:
         _step("kill the children left", self._kill_leftovers)
-        _step("remove the status snapshot", self._close_publisher)
-        _step("stop serving metrics", self._close_metrics)
+        _step("remove the status snapshot", self._close_ports)
+        _step("stop serving metrics", self.report.stop_serving_metrics)
         _step("restore the signal handlers", self._restore_signals)
         if self.block is None:
             return          # no child ever ran: the reason was the one line already logged
@@ -635,18 +544,14 @@ class Supervisor:
             self._signal(child, signal.SIGKILL)
             child.process.join(KILL_GRACE)
 
-    def _close_publisher(self) -> None:
-        publisher, self.publisher = self.publisher, None
-        if publisher is not None:
-            try:
-                publisher.withdraw()
-            finally:
-                publisher.close()
-
-    def _close_metrics(self) -> None:
-        metrics, self.metrics = self.metrics, None
-        if metrics is not None:
-            metrics.close()
+    def _close_ports(self) -> None:
+        """The snapshot off the board while its ports are open, then the ports."""
+        ports, self.ports = self.ports, None
+        try:
+            self.report.withdraw()
+        finally:
+            if ports is not None:
+                ports.close()
 
     def _restore_signals(self) -> None:
         signal.set_wakeup_fd(-1)
