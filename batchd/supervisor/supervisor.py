@@ -6,16 +6,19 @@ throwaway probe child (its settings and namespace come back as JSON), then the s
 LedgerBlock and forks its children, then loops, one thread, never blocking for long:
 
     wait for a child's sentinel or a signal's wake-up byte (at most TICK)
-    dispatch the signals the handlers recorded: TERM / INT warm stop (again: cold),
+    dispatch the signals the handlers recorded (signal_inbox.py): TERM / INT warm stop (again: cold),
         QUIT cold stop, HUP reload and replace the children, TTIN / TTOU one worker more / fewer
     reap each child whose sentinel fired: one line with what it held in memory, its row
-        cleared, a respawn planned (backoff; 78 after a few configuration failures in a row)
-    escalate: a child silent past CHILD_TIMEOUT gets SIGABRT, then SIGKILL; a stopping one past
-        STOP_TIMEOUT gets SIGQUIT (cold), then SIGKILL
+        cleared, what follows (respawn.py: now, after a backoff, or the supervisor's stop)
+    escalate (escalation.py): a child silent past CHILD_TIMEOUT gets SIGABRT, then SIGKILL; a stopping
+        one past STOP_TIMEOUT gets SIGQUIT (cold), then SIGKILL
     fill the seats: spawn what is missing, retire (warm) what is too many
-    report: READY=1 once the children are up, WATCHDOG=1 while every child is fresh or being
-        replaced, STATUS= and the snapshot on the status board every STATUS_INTERVAL, EXTEND_TIMEOUT_USEC
-        while draining
+    tell systemd: READY=1 once the children are up, WATCHDOG=1 while every child is fresh or being
+        replaced, STATUS= every STATUS_INTERVAL, EXTEND_TIMEOUT_USEC while draining
+
+What it reports (the snapshot on the status board, the STATUS= text, /metrics) its report makes
+(reporting/supervisor_report.py): at each report tick the supervisor hands it what it knows, and
+works out no figure itself.
 
 A warm stop ends when every child has exited: each worker finishes its tasks, flushes and
 writes back, so the ledger reaches 0; what a child still held when it ended is logged.
@@ -28,10 +31,12 @@ import os
 import signal
 import socket
 import time
-from multiprocessing.connection import wait
 from typing import Optional
 
 from .child import Child, ChildSpec, Plan, Seats, after_abort, child_main, describe_exit, probe
+from .escalation import KILL_GRACE, escalate, healthy, warn_short_watchdog
+from .respawn import CONFIG_ATTEMPTS, after_end
+from .signal_inbox import SignalInbox
 from ..backends.ports import SupervisorPorts
 from ..config import Settings
 from ..errors import ConfigError, ExitCode
@@ -40,22 +45,16 @@ from ..service.lifecycle import Backoff
 from .loader import SpiderSource
 from ..reporting.snapshots import supervisor_ports
 from ..reporting.supervisor_report import Reporter, Supervised, SupervisedChild, SupervisorReport
-from ..service.systemd import Notifier, set_log_namespace, set_process_role, set_process_title, watchdog_usec
+from ..service.systemd import Notifier, set_log_namespace, set_process_role, set_process_title
 from ..worker.worker import ledger_slots, worker_token_prefix
 
 log = logging.getLogger("batchd.supervisor")
 
 TICK = 0.25               # the loop's longest wait: every timer is checked this often
-KILL_GRACE = 5.0          # after SIGABRT or SIGQUIT, this long before SIGKILL
-STOP_MARGIN = 5.0         # a warm-stopping child has its own STOP_TIMEOUT deadline; this is on top
-CONFIG_ATTEMPTS = 3       # configuration failures in a row before giving up with exit 78
-STABLE_AFTER = 30.0       # a child that ran this long before it ended starts a fresh backoff
 EXTEND_EVERY = 2.0        # while draining, EXTEND_TIMEOUT_USEC this often,
 EXTEND_BY = 10.0          # each granting this much: a supervisor that hangs is not waited for long
 SPARE_WORKER_ROWS = 8     # ledger rows beyond twice the wanted workers: TTIN, and a reload's overlap
 MASTER_ROWS = 2           # the master and, during a reload, its successor
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-HANDLED_SIGNALS = STOP_SIGNALS + (signal.SIGQUIT, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU)
 
 
 def _count(n: int, role: str) -> str:
@@ -82,8 +81,7 @@ class Supervisor:
         self.stopping = False
         self.announce_ready = True
         self.ended: collections.Counter[str] = collections.Counter()   # the children gone: totals, what they left
-        self._signals: collections.deque = collections.deque()
-        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.signals = SignalInbox()
         self._due = {"watchdog": 0.0, "status": 0.0, "extend": 0.0}
 
     # The loop and all it calls run once the spider is loaded: the settings and the ledger are there.
@@ -103,7 +101,7 @@ class Supervisor:
     def run(self) -> int:
         set_process_role(self.plan.named("supervisor"))
         set_process_title("batchd: supervisor (loading the spider)")
-        self._install_signal_handlers()
+        self.signals.install()
         try:
             loaded = self._load_spider()
             if loaded is not None:
@@ -147,7 +145,7 @@ class Supervisor:
         log.info("supervising %s for namespace %r: %s; ledger of %d bytes (%d slots per worker)",
                  self.source.path, namespace, " + ".join(_count(s.wanted, r) for r, s in self.seats.items()),
                  self.block.size, self.block.slots_per_worker)
-        self._warn_short_watchdog()
+        warn_short_watchdog(settings.CHILD_TIMEOUT)
         if settings.METRICS_PORT:      # before the first fork: the children count into its directory
             self.report.serve_metrics(settings.METRICS_ADDRESS, settings.METRICS_PORT)
 
@@ -189,46 +187,28 @@ class Supervisor:
     # -- one turn of the loop
     def _turn(self) -> None:
         sentinels = {child.process.sentinel: child for child in self.children}
-        ready = wait(list(sentinels) + [self._wake_r], TICK)
-        self._drain_wake_pipe()
+        ready = self.signals.wait(list(sentinels), TICK)
         self._dispatch_signals()
         now = time.monotonic()
         for handle in ready:
             if handle in sentinels:
                 self._reap(sentinels[handle], now)
-        self._escalate(now)
+        escalate(self.children, self._ledger, self._loaded_settings, now)
         if not self.stopping:
             self._fill_seats(now)
         self._report(now)
 
-    # -- signals: the handlers only record
-    def _install_signal_handlers(self) -> None:
-        for sig in HANDLED_SIGNALS:
-            signal.signal(sig, self._record_signal)
-        signal.set_wakeup_fd(self._wake_w)     # and the C handler wakes the loop's wait() at once
-
-    def _record_signal(self, signum, frame) -> None:
-        self._signals.append(signum)
-
-    def _drain_wake_pipe(self) -> None:
-        try:
-            while os.read(self._wake_r, 512):
-                pass
-        except BlockingIOError:
-            pass
-
+    # -- signals: the handlers only record them (signal_inbox.py), the loop acts
     def _pause(self, seconds: float) -> bool:
         """Sleep, awake to signals; True if one of them asks to stop."""
-        wait([self._wake_r], seconds)
-        self._drain_wake_pipe()
-        return any(sig in STOP_SIGNALS or sig == signal.SIGQUIT for sig in self._signals)
+        self.signals.wait([], seconds)
+        return self.signals.asks_to_stop()
 
     def _dispatch_signals(self) -> None:
         handlers = {signal.SIGTERM: self._on_stop_signal, signal.SIGINT: self._on_stop_signal,
                     signal.SIGQUIT: self._on_quit, signal.SIGHUP: self._on_hup,
                     signal.SIGTTIN: self._on_ttin, signal.SIGTTOU: self._on_ttou}
-        while self._signals:
-            sig = self._signals.popleft()
+        for sig in self.signals.take():
             handlers[sig](signal.Signals(sig).name)
 
     def _on_stop_signal(self, name: str) -> None:
@@ -255,7 +235,7 @@ class Supervisor:
         now = time.monotonic()
         current = [child for child in self.children if child.retiring_since is None]
         for child in current:
-            self._retire(child, now)
+            child.retire(now)
         self.announce_ready = True
         log.info("reloaded: %d children replaced gracefully (new ones start, old ones finish their tasks)",
                  len(current))
@@ -288,7 +268,7 @@ class Supervisor:
                  "a second signal stops cold", reason, self._loaded_settings.STOP_TIMEOUT)
         for child in self.children:
             if child.retiring_since is None:
-                self._retire(child, now)
+                child.retire(now)
         self.notifier.stopping(self._report_tick())
         self._due["extend"] = now
 
@@ -300,24 +280,7 @@ class Supervisor:
         log.warning("%s: cold stop: in-flight tasks are abandoned and come back through their leases", reason)
         for child in self.children:
             if child.cold_since is None and child.killed_since is None:
-                self._go_cold(child, now)
-
-    def _retire(self, child: Child, now: float) -> None:
-        child.retiring_since = now
-        self._signal(child, signal.SIGTERM)
-
-    def _go_cold(self, child: Child, now: float) -> None:
-        child.retiring_since = child.retiring_since or now
-        child.cold_since = now
-        self._signal(child, signal.SIGQUIT)
-
-    def _signal(self, child: Child, sig: int) -> None:
-        # exitcode polls waitpid(pid): a pid already reaped might belong to someone else by now.
-        if child.process.exitcode is None:
-            try:
-                os.kill(child.pid, sig)
-            except ProcessLookupError:
-                pass
+                child.go_cold(now)
 
     # -- the children's lives
     def _fill_seats(self, now: float) -> None:
@@ -325,7 +288,7 @@ class Supervisor:
             active = [c for c in self.children if c.spec.role == role and c.retiring_since is None]
             for child in sorted(active, key=lambda c: c.spawned_at)[seats.wanted:]:
                 log.info("%s retires: %d %ss wanted", child.label, seats.wanted, role)
-                self._retire(child, now)
+                child.retire(now)
             for _ in range(seats.wanted - len(active)):
                 row = self._free_row(role)
                 if now < seats.next_spawn or row is None:
@@ -354,8 +317,7 @@ class Supervisor:
 
     def _forget_in_child(self) -> None:
         """Run in every forked child: the supervisor's pipe and notify socket are not its own."""
-        os.close(self._wake_r)
-        os.close(self._wake_w)
+        self.signals.close()
         self.notifier.close()
         self.report.forget_in_child()
 
@@ -370,16 +332,18 @@ class Supervisor:
                           left_items=lost.items, left_tasks=len(lost.task_keys))
         if lost.task_keys:
             self._give_back_leases_of(child)
-        next_step, stop = self._after_end(child, code, now, served=bool(row.served))
+        after = after_end(self.plan, self.seats[child.spec.role], child, code, now, served=bool(row.served))
+        if after.restart:
+            self.restarts[child.spec.role] += 1
         held = (f"; {lost.items} items of {len(lost.task_keys)} tasks lost from memory (tasks "
                 f"{', '.join(lost.task_keys)}): those tasks are not done, they come back through their leases"
                 if lost.task_keys else "")
         level = logging.INFO if (code == 0 and not lost.task_keys) else logging.WARNING
-        log.log(level, "%s %s%s%s%s", child.label, describe_exit(code), after_abort(child, code), held, next_step)
+        log.log(level, "%s %s%s%s%s", child.label, describe_exit(code), after_abort(child, code), held, after.tail)
         self._ledger.clear(child.spec.row)
         child.process.close()
-        if stop is not None:
-            self._begin_stop(*stop)
+        if after.stop is not None:
+            self._begin_stop(*after.stop)
 
     def _give_back_leases_of(self, child: Child) -> None:
         """A dead worker's leases are due at once: the master requeues its tasks at its next patrol
@@ -395,80 +359,6 @@ class Supervisor:
             return
         if given:
             log.info("gave back the %d leases %s held: the master requeues them now", given, child.label)
-
-    def _after_end(self, child: Child, code: int, now: float, served: bool = False) -> tuple:
-        """What follows a child's end: (the tail of its log line, None or the stop it calls for). A child
-        that had served (leased a task, finished a patrol) is replaced at once; backoff (capped at
-        RESPAWN_CAP) is for children that die before serving, a crash loop."""
-        if child.retiring_since is not None:
-            return "", None
-        role, seats = child.spec.role, self.seats[child.spec.role]
-        if self.plan.once and role == "master" and code in (ExitCode.OK, ExitCode.UNAVAILABLE, ExitCode.TEMPFAIL):
-            return "", (ExitCode(code), "the batch is over (--once)" if code == 0 else f"--once ends with {code}")
-        if self.plan.once and code == ExitCode.UNAVAILABLE:     # a once-mode worker gave up on an outage
-            return "", (ExitCode.UNAVAILABLE, "--once ends with 69: a worker could not reach its backends")
-        if self.plan.once and self.plan.verb == "worker" and code == 0:    # keep_alive=False: its batch is done
-            seats.wanted -= 1
-            return "", (ExitCode.OK, "every worker is done (--once)") if seats.wanted == 0 else None
-        self.restarts[role] += 1
-        if now - child.spawned_at >= STABLE_AFTER:
-            seats.backoff.reset()
-            seats.config_failures = 0
-        if code == ExitCode.CONFIG:
-            return self._config_failure(child, seats, now)
-        seats.config_failures = 0
-        if served:
-            seats.backoff.reset()
-            return f"; a new {role} now (it had served)", None
-        delay = seats.backoff.next_delay()
-        seats.next_spawn = max(seats.next_spawn, now + delay)
-        return f"; a new {role} in {delay:.1f} s", None
-
-    def _config_failure(self, child: Child, seats: Seats, now: float) -> tuple:
-        if child.spawned_at > seats.last_config_failure:    # its siblings of the same attempt count once
-            seats.config_failures += 1
-            seats.last_config_failure = now
-        if seats.config_failures >= CONFIG_ATTEMPTS:
-            return "", (ExitCode.CONFIG, f"the {child.spec.role} failed on its configuration "
-                                         f"{seats.config_failures} times in a row; giving up (exit 78)")
-        delay = seats.backoff.next_delay()
-        seats.next_spawn = max(seats.next_spawn, now + delay)
-        return (f"; configuration error {seats.config_failures} of {CONFIG_ATTEMPTS}, "
-                f"trying again in {delay:.1f} s"), None
-
-    def _escalate(self, now: float) -> None:
-        for child in self.children:
-            if child.killed_since is not None:
-                self._note_stuck(child, now)
-            elif child.aborted_since is not None or child.cold_since is not None:
-                if now - max(child.aborted_since or 0, child.cold_since or 0) >= KILL_GRACE:
-                    log.error("%s still there %g s after SIG%s: SIGKILL", child.label, KILL_GRACE,
-                              "ABRT" if child.aborted_since else "QUIT")
-                    child.killed_since = now
-                    self._signal(child, signal.SIGKILL)
-            elif self._ledger.silence(child.spec.row, now) > self._loaded_settings.CHILD_TIMEOUT:
-                self._abort(child, now)
-            elif (child.retiring_since is not None
-                  and now - child.retiring_since > self._loaded_settings.STOP_TIMEOUT + STOP_MARGIN):
-                lost = self._ledger.lost(child.spec.row)
-                log.warning("%s: STOP_TIMEOUT passed with %d items of %d tasks still in memory (tasks %s): "
-                            "cold stop", child.label, lost.items, len(lost.task_keys),
-                            ", ".join(lost.task_keys) or "none")
-                self._go_cold(child, now)
-
-    def _abort(self, child: Child, now: float) -> None:
-        log.error("%s silent for %.1f s (CHILD_TIMEOUT %g s): SIGABRT (its threads' stacks follow), SIGKILL "
-                  "in %g s if it lingers; it will be replaced", child.label,
-                  self._ledger.silence(child.spec.row, now), self._loaded_settings.CHILD_TIMEOUT, KILL_GRACE)
-        child.aborted_since = now
-        self._signal(child, signal.SIGABRT)
-        self._signal(child, signal.SIGCONT)     # a stopped process acts on SIGABRT only once continued
-
-    def _note_stuck(self, child: Child, now: float) -> None:
-        if child.killed_since is not None and now - child.killed_since > KILL_GRACE and not child.stuck_logged:
-            child.stuck_logged = True
-            log.critical("%s has not died %g s after SIGKILL (stuck in the kernel?); the watchdog stops "
-                         "until it does", child.label, KILL_GRACE)
 
     # -- telling systemd, and the report
     def _report(self, now: float) -> None:
@@ -500,23 +390,8 @@ class Supervisor:
             self.notifier.watchdog()
 
     def healthy(self, now: float) -> bool:
-        """Every child beats within CHILD_TIMEOUT or is being replaced; a SIGKILL that did not end its
-        child within KILL_GRACE means this supervisor can no longer replace it."""
-        for child in self.children:
-            if child.killed_since is not None:
-                if now - child.killed_since > KILL_GRACE:
-                    return False
-            elif (child.aborted_since is None
-                  and self._ledger.silence(child.spec.row, now) > self._loaded_settings.CHILD_TIMEOUT):
-                return False
-        return True
-
-    def _warn_short_watchdog(self) -> None:
-        seconds, needed = watchdog_usec() / 1e6, 2 * (self._loaded_settings.CHILD_TIMEOUT + KILL_GRACE)
-        if seconds and seconds < needed:
-            log.warning("WatchdogSec=%gs is below 2 x (CHILD_TIMEOUT %g s + kill grace %g s) = %g s: replacing "
-                        "a hung child could cost the service its watchdog; raise WatchdogSec= or lower "
-                        "CHILD_TIMEOUT", seconds, self._loaded_settings.CHILD_TIMEOUT, KILL_GRACE, needed)
+        """The rule behind WATCHDOG=1 (escalation.py): every child fresh or being replaced."""
+        return healthy(self.children, self._ledger, self._loaded_settings.CHILD_TIMEOUT, now)
 
     def _report_tick(self) -> str:
         """The report's figures made from what this supervisor knows now; the STATUS= text back."""
@@ -530,7 +405,7 @@ class Supervisor:
         _step("kill the children left", self._kill_leftovers)
         _step("remove the status snapshot", self._close_ports)
         _step("stop serving metrics", self.report.stop_serving_metrics)
-        _step("restore the signal handlers", self._restore_signals)
+        _step("restore the signal handlers", self.signals.restore)
         if self.block is None:
             return          # no child ever ran: the reason was the one line already logged
         left_items, left_tasks = self.ended["left_items"], self.ended["left_tasks"]
@@ -541,7 +416,7 @@ class Supervisor:
 
     def _kill_leftovers(self) -> None:
         for child in self.children:
-            self._signal(child, signal.SIGKILL)
+            child.send(signal.SIGKILL)
             child.process.join(KILL_GRACE)
 
     def _close_ports(self) -> None:
@@ -552,13 +427,6 @@ class Supervisor:
         finally:
             if ports is not None:
                 ports.close()
-
-    def _restore_signals(self) -> None:
-        signal.set_wakeup_fd(-1)
-        for sig in HANDLED_SIGNALS:
-            signal.signal(sig, signal.SIG_DFL)
-        os.close(self._wake_r)
-        os.close(self._wake_w)
 
 
 def _step(what: str, action) -> None:
