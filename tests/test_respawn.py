@@ -12,7 +12,8 @@ from batchd.supervisor.respawn import CONFIG_ATTEMPTS, STABLE_AFTER, after_end
 
 def a_child(role: str = "worker", spawned_at: float = 0.0) -> Child:
     spec = ChildSpec(role=role, number=1, row=0, once=False, keep_alive=True, name=f"{role} 1", title="t")
-    return Child(spec=spec, process=multiprocessing.get_context("fork").Process(target=time.sleep), spawned_at=spawned_at)
+    process = multiprocessing.get_context("fork").Process(target=time.sleep)      # never started: no end to reap
+    return Child(spec=spec, process=process, spawned_at=spawned_at)
 
 
 def test_a_child_that_served_is_replaced_at_once_one_that_did_not_after_a_backoff():

@@ -184,6 +184,11 @@ class SnapshotPublisher:
         """The batch as the master's supervisor last published it, wherever it runs."""
         return freshest_master(self._guarded("read the master's snapshot", self.ports.board.read_statuses) or [])
 
+    @property
+    def reachable(self) -> bool:
+        """Its last read or write of the board went through."""
+        return not self._failing
+
     def hosts(self, batch_id: int, top: int) -> Optional[list]:
         """The batch's `top` busiest hosts and OTHER as rows (hosts/counts.py), for /metrics; None
         while the counters cannot be read (one WARNING until they can)."""

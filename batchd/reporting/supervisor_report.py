@@ -15,6 +15,7 @@ none out:
 A scrape runs on the metrics thread: the figures are replaced whole at each tick and never changed, so a
 scrape sees one tick's figures, at most STATUS_INTERVAL old, and reads nothing the loop changes meanwhile.
 """
+import dataclasses
 import json
 import logging
 import time
@@ -148,7 +149,8 @@ class SupervisorReport:
                                           != (self.settings.METRICS_PORT, self.settings.METRICS_ADDRESS)):
             log.warning("METRICS_PORT and METRICS_ADDRESS take effect at a restart, not at a reload")
         self.settings, self.namespace, self.where = settings, namespace, where
-        self.figures = SupervisorFigures(namespace=namespace)
+        # A scrape until the next tick sees the last tick's figures, under the namespace's new name.
+        self.figures = dataclasses.replace(self.figures, namespace=namespace)
         if ports is not None:
             self.board = SnapshotPublisher(ports, self.reporter.host, self.reporter.seat, settings.STATUS_INTERVAL)
 
@@ -227,7 +229,9 @@ class SupervisorReport:
         return self.board.master_view() if self.board is not None else None
 
     def _hosts(self, batch: Optional[BatchFigures]) -> Optional[list]:
-        if batch is None or self.board is None or self.settings is None:
+        """The batch's busiest hosts for /metrics; not while the board is out of reach: a few more round trips
+        that would time out would hold the loop up."""
+        if batch is None or self.board is None or not self.board.reachable or self.settings is None:
             return None
         return self.board.hosts(batch.id, self.settings.HOST_STATS_TOP)
 

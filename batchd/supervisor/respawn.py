@@ -36,7 +36,8 @@ def after_end(plan: Plan, seats: Seats, child: Child, code: int, now: float, ser
         return AfterEnd()
     role = child.spec.role
     if plan.once and role == "master" and code in (ExitCode.OK, ExitCode.UNAVAILABLE, ExitCode.TEMPFAIL):
-        return AfterEnd(stop=(ExitCode(code), "the batch is over (--once)" if code == 0 else f"--once ends with {code}"))
+        return AfterEnd(stop=(ExitCode(code),
+                              "the batch is over (--once)" if code == 0 else f"--once ends with {code}"))
     if plan.once and code == ExitCode.UNAVAILABLE:     # a once-mode worker gave up on an outage
         return AfterEnd(stop=(ExitCode.UNAVAILABLE, "--once ends with 69: a worker could not reach its backends"))
     if plan.once and plan.verb == "worker" and code == 0:    # keep_alive=False: its batch is done
