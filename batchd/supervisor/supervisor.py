@@ -111,6 +111,7 @@ class Supervisor:
                 # the exit does not walk them (0.1 s of a 0.4 s `batchd run --once` of a small batch).
                 gc.freeze()
                 self._fill_seats(time.monotonic())     # the children start now, not after the loop's first TICK
+                self._report(time.monotonic())         # and their first figures are there before a first scrape
                 while self.children or not self.stopping:
                     self._turn()
         except ConfigError as e:
