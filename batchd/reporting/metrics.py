@@ -138,7 +138,8 @@ class SupervisorCollector:
             family.add_metric([namespace], value)
             return family
 
-        yield gauge("batchd_workers_alive", "worker processes of this supervisor", figures["workers_alive"])
+        yield gauge("batchd_workers_alive", "worker processes of this supervisor (those told to stop aside)",
+                    figures["workers_alive"])
         yield gauge("batchd_unflushed_items", "items yielded and not yet landed, in the workers' memory",
                     figures["unflushed"])
         yield gauge("batchd_tasks_in_flight", "tasks the workers hold (leased, not yet written back)",

@@ -21,9 +21,9 @@ namespace and a host, and must not overwrite each other's snapshot. Fields, all 
     batch_is_done batch_done batch_failed batch_next_due   ... and, once the batch is over, its result
     outage_backend outage_since outage_reason       what its children wait for (only during an outage)
 
-`batchd status` (reporting/status.py) reads these snapshots back, with the words and figures of this
-module (paused_text, duration, eta, rate_text), so the journal's STATUS= line and the command say
-the same.
+`batchd status` reads these snapshots back (reporting/status.py gathers them, cli/status_text.py lays them
+out), with the words and figures of this module (paused_text, duration, eta, rate_text), so the journal's
+STATUS= line, the command and the dashboard say the same.
 
 The batch's rate and ETA are the tally's as it stands, not the master's last patrol (whose figures
 are as old as BATCH_MONITOR_INTERVAL). The supervisor running the master reads the tally (the
