@@ -15,6 +15,8 @@ HANDLED_SIGNALS = STOP_SIGNALS + (signal.SIGQUIT, signal.SIGHUP, signal.SIGTTIN,
 
 
 class SignalInbox:
+    """The signals recorded and not yet dispatched, and the pipe that wakes the loop for them."""
+
     def __init__(self) -> None:
         self._signals: collections.deque = collections.deque()
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
