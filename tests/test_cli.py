@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from batchd.cli.main import VERBS, main
-from batchd.reporting.status import workers_text
+from batchd.cli.status_text import workers_text
 from batchd.errors import ConfigError
 from batchd.supervisor.loader import load_spider_class
 from batchd.worker.dumps import FailedItemsFile

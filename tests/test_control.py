@@ -5,7 +5,8 @@ import logging
 import pytest
 
 from batchd.control import actions as control
-from batchd.reporting.status import gather_status, render_status
+from batchd.cli.status_text import render_status
+from batchd.reporting.status import gather_status
 from batchd.reporting.snapshots import status_line
 from batchd.task import TaskState
 from harness import InProcessBatch, spider_factory, stays_true, wait_for

@@ -11,7 +11,8 @@ import pytest
 
 from batchd.errors import ConfigError
 from batchd.control.requeue import requeue_failed
-from batchd.reporting.failed_tasks import NoSuchBatch, failed_tasks, render_text
+from batchd.cli.failed_text import render_text
+from batchd.reporting.failed_tasks import NoSuchBatch, failed_tasks
 from batchd.task import TaskState
 from harness import InProcessBatch, batch_done, settle, spider_factory, wait_for
 from spiders.faulty import SpinningCrawlTask

@@ -6,7 +6,8 @@ from datetime import datetime, timedelta
 from batchd import MemoryBatchStore
 from batchd.model import BatchOpening, BatchRecord, TaskLayout
 from batchd.backends.store import BatchStore
-from batchd.reporting.status import gather_history, history_entry, render_history
+from batchd.cli.status_text import render_history
+from batchd.reporting.status import gather_history, history_entry
 from harness import InProcessBatch, batch_done, spider_factory, wait_for
 from spiders.seed import CrawlTask
 

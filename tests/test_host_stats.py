@@ -5,7 +5,7 @@ import json
 from batchd.hosts.counts import (BUCKETS, OTHER, answered_names, bounded_rows, fold_top, host_rows,
                                          merge_hosts, percentile, split_host_counts)
 from batchd.backends import open_backend
-from batchd.reporting.status import render_hosts
+from batchd.cli.status_text import render_hosts
 from batchd.config import Settings
 from harness import batch_done, wait_for
 from supervised import SEED, start_batchd

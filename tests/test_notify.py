@@ -112,8 +112,7 @@ def test_the_watchdog_rule_fresh_or_being_replaced(tmp_path):
     finally:
         process.kill()
         process.join()
-        os.close(supervisor._wake_r)
-        os.close(supervisor._wake_w)
+        supervisor.signals.close()
 
 
 def test_the_notifier_is_silent_without_notify_socket(monkeypatch):

@@ -5,7 +5,7 @@ them again, `retry --items` stores the items the database refused.
 import argparse
 
 from ..control import actions as control, requeue
-from ..reporting import failed_tasks as failures
+from ..reporting.failed_tasks import failed_tasks
 from ..config import load_settings
 from ..errors import ExitCode
 from ..backends import open_store
@@ -13,6 +13,7 @@ from ..supervisor.loader import load_spider_class
 from ..worker.dumps import FailedItemsFile
 from ..service.systemd import setup_logging
 from .arguments import VerbGroup, config_files, positive, runtime_from_args, spider_and_config, spider_source, with_store
+from .failed_text import render_json, render_text
 
 VERBS = VerbGroup()
 verb = VERBS.verb
@@ -67,8 +68,8 @@ def failed_arguments(parser: argparse.ArgumentParser) -> None:
 @verb("failed", "the failed tasks of a batch (the last by default) and why: URL, reason, attempts, host, time, "
                 "and a count by reason (exit 0; 1 no such batch)", failed_arguments)
 def failed_verb(args: argparse.Namespace) -> int:
-    report = failures.failed_tasks(runtime_from_args(args), args.batch, args.reason, args.limit, args.every)
-    print((failures.render_json if args.json else failures.render_text)(report))
+    report = failed_tasks(runtime_from_args(args), args.batch, args.reason, args.limit, args.every)
+    print((render_json if args.json else render_text)(report))
     return ExitCode.OK
 
 

@@ -1,5 +1,5 @@
 """`batchd status`: where the batch stands (`--why`, `--hosts`, `--history`, `--json`, `--watch`). It changes
-nothing."""
+nothing: reporting/ gathers the figures, status_text.py lays them out."""
 import argparse
 import sys
 import time
@@ -8,9 +8,9 @@ from typing import Callable
 from ..errors import ExitCode
 from ..runtime import Runtime
 from .arguments import VerbGroup, positive, runtime_from_args, spider_and_config
-from ..reporting.status import (gather_history, gather_hosts, gather_status, render_history, render_hosts, render_json,
-                     render_status)
-from ..reporting.why import gather_why, render_why
+from ..reporting.status import gather_history, gather_hosts, gather_status
+from ..reporting.why import gather_why
+from .status_text import render_history, render_hosts, render_json, render_status, render_why
 
 VERBS = VerbGroup()
 verb = VERBS.verb

@@ -1,4 +1,6 @@
-"""What batchd reports of a namespace, read from one set of sources: the supervisors' snapshots and STATUS=
-line (snapshots.py), `batchd status` and its --why, --hosts and --history (status.py, why.py), the failed
-tasks (failed_tasks.py), and Prometheus /metrics (metrics.py). The command (cli/), the dashboard (web/) and
-the supervisor show what this package reads; none of them works a figure out on its own."""
+"""What batchd reports of a namespace, gathered as figures from one set of sources: a supervisor's own figures,
+made once per report tick, behind its snapshot, its STATUS= line and its /metrics gauges (supervisor_report.py;
+the snapshot's fields, the board and the line's words: snapshots.py; the /metrics server: metrics.py); where a
+batch stands and why (status.py, why.py); the failed tasks (failed_tasks.py). The command (cli/) and the
+dashboard (web/) lay out what this package gathers, each its own way; none of them works a figure out on its
+own, and nothing here knows how it is shown."""

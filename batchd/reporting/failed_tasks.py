@@ -1,11 +1,11 @@
-"""The failed tasks of a batch and why (the failure records settle/failures.py makes): `batchd failed`, and
-the dashboard's failures page. control/requeue.py sends them back to pending.
+"""The failed tasks of a batch and why (the failure records settle/failures.py makes), gathered as plain data:
+`batchd failed` (cli/failed_text.py lays them out) and the dashboard's failures page. control/requeue.py sends
+them back to pending.
 
 The records stay when a task is requeued (history): listings show the tasks still failed unless asked for
 every record.
 """
 import dataclasses
-import json
 import re
 from collections import Counter
 from typing import Optional
@@ -71,40 +71,3 @@ def failed_tasks(runtime, batch_id: Optional[int] = None, reason: Optional[str] 
     report.update(total=sum(n for _, n in kinds), kinds=[{"kind": k, "count": n} for k, n in kinds],
                   failures=[dataclasses.asdict(f) for f in store.failures(query, limit=limit)])
     return report
-
-
-def render_json(report: dict) -> str:
-    return json.dumps(report, default=str, indent=2)
-
-
-# (title, field, widest): a column is as wide as its widest cell, up to `widest`
-COLUMNS = (("id", "task_id", 20), ("time", "time", 19), ("tries", "attempts", 5), ("host", "host", 24),
-           ("url", "url", 60), ("reason", "reason", 100))
-
-
-def render_text(report: dict) -> str:
-    if report["batch"] is None:
-        return "no batch has been opened yet: no task has failed"
-    which = "failed tasks" if report["still_failed"] else "failure records"
-    matching = f" whose reason holds {report['reason']!r}" if report["reason"] else ""
-    state = "open" if report["open"] else "closed"
-    head = f"batch {report['batch']} ({state}): {report['total']} {which}{matching}"
-    if not report["total"]:
-        return head
-    lines = [head + ": " + ", ".join(f"{k['count']} {k['kind']}" for k in report["kinds"]), ""]
-    lines += _table([title for title, _, _ in COLUMNS],
-                    [[_cell(record[field], widest) for _, field, widest in COLUMNS] for record in report["failures"]])
-    if report["total"] > len(report["failures"]):
-        lines.append(f"... {report['total'] - len(report['failures'])} more (--limit N shows more, --json for "
-                     "scripts)")
-    return "\n".join(lines)
-
-
-def _table(titles: list, rows: list) -> list:
-    widths = [max(len(text) for text in column) for column in zip(titles, *rows)]
-    return ["  ".join(text.ljust(width) for text, width in zip(row, widths)).rstrip() for row in [titles, *rows]]
-
-
-def _cell(value, widest: int) -> str:
-    text = "-" if value is None else (f"{value:%Y-%m-%d %H:%M:%S}" if hasattr(value, "strftime") else str(value))
-    return text if len(text) <= widest else text[:widest - 1] + "…"

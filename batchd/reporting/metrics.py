@@ -6,23 +6,26 @@ is a configuration error (exit 78) naming the package. It runs in its multiproce
     supervisor   makes the directory (under $RUNTIME_DIRECTORY, systemd's RuntimeDirectory=, else a private
                  temporary one), wiped at start, and names it in PROMETHEUS_MULTIPROC_DIR before the first
                  fork; serves /metrics from a thread (`batchd-metrics`): the children's files merged, plus
-                 gauges it reads from the ledger as it answers; `mark_process_dead` when it reaps a child
-                 (a dead worker's counters stay in the sums, its live gauge goes)
+                 its own gauges, the figures of its last report tick (supervisor_report.py: the ones its
+                 snapshot and STATUS= show, at most STATUS_INTERVAL old); `mark_process_dead` when it reaps
+                 a child (a dead worker's counters stay in the sums, its live gauge goes)
     worker       its counters in its own file of that directory (worker/worker_metrics.py lists them), and the
                  fetch latency of each attempt (download/middlewares/latency.py, in the default
                  DOWNLOADER_MIDDLEWARES: with metrics off it is not in the chain, so an unused feature costs
                  nothing per request)
 
-Every metric carries the label `namespace`. The supervisor's, as it answers:
-    batchd_workers_alive, batchd_unflushed_items, batchd_tasks_in_flight
+Every metric carries the label `namespace`. The supervisor's, as of its last report tick:
+    batchd_workers_alive, batchd_unflushed_items, batchd_tasks_in_flight   (its snapshot's workers_alive,
+                                                 unflushed, in_flight: workers not told to stop)
     batchd_child_restarts_total{role}            children that ended unasked (crash, kill, timeout)
     batchd_backend_outage{backend}               1 while a child waits for that backend, then 0
     batchd_batch_id, batchd_batch_total_tasks, batchd_batch_settled_tasks{outcome=done|failed},
-    batchd_queue_length                          (a supervisor that runs the master: its last patrol's view)
+    batchd_queue_length                          (a supervisor that runs the master: its last patrol's view,
+                                                 kept once the master stopped, as its snapshot keeps it)
 
 Per host, from the supervisor that runs the master only (so that a sum over every supervisor of the
-namespace counts each host once), read from the batch's counters per host, the workers' gauges and the
-breakers as it answers (reporting/status.py's `batchd status --hosts` shows the same rows). The label `host`
+namespace counts each host once), read at each report tick from the batch's counters per host, the workers'
+gauges and the breakers (reporting/status.py's `batchd status --hosts` reads the same rows). The label `host`
 takes at most HOST_STATS_TOP values and "(other)": the busiest hosts, the rest summed (hosts/counts.py):
     batchd_host_tasks_waiting{host}              tasks set aside for their host's turn in the workers now
     batchd_host_requests_in_flight{host}         attempts being sent to the host now
@@ -43,7 +46,7 @@ from typing import Any, Callable, Optional
 
 from ..errors import ConfigError
 from ..service.threads import start_thread
-from ..worker.worker_metrics import prometheus_client
+from ..service.prometheus import prometheus_client
 
 log = logging.getLogger("batchd.metrics")
 
@@ -117,7 +120,8 @@ def _unreadable_because(path: str) -> Optional[str]:
 
 
 class SupervisorCollector:
-    """The supervisor's gauges, read (through `figures`, see Supervisor.metric_figures) as a scrape asks."""
+    """The supervisor's gauges as a scrape asks: `figures` gives the figures of its last report tick
+    (supervisor_report.py, SupervisorReport.metric_figures), never works one out."""
 
     def __init__(self, figures: Callable[[], dict]):
         self.figures = figures
@@ -134,7 +138,8 @@ class SupervisorCollector:
             family.add_metric([namespace], value)
             return family
 
-        yield gauge("batchd_workers_alive", "worker processes of this supervisor", figures["workers_alive"])
+        yield gauge("batchd_workers_alive", "worker processes of this supervisor (those told to stop aside)",
+                    figures["workers_alive"])
         yield gauge("batchd_unflushed_items", "items yielded and not yet landed, in the workers' memory",
                     figures["unflushed"])
         yield gauge("batchd_tasks_in_flight", "tasks the workers hold (leased, not yet written back)",

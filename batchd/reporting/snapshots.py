@@ -1,5 +1,9 @@
 """What a supervisor publishes about itself: its snapshot on the queue's status board, and its STATUS= line.
 
+supervisor_report.py makes the figures, once per report tick; this module says how they are written on the
+board (SnapshotPublisher), how the words of its STATUS= line read (status_line), and how anyone reads a
+snapshot back (samples_of, window_rate, freshest_master).
+
 Each supervisor publishes a snapshot every STATUS_INTERVAL seconds on its queue's status
 board (Redis: the hash `<ns>:status:<host>:<seat>`; SQLite: a row of batchd_status), with a
 TTL of a few intervals, so a host that died drops out on its own. The seat is the verb, with
@@ -17,9 +21,9 @@ namespace and a host, and must not overwrite each other's snapshot. Fields, all 
     batch_is_done batch_done batch_failed batch_next_due   ... and, once the batch is over, its result
     outage_backend outage_since outage_reason       what its children wait for (only during an outage)
 
-`batchd status` (reporting/status.py) reads these snapshots back, with the words and figures of this
-module (paused_text, duration, eta, rate_text), so the journal's STATUS= line and the command say
-the same.
+`batchd status` reads these snapshots back (reporting/status.py gathers them, cli/status_text.py lays them
+out), with the words and figures of this module (paused_text, duration, eta, rate_text), so the journal's
+STATUS= line, the command and the dashboard say the same.
 
 The batch's rate and ETA are the tally's as it stands, not the master's last patrol (whose figures
 are as old as BATCH_MONITOR_INTERVAL). The supervisor running the master reads the tally (the
@@ -157,7 +161,8 @@ def supervisor_ports(settings, namespace: str) -> Optional[SupervisorPorts]:
 
 
 class SnapshotPublisher:
-    """Writes one supervisor's snapshot on the board; an outage costs a log line, never the supervisor."""
+    """One supervisor's place on the board: writes its snapshot, reads what its report needs (the batch's
+    tally, the master's snapshot, the counters per host); an outage costs a log line, never the supervisor."""
 
     def __init__(self, ports: SupervisorPorts, host: str, seat: str, interval: float):
         self.ports = ports
@@ -179,12 +184,10 @@ class SnapshotPublisher:
         """The batch as the master's supervisor last published it, wherever it runs."""
         return freshest_master(self._guarded("read the master's snapshot", self.ports.board.read_statuses) or [])
 
-    def give_back_leases_of(self, token_prefix: str) -> int:
-        """A dead worker's leases, due at once, and the master woken to requeue them."""
-        given = self._guarded("give back a dead worker's leases", self.ports.leases.expire_leases_of, token_prefix) or 0
-        if given:
-            self._guarded("wake the master", self.ports.wake.wake_master)
-        return given
+    @property
+    def reachable(self) -> bool:
+        """Its last read or write of the board went through."""
+        return not self._failing
 
     def hosts(self, batch_id: int, top: int) -> Optional[list]:
         """The batch's `top` busiest hosts and OTHER as rows (hosts/counts.py), for /metrics; None
@@ -203,9 +206,6 @@ class SnapshotPublisher:
 
     def withdraw(self) -> None:
         self._guarded("remove the status snapshot", self.ports.board.delete_status, self.key)
-
-    def close(self) -> None:
-        self.ports.close()
 
     def _guarded(self, what: str, action, *args):
         try:

@@ -1,24 +1,22 @@
-"""`batchd status`: where a batch stands, from the store, the queue and the supervisors' snapshots.
+"""Where a batch stands, gathered as plain data: from the store, the queue and the supervisors' snapshots.
 
 `gather_status` reads the batch record, its tally, the queue and every snapshot the supervisors
-publish (reporting/snapshots.py lists their fields) into one dict; `render_status` turns it into
-text (`--json` prints the dict). Keeping the two apart lets another view (a progress bar, a watch
-loop) reuse the gathering. `gather_history` and `render_history` do the same for `--history`, from
-the batch records alone, and `gather_hosts` and `render_hosts` for `--hosts`, from the batch's counters
-per host and the workers' gauges (hosts/counts.py).
+publish (reporting/snapshots.py lists their fields) into one dict; `gather_history` the last batches from
+their records (`--history`), and `gather_hosts` the batch's counters per host and the workers' gauges
+(hosts/counts.py, `--hosts`). Whoever shows them lays them out: the command's text and --json
+(cli/status_text.py), the dashboard's pages and its JSON API (web/).
 """
 import json
 import time
 from typing import Any, Optional
 
-from ..hosts.counts import LATENCY_BOUNDS, OTHER, breaker_phases, host_rows
+from ..hosts.counts import breaker_phases, host_rows
 from ..errors import BackendUnavailable
 from ..service.systemd import escape_controls
 from ..model import BatchRecord, Progress
 from ..recrawl.pages import FOUND, VERDICTS
-from ..settle.batch_stats import summary
-from .snapshots import (RATE_WINDOW, duration, eta, freshest_master, paused_text, rate_text, samples_of,
-                                    window_rate)
+from .snapshots import RATE_WINDOW, eta, freshest_master, samples_of, window_rate
+
 
 def gather_status(runtime) -> dict:
     """Everything `batchd status` shows, as plain data: the batch record, its tally and the queue (no row
@@ -119,101 +117,10 @@ def _host_entry(snapshot: dict) -> dict:
     return entry
 
 
-def bar(done: int, failed: int, total: int, width: int = 30) -> str:
-    """[#####xx.....]: # done, x failed, . still to go."""
-    if total <= 0:
-        return "[" + "." * width + "]"
-    filled = min(width, round(width * done / total))
-    spoiled = min(width - filled, round(width * failed / total))
-    return "[" + "#" * filled + "x" * spoiled + "." * (width - filled - spoiled) + "]"
-
-
-def render_status(status: dict) -> str:
-    lines = [f"namespace {status['namespace']} (task table {status['table']})"]
-    lines += [f"MISSING  {reason}" for reason in status["unreachable"]]
-    if status["paused_since"] is not None:
-        lines.append(f"PAUSED   since {paused_text(status['paused_since'])}: nothing is claimed or leased "
-                     "(batchd resume)")
-    batch, tasks, queue = status["batch"], status["tasks"], status["queue"]
-    if batch is None:
-        lines.append("batch    none yet (the master opens the first one)" if status["store_reached"]
-                     else "batch    unknown")
-    else:
-        opened = f" opened {batch['date']}" if batch["date"] else ""
-        lines.append(f"batch    {batch['id']}{opened}, {'finished' if batch['is_done'] else 'running'}")
-    lines += _progress_lines(tasks)
-    if status["counters"] is not None:
-        lines.append(f"counters {summary(status['counters'])}")
-    if queue["waiting"] is not None:
-        lines.append(f"queue    {queue['waiting']} waiting, {queue['leased']} leased")
-    lines.append(f"rate     {_rate_words(status)}, ETA {duration(status['eta_seconds'])}")
-    lines.append(f"workers  {status['workers_alive']} alive of {status['workers_wanted']} wanted: "
-                 f"{workers_text(status['hosts'])}")
-    for host in status["hosts"]:
-        for w in host["workers"]:
-            lines.append(f"  {escape_controls(host['host'])} {supervisor_name(host)}, {w['name']} "
-                         f"(pid {w['pid']}): {w['done']} done, {w['failed']} failed, {w['items']} items, "
-                         f"{w['tasks']} tasks in hand, {w['unflushed']} unflushed, beat {w['silent']:.0f}s ago")
-    lines.append(f"unflushed items {status['unflushed']}")
-    return "\n".join(lines)
-
-
-def _rate_words(status: dict) -> str:
-    if status["rate"] is not None:
-        return rate_text((status["rate"], status["rate_seconds"]))
-    if status["rate_as_of"] is not None:
-        return "unknown yet (one sample of the tally so far)"
-    return "unknown (no supervised master publishes one)"
-
-
-def workers_text(hosts: list) -> str:
-    """host vm — 2 workers (batchd-worker@1), the master (batchd-master); host vm2 — ...: what each host's
-    supervisors run, named as their units are. Host and instance names are shown escaped."""
-    by_host: dict = {}
-    for entry in hosts:
-        by_host.setdefault(entry["host"], []).append(f"{_runs(entry)} ({supervisor_name(entry)})")
-    text = "; ".join(f"host {escape_controls(host)} — {', '.join(seats)}" for host, seats in by_host.items())
-    return text or "none reporting"
-
-
 def supervisor_name(entry: dict) -> str:
     """batchd-worker@1, batchd-master, batchd-run: the supervisor by its seat, escaped."""
     seat = entry["role"] if entry["instance"] == entry["role"] else f"{entry['role']}@{entry['instance']}"
     return escape_controls(f"batchd-{seat}")
-
-
-def _runs(entry: dict) -> str:
-    parts = []
-    if entry["role"] != "master":
-        alive, wanted = entry["workers_alive"], entry["workers_wanted"]
-        parts.append(f"{alive}{'' if alive == wanted else f' of {wanted}'} worker{'' if wanted == 1 else 's'}")
-    if entry["role"] != "worker":
-        parts.append("the master" if entry["master_alive"] else "no master")
-    return " and ".join(parts)
-
-
-def _progress_lines(tasks: Optional[dict]) -> list:
-    if tasks is None:
-        return []
-    if tasks["done"] is None:          # the store is down: the master's last word on it
-        ago = duration(time.time() - tasks["as_of"])
-        return [f"progress {tasks['settled']}/{tasks['total']} (the master's figures {ago} ago)"]
-    return [f"{bar(tasks['done'], tasks['failed'], tasks['total'])} {tasks['settled']}/{tasks['total']}",
-            f"progress {tasks['settled']}/{tasks['total']}: {tasks['done']} done, {tasks['failed']} failed, "
-            f"{tasks['processing']} processing, {tasks['pending']} pending"]
-
-
-def render_table(columns: tuple, rows: list, text_columns: tuple) -> str:
-    """`rows` of cells under `columns`, aligned: the `text_columns` read left to right, figures line up on
-    their right."""
-    rows = [columns] + rows
-    widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
-    return "\n".join("  ".join(cell.ljust(width) if i in text_columns else cell.rjust(width)
-                               for i, (cell, width) in enumerate(zip(row, widths))).rstrip() for row in rows)
-
-
-def render_json(data) -> str:
-    return json.dumps(data, indent=2, sort_keys=True)
 
 
 # -- `batchd status --history`
@@ -249,33 +156,7 @@ def found_counts(counters: dict) -> Optional[dict]:
     return found if any(found.values()) else None
 
 
-HISTORY_COLUMNS = ("batch", "mode", "opened", "closed", "duration", "opened with", "done", "failed", "total", "items",
-                   *VERDICTS, "rate")
-
-
-def render_history(entries: list) -> str:
-    """One line per batch under a header, columns aligned; a blank where a figure is unknown."""
-    if not entries:
-        return "no batch yet (the master opens the first one)"
-    return render_table(HISTORY_COLUMNS, [_history_row(entry) for entry in entries], text_columns=(1, 2, 3))
-
-
-def _history_row(entry: dict) -> tuple:
-    def blank_or(value, shown) -> str:
-        return "" if value is None else shown(value)
-    mode = entry["mode"] if entry["reset_failed"] or entry["mode"] == "incremental" else f"{entry['mode']}, failed kept"
-    found = entry["found"] or {}
-    return (str(entry["id"]), mode, entry["opened"], entry["closed"] or ("" if entry["is_done"] else "(running)"),
-            blank_or(entry["duration_seconds"], duration), blank_or(entry["opened_with"], str), str(entry["done"]),
-            str(entry["failed"]), str(entry["total"]), blank_or(entry["items"], str),
-            *(blank_or(found.get(verdict), str) for verdict in VERDICTS),
-            blank_or(entry["rate"], lambda rate: f"{rate:.1f}/s"))
-
-
 # -- `batchd status --hosts`
-
-HOST_COLUMNS = ("host", "waiting", "in flight", "done", "failed", "p50", "p95", "breaker")
-
 
 def gather_hosts(runtime) -> dict:
     """The open (or last) batch's hosts as plain data, most tasks waiting first: its counters per host (the
@@ -290,24 +171,3 @@ def gather_hosts(runtime) -> dict:
     breakers = read_or_note(unreachable, lambda: breaker_phases(runtime.backend.host_breakers(runtime.namespace))) or {}
     return {"namespace": runtime.namespace, "batch": record.id if record else None, "unreachable": unreachable,
             "hosts": host_rows(counts, gauges, breakers), "top": runtime.settings.HOST_STATS_TOP}
-
-
-def render_hosts(status: dict) -> str:
-    """A line per host under a header; a host's name is crawled text, shown with its control characters
-    escaped."""
-    lines = [f"namespace {status['namespace']}, batch {status['batch'] if status['batch'] is not None else 'none yet'}"]
-    lines += [f"MISSING  {reason}" for reason in status["unreachable"]]
-    if not status["hosts"]:
-        return "\n".join(lines + ["no host counted yet"])
-    rows = [(escape_controls(row["host"]), str(row["waiting"]), str(row["in_flight"]), str(row["done"]),
-             str(row["failed"]), _latency_text(row["p50"]), _latency_text(row["p95"]), row["breaker"] or "-")
-            for row in status["hosts"]]
-    lines.append(render_table(HOST_COLUMNS, rows, text_columns=(0, 7)))
-    lines.append(f"(p50, p95: the top of the latency bucket; past the busiest {status['top']} hosts, {OTHER})")
-    return "\n".join(lines)
-
-
-def _latency_text(seconds: Optional[float]) -> str:
-    if seconds is None:
-        return "-"
-    return f"{seconds:g}s" if seconds != float("inf") else f">{LATENCY_BOUNDS[-2]:g}s"

@@ -1,4 +1,5 @@
-"""`batchd status --why`: why the open batch is not finished yet, in one place.
+"""Why the open batch is not finished yet, in one place, gathered as plain data (`batchd status --why`, the
+dashboard's batch page).
 
 From the sources `batchd status` reads (reporting/status.py gather_status: the batch record, its tally, the
 queue, the supervisors' snapshots) and three more reads, none of the task table: the leases as they stand
@@ -14,9 +15,9 @@ so a holder is matched with the worker a supervisor's snapshot lists on that hos
               supervisor's snapshot is gone with its host; the leases come back when they expire
     unlisted  no snapshot lists it but its leases are renewed: a worker run without a supervisor
 
-`gather_why` gives it all as data (`--why --json`), `render_why` as text, ending in one line of verdict.
-Host names, worker names and failure kinds came from a crawl or a host: shown with control characters
-escaped. No URL is shown (a task is named by its id).
+`gather_why` gives it all as data, with a one-line `verdict` (cli/status_text.py lays it out as text). Host
+names, worker names and failure kinds came from a crawl or a host: the verdict shows them with control
+characters escaped. No URL is named (a task is named by its id).
 """
 import time
 from typing import Optional
@@ -180,52 +181,3 @@ def _lost_words(lost: list, lease_seconds: float) -> str:
     when = (f"their leases expire in {duration(expires_in)} (BATCH_LOST_TASK_STALE {lease_seconds:g} s)"
             if expires_in > 0 else "their leases are due: the master requeues them at its next patrol")
     return f"waiting on {count} tasks held by {who} on host {escape_controls(first['host'])}: {when}"
-
-
-# -- the text
-def render_why(why: dict) -> str:
-    lines = [f"namespace {why['namespace']}"]
-    lines += [f"MISSING  {escape_controls(reason)}" for reason in why["unreachable"]]
-    batch, tasks = why["batch"], why["tasks"]
-    if batch is not None:
-        opened = f" opened {batch['date']}" if batch["date"] else ""
-        lines.append(f"batch    {batch['id']}{opened}, {'finished' if batch['is_done'] else 'running'}")
-    if why["paused_since"] is not None:
-        lines.append(f"paused   since {paused_text(why['paused_since'])} (batchd resume)")
-    for outage in why["outages"]:
-        since = time.strftime("%H:%M:%S", time.localtime(outage["since"]))
-        lines.append(f"outage   {escape_controls(outage['host'])} {outage['supervisor']} waits for "
-                     f"{outage['backend']} since {since} ({escape_controls(outage['reason'])})")
-    if tasks is not None:
-        lines.append(f"tasks    {tasks['settled']}/{tasks['total']} settled ({tasks['done']} done, "
-                     f"{tasks['failed']} failed); {tasks['pending']} pending (not claimed), {tasks['queued']} queued, "
-                     f"{tasks['leased']} leased")
-        unlisted = tasks["leased_unlisted"]
-        lines.append(f"leased   {tasks['leased_live']} by live workers, {tasks['leased_stalled']} by stalled ones, "
-                     f"{tasks['leased_dead']} by dead ones"
-                     + (f", {unlisted} by workers no supervisor lists" if unlisted else ""))
-    for h in why["holders"]:
-        name = f"{escape_controls(h['worker'])} of {h['supervisor']}" if h["worker"] else "no supervisor lists it"
-        lines.append(f"  {h['state']:<8} {escape_controls(h['host'])} pid {h['pid']} ({name}): {h['leases']} leases, "
-                     f"{_expiry(h['expires_in'])}")
-    if why["waiting_on_hosts"]:
-        lines.append("set aside, waiting on their host: " + ", ".join(
-            f"{escape_controls(row['host'])} {row['waiting']}" for row in why["waiting_on_hosts"]))
-    if why["failures"]:
-        lines.append("failed   " + ", ".join(f"{row['count']} {escape_controls(row['kind'])}"
-                                              for row in why["failures"]))
-    if why["oldest"]:
-        lines += ["oldest in flight:", *map(_in_flight_line, why["oldest"])]
-    lines.append(f"verdict  {why['verdict']}")
-    return "\n".join(lines)
-
-
-def _in_flight_line(task: dict) -> str:
-    held = "held ?" if task["held_seconds"] is None else f"held {duration(task['held_seconds'])}"
-    return (f"  task {escape_controls(task['task'])}: {held} by {escape_controls(task['worker'] or '?')} "
-            f"(pid {task['pid']}, {task['state']}) on {escape_controls(task['host'] or '?')}, "
-            f"{_expiry(task['expires_in'])}")
-
-
-def _expiry(expires_in: float) -> str:
-    return f"lease expires in {duration(expires_in)}" if expires_in > 0 else "lease due (requeued at the next patrol)"

@@ -1,1 +1,1 @@
-"""The supervisor: fork, reap, respawn, signals, systemd; its children; /metrics and the status snapshots."""
+"""The supervisor: fork, reap, respawn, signals, escalation, systemd; its children. What it reports, reporting/ makes."""

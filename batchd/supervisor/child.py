@@ -235,6 +235,25 @@ class Child:
             raise RuntimeError(f"{self.spec.name} has not started")
         return self.process.pid
 
+    def retire(self, now: float) -> None:
+        """A warm stop: it finishes its tasks, flushes and writes back."""
+        self.retiring_since = now
+        self.send(signal.SIGTERM)
+
+    def go_cold(self, now: float) -> None:
+        """A cold stop: its tasks in flight are abandoned to their leases."""
+        self.retiring_since = self.retiring_since or now
+        self.cold_since = now
+        self.send(signal.SIGQUIT)
+
+    def send(self, sig: int) -> None:
+        # exitcode polls waitpid(pid): a pid already reaped might belong to someone else by now.
+        if self.process.exitcode is None:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
 
 @dataclass
 class Seats:

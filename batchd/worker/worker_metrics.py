@@ -16,28 +16,17 @@ of each attempt is taken by download/middlewares/latency.py's link. Every metric
     batchd_fetch_latency_seconds                 a histogram of each response's time, sent to body read
     batchd_fetches_in_progress                   attempts being sent now (live workers only)
 
-prometheus-client is optional (python3-prometheus-client, the `metrics` extra): `prometheus_client()`
-turns its absence into a configuration error (exit 78) naming the package, for the supervisor too.
+prometheus-client is optional (python3-prometheus-client, the `metrics` extra): service/prometheus.py imports
+it, for the supervisor too, and turns its absence into a configuration error (exit 78) naming the package.
 """
-from ..errors import ConfigError
+from ..service.prometheus import prometheus_client
 from ..settle.ledger import LedgerBlock, SharedLedger
 from ..settle.batch_stats import BYTES, REQUESTS, RESPONSES, RETRY_COUNT, STATUS_PREFIX, BatchStats
 from ..recrawl.pages import FOUND, ITEMS_UNCHANGED, VERDICTS
 
-MISSING_CLIENT = ("METRICS_PORT is set but prometheus-client is not installed: apt install "
-                  "python3-prometheus-client (or pip install \"batchd[metrics]\"), or set METRICS_PORT = 0")
 EXCEPTION_PREFIX = "downloader/exception_type_count/"
 # Seconds: a page of a fast site in the first buckets, DOWNLOAD_TIMEOUT's default (180) in the last.
 LATENCY_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 180.0)
-
-
-def prometheus_client():
-    """The client module; ConfigError naming the package when it is not installed."""
-    try:
-        import prometheus_client as client
-    except ImportError:
-        raise ConfigError(MISSING_CLIENT) from None
-    return client
 
 
 class _Uncounted:

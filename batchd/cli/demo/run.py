@@ -15,7 +15,7 @@ from typing import Optional
 
 from ...backends.sqlite.sqlite_store import SqliteBatchStore
 from ...model import TaskLayout
-from ...reporting.status import bar
+from ..status_text import bar
 from ...task import TaskState
 from .site import book_paths
 from .demo_spider import BookSpider

@@ -1,0 +1,211 @@
+"""The text `batchd status` prints: the batch (`render_status`), `--hosts`, `--history`, `--why`, and `--json`.
+
+The figures come gathered from reporting/ (status.py: gather_status, gather_hosts, gather_history; why.py:
+gather_why); this module only lays them out for a terminal, so that the dashboard (web/html.py) draws the
+same figures its own way. Names from a crawl or a host (hosts, workers, instances, failure kinds, task
+keys) are shown with their control characters escaped.
+"""
+import json
+import time
+from typing import Optional
+
+from ..hosts.counts import LATENCY_BOUNDS, OTHER
+from ..recrawl.pages import VERDICTS
+from ..reporting.snapshots import duration, paused_text, rate_text
+from ..reporting.status import supervisor_name
+from ..service.systemd import escape_controls
+from ..settle.batch_stats import summary
+
+
+def render_json(data) -> str:
+    return json.dumps(data, indent=2, sort_keys=True)
+
+
+# -- `batchd status`
+
+def render_status(status: dict) -> str:
+    lines = [f"namespace {status['namespace']} (task table {status['table']})"]
+    lines += [f"MISSING  {reason}" for reason in status["unreachable"]]
+    if status["paused_since"] is not None:
+        lines.append(f"PAUSED   since {paused_text(status['paused_since'])}: nothing is claimed or leased "
+                     "(batchd resume)")
+    batch, tasks, queue = status["batch"], status["tasks"], status["queue"]
+    if batch is None:
+        lines.append("batch    none yet (the master opens the first one)" if status["store_reached"]
+                     else "batch    unknown")
+    else:
+        opened = f" opened {batch['date']}" if batch["date"] else ""
+        lines.append(f"batch    {batch['id']}{opened}, {'finished' if batch['is_done'] else 'running'}")
+    lines += _progress_lines(tasks)
+    if status["counters"] is not None:
+        lines.append(f"counters {summary(status['counters'])}")
+    if queue["waiting"] is not None:
+        lines.append(f"queue    {queue['waiting']} waiting, {queue['leased']} leased")
+    lines.append(f"rate     {_rate_words(status)}, ETA {duration(status['eta_seconds'])}")
+    lines.append(f"workers  {status['workers_alive']} alive of {status['workers_wanted']} wanted: "
+                 f"{workers_text(status['hosts'])}")
+    for host in status["hosts"]:
+        for w in host["workers"]:
+            lines.append(f"  {escape_controls(host['host'])} {supervisor_name(host)}, {w['name']} "
+                         f"(pid {w['pid']}): {w['done']} done, {w['failed']} failed, {w['items']} items, "
+                         f"{w['tasks']} tasks in hand, {w['unflushed']} unflushed, beat {w['silent']:.0f}s ago")
+    lines.append(f"unflushed items {status['unflushed']}")
+    return "\n".join(lines)
+
+
+def _rate_words(status: dict) -> str:
+    if status["rate"] is not None:
+        return rate_text((status["rate"], status["rate_seconds"]))
+    if status["rate_as_of"] is not None:
+        return "unknown yet (one sample of the tally so far)"
+    return "unknown (no supervised master publishes one)"
+
+
+def workers_text(hosts: list) -> str:
+    """host vm — 2 workers (batchd-worker@1), the master (batchd-master); host vm2 — ...: what each host's
+    supervisors run, named as their units are. Host and instance names are shown escaped."""
+    by_host: dict = {}
+    for entry in hosts:
+        by_host.setdefault(entry["host"], []).append(f"{_runs(entry)} ({supervisor_name(entry)})")
+    text = "; ".join(f"host {escape_controls(host)} — {', '.join(seats)}" for host, seats in by_host.items())
+    return text or "none reporting"
+
+
+def _runs(entry: dict) -> str:
+    parts = []
+    if entry["role"] != "master":
+        alive, wanted = entry["workers_alive"], entry["workers_wanted"]
+        parts.append(f"{alive}{'' if alive == wanted else f' of {wanted}'} worker{'' if wanted == 1 else 's'}")
+    if entry["role"] != "worker":
+        parts.append("the master" if entry["master_alive"] else "no master")
+    return " and ".join(parts)
+
+
+def _progress_lines(tasks: Optional[dict]) -> list:
+    if tasks is None:
+        return []
+    if tasks["done"] is None:          # the store is down: the master's last word on it
+        ago = duration(time.time() - tasks["as_of"])
+        return [f"progress {tasks['settled']}/{tasks['total']} (the master's figures {ago} ago)"]
+    return [f"{bar(tasks['done'], tasks['failed'], tasks['total'])} {tasks['settled']}/{tasks['total']}",
+            f"progress {tasks['settled']}/{tasks['total']}: {tasks['done']} done, {tasks['failed']} failed, "
+            f"{tasks['processing']} processing, {tasks['pending']} pending"]
+
+
+def bar(done: int, failed: int, total: int, width: int = 30) -> str:
+    """[#####xx.....]: # done, x failed, . still to go."""
+    if total <= 0:
+        return "[" + "." * width + "]"
+    filled = min(width, round(width * done / total))
+    spoiled = min(width - filled, round(width * failed / total))
+    return "[" + "#" * filled + "x" * spoiled + "." * (width - filled - spoiled) + "]"
+
+
+# -- `batchd status --hosts`
+
+HOST_COLUMNS = ("host", "waiting", "in flight", "done", "failed", "p50", "p95", "breaker")
+
+
+def render_hosts(status: dict) -> str:
+    """A line per host under a header; a host's name is crawled text, shown with its control characters
+    escaped."""
+    lines = [f"namespace {status['namespace']}, batch {status['batch'] if status['batch'] is not None else 'none yet'}"]
+    lines += [f"MISSING  {reason}" for reason in status["unreachable"]]
+    if not status["hosts"]:
+        return "\n".join(lines + ["no host counted yet"])
+    rows = [(escape_controls(row["host"]), str(row["waiting"]), str(row["in_flight"]), str(row["done"]),
+             str(row["failed"]), _latency_text(row["p50"]), _latency_text(row["p95"]), row["breaker"] or "-")
+            for row in status["hosts"]]
+    lines.append(render_table(HOST_COLUMNS, rows, text_columns=(0, 7)))
+    lines.append(f"(p50, p95: the top of the latency bucket; past the busiest {status['top']} hosts, {OTHER})")
+    return "\n".join(lines)
+
+
+def _latency_text(seconds: Optional[float]) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds:g}s" if seconds != float("inf") else f">{LATENCY_BOUNDS[-2]:g}s"
+
+
+# -- `batchd status --history`
+
+HISTORY_COLUMNS = ("batch", "mode", "opened", "closed", "duration", "opened with", "done", "failed", "total", "items",
+                   *VERDICTS, "rate")
+
+
+def render_history(entries: list) -> str:
+    """One line per batch under a header, columns aligned; a blank where a figure is unknown."""
+    if not entries:
+        return "no batch yet (the master opens the first one)"
+    return render_table(HISTORY_COLUMNS, [_history_row(entry) for entry in entries], text_columns=(1, 2, 3))
+
+
+def _history_row(entry: dict) -> tuple:
+    def blank_or(value, shown) -> str:
+        return "" if value is None else shown(value)
+    mode = entry["mode"] if entry["reset_failed"] or entry["mode"] == "incremental" else f"{entry['mode']}, failed kept"
+    found = entry["found"] or {}
+    return (str(entry["id"]), mode, entry["opened"], entry["closed"] or ("" if entry["is_done"] else "(running)"),
+            blank_or(entry["duration_seconds"], duration), blank_or(entry["opened_with"], str), str(entry["done"]),
+            str(entry["failed"]), str(entry["total"]), blank_or(entry["items"], str),
+            *(blank_or(found.get(verdict), str) for verdict in VERDICTS),
+            blank_or(entry["rate"], lambda rate: f"{rate:.1f}/s"))
+
+
+def render_table(columns: tuple, rows: list, text_columns: tuple) -> str:
+    """`rows` of cells under `columns`, aligned: the `text_columns` read left to right, figures line up on
+    their right."""
+    rows = [columns] + rows
+    widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
+    return "\n".join("  ".join(cell.ljust(width) if i in text_columns else cell.rjust(width)
+                               for i, (cell, width) in enumerate(zip(row, widths))).rstrip() for row in rows)
+
+
+# -- `batchd status --why`
+
+def render_why(why: dict) -> str:
+    lines = [f"namespace {why['namespace']}"]
+    lines += [f"MISSING  {escape_controls(reason)}" for reason in why["unreachable"]]
+    batch, tasks = why["batch"], why["tasks"]
+    if batch is not None:
+        opened = f" opened {batch['date']}" if batch["date"] else ""
+        lines.append(f"batch    {batch['id']}{opened}, {'finished' if batch['is_done'] else 'running'}")
+    if why["paused_since"] is not None:
+        lines.append(f"paused   since {paused_text(why['paused_since'])} (batchd resume)")
+    for outage in why["outages"]:
+        since = time.strftime("%H:%M:%S", time.localtime(outage["since"]))
+        lines.append(f"outage   {escape_controls(outage['host'])} {outage['supervisor']} waits for "
+                     f"{outage['backend']} since {since} ({escape_controls(outage['reason'])})")
+    if tasks is not None:
+        lines.append(f"tasks    {tasks['settled']}/{tasks['total']} settled ({tasks['done']} done, "
+                     f"{tasks['failed']} failed); {tasks['pending']} pending (not claimed), {tasks['queued']} queued, "
+                     f"{tasks['leased']} leased")
+        unlisted = tasks["leased_unlisted"]
+        lines.append(f"leased   {tasks['leased_live']} by live workers, {tasks['leased_stalled']} by stalled ones, "
+                     f"{tasks['leased_dead']} by dead ones"
+                     + (f", {unlisted} by workers no supervisor lists" if unlisted else ""))
+    for h in why["holders"]:
+        name = f"{escape_controls(h['worker'])} of {h['supervisor']}" if h["worker"] else "no supervisor lists it"
+        lines.append(f"  {h['state']:<8} {escape_controls(h['host'])} pid {h['pid']} ({name}): {h['leases']} leases, "
+                     f"{_expiry(h['expires_in'])}")
+    if why["waiting_on_hosts"]:
+        lines.append("set aside, waiting on their host: " + ", ".join(
+            f"{escape_controls(row['host'])} {row['waiting']}" for row in why["waiting_on_hosts"]))
+    if why["failures"]:
+        lines.append("failed   " + ", ".join(f"{row['count']} {escape_controls(row['kind'])}"
+                                              for row in why["failures"]))
+    if why["oldest"]:
+        lines += ["oldest in flight:", *map(_in_flight_line, why["oldest"])]
+    lines.append(f"verdict  {why['verdict']}")
+    return "\n".join(lines)
+
+
+def _in_flight_line(task: dict) -> str:
+    held = "held ?" if task["held_seconds"] is None else f"held {duration(task['held_seconds'])}"
+    return (f"  task {escape_controls(task['task'])}: {held} by {escape_controls(task['worker'] or '?')} "
+            f"(pid {task['pid']}, {task['state']}) on {escape_controls(task['host'] or '?')}, "
+            f"{_expiry(task['expires_in'])}")
+
+
+def _expiry(expires_in: float) -> str:
+    return f"lease expires in {duration(expires_in)}" if expires_in > 0 else "lease due (requeued at the next patrol)"
