@@ -6,7 +6,7 @@ queue, the supervisors' snapshots) and three more reads, none of the task table:
 (LeaseQueue.held_leases: counted by holder, the oldest with their age), the workers' gauges per host
 (tasks set aside waiting on a host: hosts/counts.py) and the batch's failure records, by kind.
 
-A lease's token names the worker process that took it (worker/worker.py worker_token_prefix: host:pid:),
+A lease's token names the worker process that took it (worker/prefetch.py worker_token_prefix: host:pid:),
 so a holder is matched with the worker a supervisor's snapshot lists on that host with that pid:
 
     live      listed, and renewing its leases (a worker renews them every quarter of BATCH_LOST_TASK_STALE)
