@@ -76,7 +76,7 @@ class Servers:
     MariaDB even for the bare loop alone: bench/batch.py's Place cleans its namespace there."""
 
     def __init__(self, contenders: list):
-        self.needed = any(c in ("baseline", "mysql") for c in contenders)
+        self.needed = any(c in ("baseline", "mysql", "tree") for c in contenders)
         self.db: Optional[BenchMariaDB] = None
         self.redis: Optional[PrivateRedis] = None
         self._started: Optional[contextlib.ExitStack] = None

@@ -54,6 +54,7 @@ log = logging.getLogger("batchd.supervisor")
 TICK = 0.25               # the loop's longest wait: every timer is checked this often
 EXTEND_EVERY = 2.0        # while draining, EXTEND_TIMEOUT_USEC this often,
 EXTEND_BY = 10.0          # each granting this much: a supervisor that hangs is not waited for long
+GC_YOUNG_THRESHOLD = 10_000   # allocations between two young collections, in the supervisor and its children
 SPARE_WORKER_ROWS = 8     # ledger rows beyond twice the wanted workers: TTIN, and a reload's overlap
 MASTER_ROWS = 2           # the master and, during a reload, its successor
 
@@ -111,6 +112,10 @@ class Supervisor:
                 # collector's reach, a child's collections do not write to (and copy) those shared pages, and
                 # the exit does not walk them (0.1 s of a 0.4 s `batchd run --once` of a small batch).
                 gc.freeze()
+                # A worker keeps each task's objects (its run, lease, item) until the flush lands them, a
+                # second or so: at the default 700 it collected every 11 tasks, 28-53 us of CPU per task,
+                # where the bare loop spends 2-6 (docs/performance.md). The children inherit this.
+                gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
                 self._fill_seats(time.monotonic())     # the children start now, not after the loop's first TICK
                 self._report(time.monotonic())         # and their first figures are there before a first scrape
                 while self.children or not self.stopping:

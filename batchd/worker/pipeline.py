@@ -92,7 +92,9 @@ class Pipeline:
         self._checked_classes: set = set()      # the Item classes found fit for their tables
         self._cond = threading.Condition()
         self._buffer: list = []            # (run, ItemRow, ItemDestination)
-        self._writebacks: list = []        # runs ready to write
+        # Runs ready to write, in the order they came (a dict: the gate asks whether a run is in it for each
+        # task a flush lands, and a list's scan made each turn quadratic in the tasks it settled).
+        self._writebacks: dict = {}
         self._runs: set = set()            # runs not yet written back, for lease renewal
         self._flush_now = False
         self._stopping = False
@@ -430,7 +432,7 @@ class Pipeline:
 
     def _queue_writeback(self, run: TaskRun) -> None:
         run.settled = True
-        self._writebacks.append(run)
+        self._writebacks[run] = None
         self._cond.notify_all()
 
     def _free_slot_if_empty(self, run: TaskRun) -> None:
@@ -486,7 +488,7 @@ class Pipeline:
     def _forget(self, runs: list) -> None:
         with self._cond:
             for run in runs:
-                self._writebacks.remove(run)
+                del self._writebacks[run]
                 self._runs.discard(run)
                 self._free_slot_if_empty(run)
         self.on_written(runs)
