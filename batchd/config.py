@@ -7,7 +7,7 @@ Every name below is the name an operator writes in any of those places.
 Each setting is declared once, in `Settings`: its type (the annotation), its default, its
 one-line meaning and what values it takes. `validate()` checks values from the declarations
 alone, docs/settings.md's table is `settings_table()` verbatim, and
-etc/batchd/batchd.toml is checked against them (tests/test_config.py, tests/test_units.py).
+etc/batchd/batchd.toml is checked against them (tests/test_config.py, tests/systemd/test_units.py).
 """
 import dataclasses
 import importlib.metadata

@@ -18,6 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # must import this tree's batchd too, not whichever one the environment has installed.
 os.environ["PYTHONPATH"] = os.pathsep.join([ROOT, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
 
+from harness import retrying_downloader  # noqa: E402
 from httpserver import TestSite  # noqa: E402
 from taskdb import MemoryBackend, MysqlBackend, SqliteBackend  # noqa: E402
 
@@ -171,3 +172,20 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section("chaos figures")
         for line in CHAOS_FIGURES:
             terminalreporter.write_line(line)
+
+
+@pytest.fixture
+def make_downloader():
+    """Downloaders with backoff small enough to keep the file fast; all closed afterwards."""
+    made = []
+
+    def make(**options):
+        if hasattr(options.get("sleep"), "clock"):       # a recording sleep: the retries' clock moves with its waits
+            options["clock"] = options["sleep"].clock
+        downloader = retrying_downloader(**options)
+        made.append(downloader)
+        return downloader
+
+    yield make
+    for downloader in made:
+        downloader.close()

@@ -15,6 +15,7 @@ from batchd.errors import BackendUnavailable, BatchdError
 from batchd.download.downloader import Downloader
 from batchd.service.lifecycle import StopFlag
 from batchd.download.middlewares.retry import RetryMiddleware
+from batchd.http import Request
 from batchd.task import TaskState, settling_move
 
 
@@ -196,3 +197,12 @@ def retrying_downloader(middlewares=(), **options):
     retry = {"backoff_base": 0.001, "backoff_max": 0.01,
              **{name: options.pop(name) for name in RETRY_OPTIONS if name in options}}
     return Downloader(**{"timeout": 5.0, **options}, middlewares=[RetryMiddleware(**retry), *middlewares])
+
+
+def fetch_all(downloader, urls):
+    """Every URL fetched at once, a thread each, as a worker's threads would."""
+    threads = [threading.Thread(target=downloader.fetch, args=(Request(url),)) for url in urls]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)

@@ -1,4 +1,4 @@
-"""README.md and docs/*.md as the docs tests read them (tests/test_docs.py, tests/test_doc_references.py).
+"""README.md and docs/*.md as the docs tests read them (tests/docs/test_pages.py, tests/docs/test_references.py).
 
 A page is cut into its fenced blocks and its prose. Both keep the page's line numbers (the prose has
 each block blanked out line for line), so that a check can name the page and the line of every

@@ -6,7 +6,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)      # this tree's batchd, before any installed one
+ROOT = os.path.dirname(HERE)      # the repository: this tree's batchd, before any installed one
 RUNNER = os.path.join(HERE, "spiders", "run.py")
 
 

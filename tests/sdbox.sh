@@ -1,6 +1,6 @@
 #!/bin/bash
 # A disposable machine with the host's systemd as its PID 1, for tests that need a real
-# service manager (test_package.py installs the .deb in one).
+# service manager (tests/debian/test_package.py installs the .deb in one).
 #
 #   tests/sdbox.sh up NAME          boot a box; returns once its systemd has finished booting
 #   tests/sdbox.sh run NAME CMD...  run CMD inside as root, in a clean login-like environment

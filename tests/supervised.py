@@ -12,6 +12,7 @@ import json
 import os
 import socket
 import struct
+import subprocess
 import sys
 import tempfile
 import threading
@@ -19,7 +20,7 @@ import time
 import uuid
 
 from harness import wait_for
-from procs import Proc
+from procs import HERE, Proc
 
 SEED = "spiders/seed.py:CrawlTask"        # relative to tests/, where Proc runs
 # Short clocks so that leases, heartbeats and status lines happen within a test's seconds.
@@ -202,3 +203,17 @@ class NotifySocket:
         self.wait_for(mark, timeout=timeout)
         with self._lock:
             self.messages = [m for m in self.messages if mark not in m[2]]
+
+
+def batchd(*args, backend=None, env=None, timeout=60) -> subprocess.CompletedProcess:
+    """One `batchd` command to its end, in tests/, with the backend's settings in the environment."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("BATCHD_")}
+    full_env.update(backend.env() if backend else {}, BATCHD_CONFIG=os.devnull, **(env or {}))
+    return subprocess.run(batchd_command(*args), cwd=HERE, env=full_env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def one_error_line(result) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    return lines[0]

@@ -10,8 +10,9 @@ import pytest
 from batchd import config
 from batchd.config import SETTING_TYPES, Settings, load_settings, redact_url, settings_from_plain, settings_table
 from batchd.errors import ConfigError
+from procs import ROOT
 
-SETTINGS_PAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "settings.md")
+SETTINGS_PAGE = os.path.join(ROOT, "docs", "settings.md")
 
 
 def write(tmp_path, text, name="batchd.toml"):

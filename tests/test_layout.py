@@ -136,3 +136,15 @@ def test_no_two_modules_share_a_file_name():
         if path.name != "__init__.py":
             by_name.setdefault(path.name, []).append(str(path.relative_to(PACKAGE)))
     assert not {name: paths for name, paths in by_name.items() if len(paths) > 1}
+
+
+def test_the_tests_follow_the_code():
+    """tests/ mirrors the repository: a module's tests sit in the folder of its path (tests/worker/ for
+    batchd/worker/, tests/bench/ for bench/), the chaos suite in tests/chaos/, the loose modules' at the top."""
+    tests = PACKAGE.parent / "tests"
+    mirrored = {path.relative_to(tests) for path in tests.rglob("test_*.py")}
+    misplaced = [str(path) for path in mirrored if len(path.parts) > 1 and path.parts[0] != "chaos"
+                 and not (PACKAGE / path.parent).is_dir() and not (PACKAGE.parent / path.parent).is_dir()]
+    assert not misplaced, f"test modules in a folder that mirrors nothing: {sorted(misplaced)}"
+    loose = sorted(path.stem[len("test_"):] for path in mirrored if len(path.parts) == 1)
+    assert all((PACKAGE / f"{name}.py").exists() or name in ("layout", "netns") for name in loose), loose

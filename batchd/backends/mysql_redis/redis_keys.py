@@ -1,7 +1,7 @@
 """The Redis key layout of a namespace: every key batchd keeps, built only by `Keys`.
 
 Every key is `<ns>:<name>` (`NAMESPACE`, the task table's name by default). docs/architecture.md (The
-Redis key schema) has the same keys in a table, for operators; tests/test_redis_keys.py holds the three
+Redis key schema) has the same keys in a table, for operators; tests/backends/mysql_redis/test_redis_keys.py holds the three
 (this list, `Keys`, that table) to the same names. A contract name is fixed: other tools read it. A new
 batch forgets the keys marked ✱ (`Keys.batch_keys`). The .lua files named are in lua/.
 

@@ -1,0 +1,57 @@
+"""A `batchd web` process for the dashboard's tests (tests/web/), and what they feed it: the spider that tells its
+failures, crawled text to escape, a token."""
+import requests
+
+from batchd.task import TaskState
+from harness import wait_for
+from supervised import free_port, start_batchd
+
+TELLING = "spiders/faulty.py:TellingCrawlTask"
+SCRIPT = "<script>alert(1)</script>"
+TOKEN = "s3cret-token-for-the-test"
+
+
+class Web:
+    """A `batchd web` process on a free loopback port."""
+
+    def __init__(self, procs, backend, spider=TELLING, token=None, **settings):
+        self.base = f"http://127.0.0.1:{free_port()}"
+        env = {"BATCHD_WEB_TOKEN": token} if token else {}
+        self.proc = start_batchd(procs, backend, "web", "--listen", self.base[len("http://"):], spider=spider,
+                                 env=env, **settings)
+        wait_for(self._answers, timeout=20, message=f"batchd web answering on {self.base}")
+
+    def _answers(self) -> bool:
+        assert self.proc.alive(), self.proc.output()
+        return answers(self.base)
+
+    def get(self, path: str) -> requests.Response:
+        return requests.get(self.base + path, timeout=10, allow_redirects=False)
+
+    def api(self, name: str, **query) -> dict:
+        answer = requests.get(f"{self.base}/api/{name}", params=query, timeout=10)
+        assert answer.status_code == 200, answer.text
+        return answer.json()
+
+    def post(self, name: str, token=None, **query) -> requests.Response:
+        headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+        return requests.post(f"{self.base}/api/{name}", params=query, headers=headers, timeout=10)
+
+
+def table_counts(backend) -> dict:
+    counts = dict(backend.sql("SELECT batch_status, COUNT(*) FROM crawl_task GROUP BY batch_status"))
+    return {"total": sum(counts.values()), "done": counts.get(TaskState.DONE, 0),
+            "failed": counts.get(TaskState.FAILED, 0)}
+
+
+def failing_urls(site) -> list:
+    """3 pages that answer 404 under a URL with a password, 2 that fail their tasks with crawled text."""
+    locked = site.url("/status/404").replace("http://", "http://crawler:hunter2@")
+    return [f"{locked}?n={n}" for n in range(3)] + [site.url(f"/text?body={SCRIPT}&n={n}") for n in range(2)]
+
+
+def answers(base: str) -> bool:
+    try:
+        return requests.get(base + "/api/namespaces", timeout=2).status_code == 200
+    except requests.ConnectionError:
+        return False

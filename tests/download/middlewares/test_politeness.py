@@ -1,0 +1,120 @@
+"""Politeness toward a site (batchd/politeness.py), as a worker's downloader takes its turns: at most
+CONCURRENT_REQUESTS_PER_DOMAIN requests in flight to a host, DOWNLOAD_DELAY between two starts, each
+host on its own; measured at the local site (tests/httpserver.py)."""
+
+from batchd.config import Settings
+from batchd.download.downloader import Downloader
+from batchd.http import Request
+from batchd.hosts.terms import HostTerms, Terms
+from batchd.hosts.paces import HostPaces
+from batchd.assembly import chain_context
+from batchd.download.middlewares.politeness import PolitenessMiddleware
+from batchd.task import TaskState
+
+from harness import InProcessBatch, fetch_all, wait_for
+from spiders.seed import CrawlTask
+
+
+def paces(concurrency=8, delay=0.0, randomize=True):
+    """A worker's per-host paces with the same terms at every host."""
+    return HostPaces(HostTerms(Terms(concurrency=concurrency, delay=delay)), randomize)
+
+
+def test_at_most_so_many_requests_in_flight_to_one_host(site):
+    downloader = Downloader(middlewares=[PolitenessMiddleware(paces(concurrency=2))])
+    fetch_all(downloader, [site.url(f"/slow?seconds=0.2&n={n}") for n in range(8)])
+    assert site.hits("/slow") == 8 and site.most_in_flight == 2
+    downloader.close()
+
+
+ARRIVAL_JITTER = 0.03
+
+
+def test_requests_to_one_host_start_download_delay_apart_each_host_on_its_own(site):
+    downloader = Downloader(middlewares=[PolitenessMiddleware(paces(delay=0.15, randomize=False))])
+    other_host = site.url("/page/9").replace("127.0.0.1", "localhost")
+    fetch_all(downloader, [site.url(f"/page/{n}") for n in range(4)] + [other_host])
+    starts = [at for at, path in site.hit_times if path.startswith("/page/") and path != "/page/9"]
+    gaps = [later - earlier for earlier, later in zip(starts, starts[1:])]
+    # Seen by the site, so with the jitter of a loaded machine between a start and its arrival (up to 12 ms
+    # seen); with no delay kept the gaps would be a few milliseconds.
+    assert len(starts) == 4 and min(gaps) >= 0.15 - ARRIVAL_JITTER, gaps
+    other = next(at for at, path in site.hit_times if path == "/page/9")
+    assert other < starts[1], "the other host did not wait behind this one's delay"
+    downloader.close()
+
+
+def test_a_randomised_delay_lies_between_half_and_one_and_a_half_times(site):
+    politeness = paces(delay=0.1)
+    downloader = Downloader(middlewares=[PolitenessMiddleware(politeness)])
+    for n in range(6):
+        downloader.fetch(Request(site.url(f"/page/{n}")))
+    starts = [at for at, _ in site.hit_times]
+    assert all(0.045 <= later - earlier <= 0.2 for earlier, later in zip(starts, starts[1:]))
+    downloader.close()
+
+
+def test_no_politeness_is_made_where_it_could_hold_nothing_back():
+    def link(**settings):
+        return PolitenessMiddleware.from_context(chain_context(Settings(**settings), threads=4))
+
+    assert link() is None                                           # 8 per host, no delay
+    assert link(CONCURRENT_REQUESTS_PER_DOMAIN=2).paces.terms.defaults.concurrency == 2
+    assert link(DOWNLOAD_DELAY=0.5).paces.terms.defaults.delay == 0.5
+    assert link(HOSTS={"a.example": {"delay": 0.5}}) is not None
+    assert link(ROBOTSTXT_OBEY=True) is not None                    # Crawl-delay is kept here
+
+
+def test_a_batch_with_one_request_at_a_time_per_host(backend, site):
+    backend.create_tasks([site.url(f"/slow?seconds=0.05&n={n}") for n in range(12)])
+
+    def spider():
+        return CrawlTask(batch_store=backend.store(),
+                         settings=backend.settings(SPIDER_THREAD_COUNT=4, CONCURRENT_REQUESTS_PER_DOMAIN=1))
+
+    with InProcessBatch(spider):
+        wait_for(lambda: set(backend.states().values()) == {TaskState.DONE}, message="every task done")
+    assert site.most_in_flight == 1
+
+
+# --- DOMAIN_RATE_LIMIT: the HostRates port ------------------------------------------------
+
+def rates_of(backend, **settings):
+    """A worker's HostRates on the backend (a store of its own for the memory backend)."""
+    if backend.store() is None:
+        backend.create_tasks([])
+    runtime = CrawlTask(batch_store=backend.store(), settings=backend.settings(**settings)).runtime
+    return runtime.backend.host_rates(runtime.namespace)
+
+
+def test_each_booking_starts_one_interval_after_the_last(backend):
+    rates = rates_of(backend)
+    waits = [rates.reserve("one.example", 10, 1) for _ in range(4)]
+    assert waits[0] == 0 and all(abs(w - 0.1 * n) < 0.03 for n, w in enumerate(waits)), waits
+    assert rates.reserve("b.example", 10, 1) == 0, "another host books on its own"
+
+
+def test_a_burst_starts_together_after_a_lull(backend):
+    rates = rates_of(backend)
+    waits = [rates.reserve("burst.example", 10, 3) for _ in range(5)]
+    assert waits[:3] == [0, 0, 0] and 0.07 < waits[3] < 0.13 and 0.17 < waits[4] < 0.23, waits
+
+
+def test_on_redis_the_limit_holds_for_every_worker_of_the_namespace(mysql_backend):
+    one, other = rates_of(mysql_backend), rates_of(mysql_backend)
+    assert one is not other and one.redis is not other.redis, "two workers, two connections"
+    assert one.reserve("shared.example", 5, 1) == 0
+    assert 0.15 < other.reserve("shared.example", 5, 1) < 0.25, "booked behind the other worker's request"
+
+
+def test_a_batch_of_two_workers_keeps_to_the_rate(shared_backend, site):
+    shared_backend.create_tasks([site.url(f"/page/{n}") for n in range(1, 13)])
+
+    def spider():
+        return CrawlTask(batch_store=shared_backend.store(),
+                         settings=shared_backend.settings(DOMAIN_RATE_LIMIT=20, SPIDER_THREAD_COUNT=4))
+
+    with InProcessBatch(spider, workers=2):
+        wait_for(lambda: set(shared_backend.states().values()) == {TaskState.DONE}, message="every task done")
+    starts = [at for at, path in site.hit_times if path.startswith("/page/")]
+    assert len(starts) == 12 and starts[-1] - starts[0] >= 11 / 20 * 0.9, starts

@@ -1,0 +1,153 @@
+"""The dashboard in a real browser: headless Chromium (Debian's chromium, driven by Selenium through Debian's
+chromedriver) against a real `batchd run` and `batchd web`, on MySQL + Redis and on SQLite. The page shows
+the figures the database holds and follows the batch as it moves; the charts are drawn (a screenshot with
+the line's colour in it); an action without the token is refused and with it takes effect; a crawled
+<script> stays text; and nothing the pages load comes from anywhere but the dashboard."""
+import json
+import os
+
+import pytest
+
+from harness import wait_for
+from pngs import colours
+from supervised import batchd, slow_urls, start_batchd
+from dashboards import SCRIPT, TELLING, TOKEN, Web, failing_urls, table_counts
+
+webdriver = pytest.importorskip("selenium.webdriver", reason="pip install selenium (the test extra)")
+from selenium.common.exceptions import (NoAlertPresentException, NoSuchElementException,  # noqa: E402
+                                        StaleElementReferenceException)
+from selenium.webdriver.common.by import By  # noqa: E402
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+LINE_COLOUR = (0x2B, 0x6C, 0xD4)          # svg .line in assets.py
+DONE_COLOUR = (0x2F, 0x9E, 0x5B)          # svg .done
+SCREENSHOTS = os.environ.get("BATCHD_TEST_SCREENSHOTS")     # a folder to keep the pages' screenshots in
+
+
+@pytest.fixture
+def browser():
+    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
+        pytest.fail("apt install chromium chromium-driver (.ci/run installs them)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                     "--window-size=1200,2000", "--no-first-run", "--disable-background-networking",
+                     "--disable-component-update", "--disable-sync"):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=CHROMEDRIVER))
+    driver.set_page_load_timeout(20)
+    yield driver
+    driver.quit()
+
+
+def text_of(browser, element_id: str) -> str:
+    return browser.find_element(By.ID, element_id).text
+
+
+def shown(browser, element_id: str):
+    """The element's text, or None while the page is between two loads (it reloads itself)."""
+    try:
+        return browser.find_element(By.ID, element_id).text
+    except (NoSuchElementException, StaleElementReferenceException):
+        return None
+
+
+def figure(browser, element_id: str) -> int:
+    return int(text_of(browser, element_id))
+
+
+def keep(browser, name: str) -> None:
+    if SCREENSHOTS:
+        browser.save_screenshot(os.path.join(SCREENSHOTS, f"{name}.png"))
+
+
+def loaded_from(browser) -> set:
+    """Every address the page loaded anything from: itself and its resources."""
+    return {browser.current_url.split("/")[2]} | {
+        url.split("/")[2] for url in browser.execute_script(
+            "return performance.getEntriesByType('resource').map(function (e) { return e.name; });")}
+
+
+def test_the_dashboard_in_a_browser_follows_the_batch(shared_backend, site, procs, browser):
+    shared_backend.create_tasks(slow_urls(site, 150, seconds=0.1) + failing_urls(site))
+    web = Web(procs, shared_backend)
+    namespace = web.api("namespaces")[0]["namespace"]
+    start_batchd(procs, shared_backend, "run", "--workers", "1", spider=TELLING, SPIDER_THREAD_COUNT=2)
+    page = f"{web.base}/ns/{namespace}/"
+
+    # -- mid-batch: the figures move from one reload to the next, and the page's are the table's
+    seen = []
+
+    def moved() -> bool:
+        browser.get(page)
+        if browser.find_elements(By.ID, "settled"):
+            seen.append(figure(browser, "settled"))
+        return len(set(seen)) >= 3 and seen[-1] < 155
+    wait_for(moved, timeout=60, message="the page's settled figure moving three times mid-batch")
+    assert seen == sorted(seen), seen
+    assert figure(browser, "total") == 155 and text_of(browser, "batch-state") == "running"
+    keep(browser, f"mid-batch-{shared_backend.__class__.__name__}")
+    wait_for(lambda: shown(browser, "settled") not in (None, str(seen[-1])), timeout=30,
+             message="the page reloading itself with a newer figure")
+
+    # -- at the end: done and failed as the table holds them, the charts drawn
+    wait_for(lambda: shown(browser, "batch-state") == "finished", timeout=90,
+             message="the page saying the batch finished (reloading itself)")
+    browser.refresh()                  # (read in one load, not across the page's own reload)
+    held = table_counts(shared_backend)
+    assert (figure(browser, "done"), figure(browser, "failed"), figure(browser, "total")) == (
+        held["done"], held["failed"], held["total"]) == (150, 5, 155)
+    assert "finished" in text_of(browser, "verdict")
+    keep(browser, f"batch-{shared_backend.__class__.__name__}")
+    chart = browser.find_element(By.CSS_SELECTOR, "#progress-chart svg")
+    assert len(chart.find_element(By.CSS_SELECTOR, "polyline").get_attribute("points").split()) >= 3
+    assert LINE_COLOUR in colours(chart.screenshot_as_png), "the progress line is drawn"
+    assert DONE_COLOUR in colours(browser.find_element(By.CSS_SELECTOR, "#progress-bar svg").screenshot_as_png)
+
+    browser.get(f"{web.base}/ns/{namespace}/history")
+    keep(browser, f"history-{shared_backend.__class__.__name__}")
+    assert DONE_COLOUR in colours(browser.find_element(By.CSS_SELECTOR, "#history-tasks svg").screenshot_as_png)
+    assert browser.find_element(By.CSS_SELECTOR, "#history tr:nth-child(2) td").text == "1"
+    assert loaded_from(browser) == {web.base.split("/")[2]}, "nothing loaded from elsewhere"
+
+
+def test_actions_in_the_browser_take_the_token_and_crawled_script_stays_text(shared_backend, site, procs, browser):
+    shared_backend.create_tasks([site.url("/slow?seconds=60")] + failing_urls(site))
+    web = Web(procs, shared_backend, token=TOKEN)
+    start_batchd(procs, shared_backend, "run", "--workers", "1", spider=TELLING)
+    wait_for(lambda: (web.api("status")["tasks"] or {}).get("failed") == 5, timeout=60,
+             message="the five failures settled, the slow task still open")
+    browser.get(f"{web.base}/ns/{web.api('namespaces')[0]['namespace']}/")
+
+    def press(button: str, token: str) -> str:
+        field = browser.find_element(By.ID, "token")
+        field.clear()
+        if token:
+            field.send_keys(token)
+        browser.find_element(By.CSS_SELECTOR, f'button[data-action="{button}"]').click()
+        wait_for(lambda: browser.find_element(By.ID, "action-result").get_attribute("data-status"), timeout=10,
+                 message=f"the answer to {button}")
+        said = text_of(browser, "action-result")
+        browser.execute_script("document.getElementById('action-result').removeAttribute('data-status');")
+        return said
+
+    assert press("pause", "").startswith("401")
+    assert press("pause", "not-the-token").startswith("403")
+    assert web.api("status")["paused_since"] is None, "a refused action changed nothing"
+    assert press("pause", TOKEN).startswith("200")
+    assert json.loads(batchd("status", TELLING, "--json", backend=shared_backend).stdout)["paused_since"] is not None
+    # (the dashboard reuses what it read for a second: a reload may still show the namespace running)
+    wait_for(lambda: browser.refresh() or "Paused since" in (shown(browser, "paused") or ""), timeout=10,
+             message="the page saying paused")
+    assert press("resume", TOKEN).startswith("200")
+    assert json.loads(batchd("status", TELLING, "--json", backend=shared_backend).stdout)["paused_since"] is None
+
+    # -- the failures page: the crawled <script> is shown as text and runs nowhere
+    browser.find_element(By.LINK_TEXT, "Failures").click()
+    reasons = [cell.text for cell in browser.find_elements(By.CSS_SELECTOR, "#failures td.reason")]
+    assert f"ValueError: {SCRIPT}" in reasons, reasons
+    assert not browser.find_elements(By.CSS_SELECTOR, "main script")
+    with pytest.raises(NoAlertPresentException):
+        browser.switch_to.alert.text
+    keep(browser, f"failures-{shared_backend.__class__.__name__}")
+    assert "hunter2" not in browser.page_source
