@@ -4,7 +4,7 @@ handed to the part that uses them. No part builds another.
 A Runtime (batchd/runtime.py) has one Assembly, and whatever runs a role gets it from there: the supervisor's
 children, the `batchd` command, the spider's start() and start_monitor().
 
-    Assembly.master()        the patrol, with its settler and its alerts
+    Assembly.master(...)     the patrol, with its settler, its alerts and the spider's print (recrawl/spider_print.py)
     Assembly.worker(...)     a worker and its parts (worker/worker.py WorkerParts): the downloader and its chain,
                              the pipeline (the write-back gate) with its settler and FAILED_ITEMS_PATH, the runner,
                              the page memory of re-crawls, the lease prefetch and tokens, the tasks set aside,
@@ -30,6 +30,7 @@ from .hosts.terms import HostTerms
 from .master.patrol import Master
 from .model import ItemDestination, TaskLayout
 from .recrawl.page_memory import PageMemory
+from .recrawl.spider_print import spider_print
 from .service.outages import OutageWatch
 from .settle.batch_stats import BatchStats, StatsFlusher
 from .settle.ledger import LocalLedger
@@ -53,10 +54,12 @@ class Assembly:
         self.settings, self.layout, self.backend, self.namespace = settings, layout, backend, namespace
         self.host_terms = HostTerms.from_settings(settings)
 
-    def master(self) -> Master:
+    def master(self, spider, refetch: bool = False) -> Master:
+        """`refetch`: the first batch it opens trusts no validator (`batchd run --refetch`)."""
         ports = self.backend().master_ports()
         return Master(self.settings, self.layout, ports, Settler(ports.store, ports.tally),
-                      Alerts(self.settings, ports.leases.namespace))
+                      Alerts(self.settings, ports.leases.namespace), spider=spider_print(type(spider), self.settings),
+                      refetch=refetch)
 
     def worker(self, spider, held: HeldTasks, name: str = "worker", keep_alive: bool = True, ledger=None,
                count: Count = count_nothing, metrics=None) -> Worker:

@@ -89,10 +89,16 @@ class BatchRecord:
     update_time: Optional[datetime] = None
     # How the batch opened (BatchOpening as JSON); None: a full batch that reset every task, as batchd always did.
     opening: Optional[str] = None
+    # The spider it opened with (SpiderPrint as JSON); None: not known (an older batchd, or a store of the user's).
+    spider_print: Optional[str] = None
 
     @property
     def how_opened(self) -> "BatchOpening":
         return BatchOpening.from_json(self.opening)
+
+    @property
+    def spider(self) -> Optional["SpiderPrint"]:
+        return SpiderPrint.from_json(self.spider_print)
 
     @property
     def counters(self) -> dict:
@@ -147,6 +153,40 @@ class BatchOpening:
     @classmethod
     def from_json(cls, text: Optional[str]) -> "BatchOpening":
         return cls(**loads(text)) if text else cls()
+
+
+@dataclass(frozen=True)
+class SpiderPrint:
+    """The fingerprint of the spider a batch opened with (recrawl/spider_print.py makes it): `code`, a digest of
+    the spider's source; `settings`, of the settings that shape what it parses. `changed`: which of the two
+    differ from the batch before's ("code", "settings"); `forced`: `batchd run --refetch` asked. Either way the
+    batch trusts no validator: it fetches every page whole and runs every callback (docs/recrawl.md)."""
+
+    code: str
+    settings: str
+    changed: tuple = ()
+    forced: bool = False
+
+    @property
+    def refetches(self) -> bool:
+        return bool(self.changed) or self.forced
+
+    def against(self, before: Optional["SpiderPrint"], forced: bool) -> "SpiderPrint":
+        """This print as a batch opening after one with `before` keeps it (None: no batch before, or one whose
+        spider is not known: nothing to say changed)."""
+        changed = () if before is None else tuple(part for part in ("code", "settings")
+                                                  if getattr(self, part) != getattr(before, part))
+        return replace(self, changed=changed, forced=forced)
+
+    def to_json(self) -> str:
+        return dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: Optional[str]) -> Optional["SpiderPrint"]:
+        if not text:
+            return None
+        kept = loads(text)
+        return cls(kept["code"], kept["settings"], tuple(kept.get("changed", ())), bool(kept.get("forced")))
 
 
 def reset_cursor(after, walked: int) -> str:

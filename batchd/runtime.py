@@ -99,8 +99,9 @@ class Runtime:
             self._backend.close()
 
     # -- the loops
-    def master(self) -> Master:
-        return self.assembly.master()
+    def master(self, refetch: bool = False) -> Master:
+        """The master of this spider; `refetch`: the next batch it opens trusts no validator."""
+        return self.assembly.master(self.spider, refetch)
 
     def worker(self, ledger=None, name: str = "worker", keep_alive: bool = True,
                count: Callable[[str, int, Any], None] = count_nothing, metrics=None) -> Worker:

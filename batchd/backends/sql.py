@@ -11,7 +11,7 @@ from typing import Callable, Optional, Sequence
 from ..codec import plain_json
 from ..errors import ConfigError
 from ..task import Move, TaskState
-from ..model import BatchOpening, BatchRecord, Progress, TaskLayout, reset_cursor
+from ..model import BatchOpening, BatchRecord, Progress, SpiderPrint, TaskLayout, reset_cursor
 from ..hosts.claims import HostClaim
 from .sql_dialect import chunks, where_all
 from .sql_results import FAILURE_COLUMNS, PAGE_COLUMNS, REVISIT_COLUMNS, SqlResults
@@ -24,6 +24,7 @@ RECORD_COLUMNS = ("id", "batch_date", "total_count", "done_count", "fail_count",
 RESET_CURSOR = "reset_cursor"     # batchd's own column of the record: where an unfinished reset stands
 STATS = "stats"                   # batchd's own column of the record: the batch's counters, at its close
 OPENING = "opening"               # batchd's own column of the record: how the batch opened (model.BatchOpening)
+SPIDER_PRINT = "spider_print"     # batchd's own column of the record: the spider it opened with (model.SpiderPrint)
 RECORD_FIELDS = tuple(f.name for f in fields(BatchRecord))      # the columns last_batch() reads
 TASK_COLUMNS = (("id_field", "BATCH_TASK_ID_FIELD"), ("state_field", "BATCH_TASK_STATE_FIELD"),
                 ("time_field", "BATCH_TASK_TIME_FIELD"), ("host_field", "BATCH_TASK_HOST_FIELD"))
@@ -127,7 +128,8 @@ class SqlBatchStore(SqlResults):
         """batchd's own columns of the record, beside the contract's: (name, type, what it keeps)."""
         return ((RESET_CURSOR, self.cursor_type, "where an unfinished reset stands"),
                 (STATS, self.stats_type, "the batch's counters"),
-                (OPENING, self.cursor_type, "how the batch opened: its mode, the rows it left settled"))
+                (OPENING, self.cursor_type, "how the batch opened: its mode, the rows it left settled"),
+                (SPIDER_PRINT, self.cursor_type, "the fingerprint of the spider it opened with"))
 
     def _add_record_column(self, table: str, column: str, column_type: str, meaning: str) -> None:
         """A record table made by an older batchd gets the column it lacks (NULL, which is what every old
@@ -204,9 +206,15 @@ class SqlBatchStore(SqlResults):
                      values + [batch_id])
 
     def record_stats(self, batch_id: int, counters: dict) -> None:
+        self._set_in_record(batch_id, STATS, plain_json(counters))
+
+    def record_spider(self, batch_id: int, spider: SpiderPrint) -> None:
+        self._set_in_record(batch_id, SPIDER_PRINT, spider.to_json())
+
+    def _set_in_record(self, batch_id: int, column: str, value: str) -> None:
         p = self.placeholder
-        self.execute(f"UPDATE {self.quote(self.opened_layout.record_table)} SET {self.quote(STATS)} = {p} "
-                     f"WHERE {self.quote('id')} = {p}", [plain_json(counters), batch_id])
+        self.execute(f"UPDATE {self.quote(self.opened_layout.record_table)} SET {self.quote(column)} = {p} "
+                     f"WHERE {self.quote('id')} = {p}", [value, batch_id])
 
     def update_batch(self, batch_id: int, progress: Progress, is_done: bool) -> None:
         now, now_values = self.now_term()

@@ -10,7 +10,8 @@ from datetime import datetime
 from typing import Optional, Sequence
 
 from ..errors import ConfigError
-from ..model import BatchOpening, BatchRecord, FailureQuery, ItemRow, PageRecord, Progress, Revisit, TaskFailure, TaskLayout
+from ..model import (BatchOpening, BatchRecord, FailureQuery, ItemRow, PageRecord, Progress, Revisit, SpiderPrint,
+                     TaskFailure, TaskLayout)
 from ..task import Move
 
 
@@ -82,6 +83,11 @@ class BatchStore(abc.ABC):
     def record_stats(self, batch_id: int, counters: dict) -> None:
         """Keep the batch's counters ({name: n}) in its record, as the master closes it. A store that has
         nowhere to keep them does nothing: the master logs them anyway."""
+
+    def record_spider(self, batch_id: int, spider: SpiderPrint) -> None:
+        """Keep the print of the spider the batch opened with (BatchRecord.spider_print), as the master opens it,
+        before any of its tasks is claimed: workers read it to know whether the batch trusts validators. A store
+        that has nowhere to keep it does nothing: its batches never know that their spider changed."""
 
     def record_failures(self, failures: Sequence[TaskFailure]) -> None:
         """Keep why these tasks failed, stamped with now(): one row per task and batch, a later failure

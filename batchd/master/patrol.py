@@ -38,7 +38,7 @@ from ..alerts.alerts import Alerts
 from ..config import DAY, Settings
 from ..errors import BackendUnavailable, ConfigError, MasterLockHeld
 from ..service.lifecycle import StopFlag
-from ..model import BatchOpening, BatchRecord, Progress, TaskLayout
+from ..model import BatchOpening, BatchRecord, Progress, SpiderPrint, TaskLayout
 from ..service.outages import OutageWatch, retry_through_outages
 from ..backends.ports import MasterPorts, claim_namespace
 from ..schedule import is_due, next_due
@@ -93,9 +93,12 @@ class ProgressRate:
 
 class Master:
     def __init__(self, settings: Settings, layout: TaskLayout, ports: MasterPorts, settler: Settler, alerts: Alerts,
-                 owner: Optional[str] = None):
-        """`settler`: the one settle path (settle/settler.py); `alerts`: the master's (built by batchd/assembly.py)."""
+                 owner: Optional[str] = None, spider: Optional[SpiderPrint] = None, refetch: bool = False):
+        """`settler`: the one settle path (settle/settler.py); `alerts`: the master's (built by batchd/assembly.py);
+        `spider`: the print of the spider this process runs (recrawl/spider_print.py), kept in each batch it opens;
+        `refetch`: the next batch it opens trusts no validator, whatever the print says (`batchd run --refetch`)."""
         self.settings, self.layout, self.store, self.leases = settings, layout, ports.store, ports.leases
+        self.spider, self.refetch = spider, refetch
         self.locks, self.wake, self.namespaces = ports.locks, ports.wake, ports.namespaces
         self.tally, self.counters = ports.tally, ports.counters
         self.settler, self.alerts = settler, alerts
@@ -334,6 +337,7 @@ class Master:
             self.opening = replace(self.opening, due_before=time.time())
         expected = last.total_count if last is not None else 0
         batch = self.store.insert_batch(self.settings.BATCH_INTERVAL, self.settings.BATCH_INTERVAL_UNIT, expected)
+        self._record_spider(batch, last)
         if self.store.keeps_openings:
             self.store.record_reset(batch.id, None, 0, opening=self.opening)
             batch.opening = self.opening.to_json()
@@ -345,12 +349,26 @@ class Master:
                  "from the rows already walked", batch.id, batch.batch_date, self.layout.table, CHUNK_SECONDS * 1000)
         return batch
 
+    def _record_spider(self, batch: BatchRecord, before: Optional[BatchRecord]) -> None:
+        """Keep in the record, before any of its tasks is claimed, the spider the batch opens with, judged
+        against the batch before's: a changed one (or --refetch) makes the workers trust no validator in it."""
+        if self.spider is None:
+            return
+        spider = self.spider.against(before.spider if before is not None else None, self.refetch)
+        self.store.record_spider(batch.id, spider)
+        batch.spider_print, self.refetch = spider.to_json(), False
+        if spider.refetches:
+            log.info("batch %d trusts no validator: %s; every page is fetched whole and every callback runs",
+                     batch.id, _why_refetch(spider, before))
+
     def go_on_resetting(self, batch: BatchRecord, going_on: Callable[[], bool], full: bool) -> bool:
         """Take the reset of `batch` WALK_BUDGET seconds further; True once it is over. A reset this master
         began feeds the queue as it goes; one it found unfinished (the master that began it stopped) is
         finished before anything else."""
         walk = self.reset
         if walk is None or walk.batch_id != batch.id or walk.after != batch.reset_position[0]:
+            if batch.spider_print is None:       # the master that opened it stopped before it kept its spider
+                self._record_spider(batch, next((b for b in self.store.recent_batches(2) if b.id < batch.id), None))
             walk = self.reset = ResetWalk(self.store, self.settings.BATCH_RESET_CHUNK, batch, feeds=False)
             self._reported = time.monotonic()
             log.info("batch %d: going on with its reset after id %r (%d rows walked by the master that began it); "
@@ -553,6 +571,16 @@ def _what_opens(opening: BatchOpening, table: str) -> str:
     if not opening.reset_failed:
         return f"resetting every task of `{table}` to pending but the failed ones (BATCH_RESET_FAILED=false)"
     return f"resetting every task of `{table}` to pending"
+
+
+def _why_refetch(spider: SpiderPrint, before: Optional[BatchRecord]) -> str:
+    """Why a batch trusts no validator, for its opening line."""
+    reasons = []
+    if spider.changed and before is not None:       # (a change is only ever judged against a batch before)
+        reasons.append(f"the spider's {' and '.join(spider.changed)} changed since batch {before.id}")
+    if spider.forced:
+        reasons.append("--refetch asked for it")
+    return ", and ".join(reasons)
 
 
 def wall_time(unix: float) -> str:

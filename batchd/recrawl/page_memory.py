@@ -75,6 +75,26 @@ class Recall:
         return lookup.found.get(url)
 
 
+class Refetches:
+    """Whether a batch trusts no validator, read once per batch from its record: the master kept there the
+    spider the batch opened with (model.SpiderPrint), and a batch whose spider changed, or that --refetch
+    forced, fetches every page whole and runs every callback."""
+
+    def __init__(self, last_batch: Callable):
+        self.last_batch = last_batch
+        self._known: dict = {}
+
+    def __call__(self, batch_id: int) -> bool:
+        known = self._known.get(batch_id)
+        if known is None:
+            last = self.last_batch()
+            # A lease of a batch before the last one (rare: a task held across an opening) trusts validators.
+            known = last is not None and last.id == batch_id and last.spider is not None and last.spider.refetches
+            if last is not None and last.id >= batch_id:
+                self._known[batch_id] = known
+        return known
+
+
 class PageMemory:
     """What one worker remembers of pages through its store. `count(name, n, batch_id)`: the batch's
     counters."""
@@ -83,6 +103,7 @@ class PageMemory:
         self.store, self.settings, self.count, self.clock = store, settings, count, clock
         self.by_body = settings.CHANGE_SIGNATURE == "body"
         self.recall = Recall(store.recall_pages)
+        self.refetches = Refetches(store.last_batch)
         self._unreachable_said = float("-inf")
 
     @classmethod
@@ -99,12 +120,14 @@ class PageMemory:
         return cls(store, settings, count)
 
     # -- before the request
-    def prepare(self, sent: Request) -> tuple:
+    def prepare(self, sent: Request, batch_id: int) -> tuple:
         """(the request as it goes, the page's record or None). A GET of a page kept goes conditional when
-        it may (pages.py); the choice is made once per request (kept in its meta), retries included."""
+        it may (pages.py) and its batch trusts validators; the choice is made once per request (kept in its
+        meta), retries included."""
         if sent.method != "GET":
             return sent, None
         try:
+            refetch = self.refetches(batch_id)
             page = self.recall(sent.url)
         except BackendUnavailable as e:       # fetched whole and kept anew: nothing lost, a body moved
             self._say_unreachable(e)
@@ -112,7 +135,7 @@ class PageMemory:
         if CONDITIONAL_META in sent.meta:
             return sent, page
         conditional = None
-        if self.settings.REVALIDATE and sent.revalidation.revalidate:
+        if self.settings.REVALIDATE and sent.revalidation.revalidate and not refetch:
             conditional = conditional_of(page, self.clock(), self.settings.REVISIT_INTERVAL_MAX)
         return sent.replace(meta={**sent.meta, CONDITIONAL_META: conditional}), page
 
@@ -133,12 +156,12 @@ class PageMemory:
         """With CHANGE_SIGNATURE = "body", the signature of a 2xx's body (None: signatures are of items)."""
         return body_signature(response.content) if self.by_body and response.status_code != 304 else None
 
-    @staticmethod
-    def unchanged(page: Optional[PageRecord], response: Response, signature: Optional[str]) -> bool:
+    def unchanged(self, page: Optional[PageRecord], response: Response, signature: Optional[str],
+                  batch_id: int) -> bool:
         """Whether the page is known not to have changed before its callback runs: a 304, or a body whose
-        signature is the one kept."""
+        signature is the one kept, unless its batch trusts no validator (its page was found by prepare())."""
         return response.status_code == 304 or (signature is not None and page is not None
-                                               and page.signature == signature)
+                                               and page.signature == signature and not self.refetches(batch_id))
 
     def visit(self, run, request: Request, response: Response, page: Optional[PageRecord],
               signature: Optional[str], settled: bool = False) -> PageVisit:

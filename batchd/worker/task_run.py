@@ -216,7 +216,7 @@ class TaskRunner:
         run.url = request.url
         page = None
         if self.memory is not None:
-            sent, page = self.memory.prepare(sent)
+            sent, page = self.memory.prepare(sent, run.lease.batch_id)
         try:
             response = self._fetch(run, sent, attempts)
             if response.status_code == 304 and response.history and self.memory is not None:
@@ -249,7 +249,7 @@ class TaskRunner:
         items are the ones stored does not write them again."""
         assert self.memory is not None
         signature = self.memory.body_signature(response)
-        if self.memory.unchanged(page, response, signature):
+        if self.memory.unchanged(page, response, signature, run.lease.batch_id):
             self.memory.visit(run, request, response, page, signature, settled=True)
             on_unchanged = request.revalidation.on_unchanged
             if on_unchanged is None:

@@ -15,7 +15,7 @@ from typing import Iterable, Optional, Sequence
 from ...codec import plain_json
 from ...errors import ConfigError
 from ...model import (BatchOpening, BatchRecord, FailureGroup, FailureQuery, ItemRow, PageRecord, Progress, Revisit,
-                      TaskFailure, TaskLayout, reset_cursor, task_key)
+                      SpiderPrint, TaskFailure, TaskLayout, reset_cursor, task_key)
 from ...hosts.claims import HostClaim
 from ..store import BatchStore, opened_with
 from ...task import Move, TaskState
@@ -139,6 +139,10 @@ class MemoryBatchStore(BatchStore):
     def record_stats(self, batch_id: int, counters: dict) -> None:
         with self._lock:
             self._batch(batch_id).stats = plain_json(counters)
+
+    def record_spider(self, batch_id: int, spider: SpiderPrint) -> None:
+        with self._lock:
+            self._batch(batch_id).spider_print = spider.to_json()
 
     def _batch(self, batch_id: int) -> BatchRecord:
         return next(b for b in self._batches if b.id == batch_id)

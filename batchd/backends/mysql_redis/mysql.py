@@ -315,6 +315,7 @@ class MysqlBatchStore(SqlBatchStore):
             `reset_cursor` VARCHAR(1024) NULL,
             `stats` JSON NULL,
             `opening` VARCHAR(1024) NULL,
+            `spider_print` VARCHAR(1024) NULL,
             `create_time` DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
             `update_time` DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
             PRIMARY KEY (`id`)

@@ -154,6 +154,7 @@ class SqliteBatchStore(SqlBatchStore):
             "reset_cursor" TEXT,
             "stats" TEXT,
             "opening" TEXT,
+            "spider_print" TEXT,
             "create_time" DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
             "update_time" DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP)""")
 
