@@ -7,6 +7,7 @@ half, for a window in which something must not happen; `patrol_until` patrols as
 master would until a patrol has done what the test waits for; `work_off` does a worker's
 write-backs (tally included) without crawling.
 """
+import json
 import threading
 import time
 
@@ -126,12 +127,25 @@ def settle(backend, spider_cls, timeout=30, **settings):
     return backend.states()
 
 
+def crawl_batch(backend, make_spider, **master_options) -> dict:
+    """One batch, opened (the last one aged a week) and run to its close in-process; its counters.
+    `master_options`: more arguments of Runtime.master (refetch=True, say)."""
+    before = len(backend.records())
+    if before:
+        backend.age_last_batch(days=7)
+    with InProcessBatch(make_spider, master_options=master_options):
+        wait_for(lambda: len(backend.records()) == before + 1 and backend.records()[-1]["is_done"],
+                 message=f"batch {before + 1} closed")
+    stats = backend.records()[-1]["stats"]
+    return json.loads(stats) if isinstance(stats, str) else dict(stats or {})
+
+
 class InProcessBatch:
-    def __init__(self, spider_factory, workers=1, master=True, **worker_options):
-        """`worker_options`: more arguments of Runtime.worker (count=, say)."""
+    def __init__(self, spider_factory, workers=1, master=True, master_options=None, **worker_options):
+        """`worker_options`: more arguments of Runtime.worker (count=, say); `master_options`: of Runtime.master."""
         self.spider_factory = spider_factory
         self.worker_count, self.with_master = workers, master
-        self.worker_options = worker_options
+        self.master_options, self.worker_options = master_options or {}, worker_options
         self.loops = []       # (name, StopFlag, thread, loop object)
         self.errors = []      # (name, BatchdError) of a loop that ended on one (its run() raised it)
 
@@ -143,7 +157,7 @@ class InProcessBatch:
         return self
 
     def start_master(self):
-        master = self.spider_factory().runtime.master()
+        master = self.spider_factory().runtime.master(**self.master_options)
         return self._start("master", master, lambda stop: master.run(stop))
 
     def start_worker(self, name="worker"):

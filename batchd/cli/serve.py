@@ -32,12 +32,17 @@ DEFAULT_LOG_FILE = "batchd.log"
 
 
 # -- run, master, worker
-def daemon_arguments(workers: bool, instance_help: str) -> Callable[[argparse.ArgumentParser], None]:
+def daemon_arguments(workers: bool, instance_help: str,
+                     master: bool = True) -> Callable[[argparse.ArgumentParser], None]:
     def arguments(parser: argparse.ArgumentParser) -> None:
         spider_and_config(parser)
         if workers:
             parser.add_argument("--workers", type=non_negative, metavar="N",
                                 help="worker processes (default: WORKERS, else the CPU count)")
+        if master:
+            parser.add_argument("--refetch", action="store_true",
+                                help="the next batch this run opens trusts no validator: it fetches every page whole "
+                                     "and runs every callback, as after a change of the spider (docs/recrawl.md)")
         parser.add_argument("--instance", type=instance_name, metavar="NAME", help=instance_help)
         parser.add_argument("--once", action="store_true",
                             help="run / serve the current batch to completion, then exit 0 (for cron)")
@@ -59,7 +64,7 @@ def supervise(verb_name: str, args: argparse.Namespace) -> int:
     files = config_files(args, role=verb_name)
     workers = getattr(args, "workers", None)
     source, settings = spider_source(args, files, {} if workers is None else {"WORKERS": workers})
-    plan = Plan(verb=verb_name, once=args.once, instance=args.instance)
+    plan = Plan(verb=verb_name, once=args.once, instance=args.instance, refetch=getattr(args, "refetch", False))
     if args.daemon:
         return run_daemonized(args, plan, source, settings)
     if args.pidfile or args.log_file:
@@ -83,7 +88,7 @@ def master_verb(args: argparse.Namespace) -> int:
 
 @verb("worker", "supervisor + N workers only (batchd-worker@.service)",
       daemon_arguments(True, "name the instance in logs, process titles and Redis; also reads "
-                             "worker-NAME.toml beside the config file"))
+                             "worker-NAME.toml beside the config file", master=False))
 def worker_verb(args: argparse.Namespace) -> int:
     return supervise("worker", args)
 

@@ -130,14 +130,15 @@ def _latency_text(seconds: Optional[float]) -> str:
 # -- `batchd status --history`
 
 HISTORY_COLUMNS = ("batch", "mode", "opened", "closed", "duration", "opened with", "done", "failed", "total", "items",
-                   *VERDICTS, "rate")
+                   *VERDICTS, "rate", "spider")
 
 
 def render_history(entries: list) -> str:
     """One line per batch under a header, columns aligned; a blank where a figure is unknown."""
     if not entries:
         return "no batch yet (the master opens the first one)"
-    return render_table(HISTORY_COLUMNS, [_history_row(entry) for entry in entries], text_columns=(1, 2, 3))
+    return render_table(HISTORY_COLUMNS, [_history_row(entry) for entry in entries],
+                        text_columns=(1, 2, 3, len(HISTORY_COLUMNS) - 1))
 
 
 def _history_row(entry: dict) -> tuple:
@@ -149,7 +150,13 @@ def _history_row(entry: dict) -> tuple:
             blank_or(entry["duration_seconds"], duration), blank_or(entry["opened_with"], str), str(entry["done"]),
             str(entry["failed"]), str(entry["total"]), blank_or(entry["items"], str),
             *(blank_or(found.get(verdict), str) for verdict in VERDICTS),
-            blank_or(entry["rate"], lambda rate: f"{rate:.1f}/s"))
+            blank_or(entry["rate"], lambda rate: f"{rate:.1f}/s"), blank_or(entry["spider"], _spider_mark))
+
+
+def _spider_mark(spider: dict) -> str:
+    """Where the spider changed ("code changed", "settings changed"), or --refetch; blank when it did not."""
+    marks = [f"{'+'.join(spider['changed'])} changed"] if spider["changed"] else []
+    return ", ".join(marks + (["--refetch"] if spider["forced"] else []))
 
 
 def render_table(columns: tuple, rows: list, text_columns: tuple) -> str:

@@ -13,7 +13,7 @@ from typing import Any, Optional
 from ..hosts.counts import breaker_phases, host_rows
 from ..errors import BackendUnavailable
 from ..service.systemd import escape_controls
-from ..model import BatchRecord, Progress
+from ..model import BatchRecord, Progress, SpiderPrint
 from ..recrawl.pages import FOUND, VERDICTS
 from .snapshots import RATE_WINDOW, eta, freshest_master, samples_of, window_rate
 
@@ -147,7 +147,16 @@ def history_entry(record: BatchRecord, now) -> dict:
             "closed": closed.isoformat(sep=" ") if closed else None, "is_done": bool(record.is_done),
             "duration_seconds": seconds, "done": record.done_count, "failed": record.fail_count,
             "total": record.total_count, "items": record.counters.get("item/stored") if record.stats else None,
-            "found": found_counts(record.counters), "rate": settled / seconds if seconds else None}
+            "found": found_counts(record.counters), "rate": settled / seconds if seconds else None,
+            "spider": spider_entry(record.spider)}
+
+
+def spider_entry(spider: Optional[SpiderPrint]) -> Optional[dict]:
+    """The spider the batch opened with: its print, what changed since the batch before, whether --refetch
+    forced a whole fetch, and so whether it trusted no validator; None when its record does not say."""
+    return None if spider is None else {"code": spider.code, "settings": spider.settings,
+                                        "changed": list(spider.changed), "forced": spider.forced,
+                                        "refetched": spider.refetches}
 
 
 def found_counts(counters: dict) -> Optional[dict]:

@@ -65,6 +65,7 @@ class ChildSpec:
     name: str            # "worker 2" (with "@instance" when named): logs
     title: str           # "batchd: worker 2 <ns>": the process title
     metered: bool = False  # METRICS_PORT: a worker counts into its supervisor's metrics directory
+    refetch: bool = False  # --refetch: the next batch the master opens trusts no validator
 
 
 def enter_child(supervisor_pid: int, forget: Callable[[], None]) -> StopFlag:
@@ -132,7 +133,7 @@ def _run_role(spec: ChildSpec, source: SpiderSource, block, stop: StopFlag) -> N
     setup_logging(runtime.settings.LOG_LEVEL)
     set_log_namespace(runtime.namespace)
     if spec.role == "master":
-        master = runtime.master()
+        master = runtime.master(refetch=spec.refetch)
         block.mark_running(spec.row)
         master.run(stop, lambda: block.master_beat(spec.row, master), once=spec.once,
                    on_outages=lambda outages: block.set_outages(spec.row, outages))
@@ -200,6 +201,7 @@ class Plan:
     verb: str                          # "run", "master" or "worker": what this supervisor runs
     once: bool = False                 # the current batch to completion, then exit
     instance: Optional[str] = None     # --instance NAME
+    refetch: bool = False              # --refetch: the next batch the (first) master opens trusts no validator
 
     @property
     def roles(self) -> tuple:

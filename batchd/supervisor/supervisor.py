@@ -84,6 +84,8 @@ class Supervisor:
         self.announce_ready = True
         self.ended: collections.Counter[str] = collections.Counter()   # the children gone: totals, what they left
         self.signals = SignalInbox()
+        # --refetch goes to the first master only: one respawned, or started by a reload, opens batches as usual.
+        self.refetch_asked = plan.refetch
         self._due = {"watchdog": 0.0, "status": 0.0, "extend": 0.0}
 
     # The loop and all it calls run once the spider is loaded: the settings and the ledger are there.
@@ -311,16 +313,21 @@ class Supervisor:
         numbers = {c.spec.number for c in self.children if c.spec.role == role and c.retiring_since is None}
         number = 0 if role == "master" else next(n for n in range(1, len(numbers) + 2) if n not in numbers)
         base = "master" if role == "master" else f"worker {number}"
+        refetch = role == "master" and self.refetch_asked
         spec = ChildSpec(role=role, number=number, row=row, once=self.plan.once,
                          keep_alive=not (self.plan.once and self.plan.verb == "worker"),
-                         metered=self.report.metrics is not None,
+                         metered=self.report.metrics is not None, refetch=refetch,
                          name=self.plan.named(base), title=f"batchd: {base} {self._where()}")
+        if refetch:
+            self.refetch_asked = False
         self._ledger.prepare(row)
         process = self.context.Process(target=child_main, name=f"batchd-{base.replace(' ', '-')}",
                                        args=(spec, self.source, self.block, self.pid, self._forget_in_child))
         process.start()
         self.children.append(Child(spec=spec, process=process, spawned_at=now))
-        log.info("%s started (pid %d)", spec.name, process.pid)
+        log.info("%s started (pid %d)%s", spec.name, process.pid,
+                 "; --refetch: the next batch it opens fetches every page whole and runs every callback"
+                 if refetch else "")
 
     def _forget_in_child(self) -> None:
         """Run in every forked child: the supervisor's pipe and notify socket are not its own."""

@@ -146,7 +146,7 @@ def test_status_history_lists_the_batches_from_their_records(mysql_backend, site
     header, line = text.stdout.splitlines()
     assert text.returncode == 0 and header.split() == ["batch", "mode", "opened", "closed", "duration", "opened",
                                                        "with", "done", "failed", "total", "items", "new",
-                                                       "changed", "unchanged", "gone", "rate"]
+                                                       "changed", "unchanged", "gone", "rate", "spider"]
     assert line.split()[:2] == ["2", "full"] and line.split()[7:12] == ["3", "3", "0", "3", "3"]   # (a date is two words)
     refused = batchd("status", SEED, "--history", "0", backend=mysql_backend)
     assert refused.returncode == 2 and "--history: 0: must be 1 or more" in refused.stderr

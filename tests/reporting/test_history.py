@@ -43,7 +43,7 @@ def test_the_history_table_has_a_blank_where_a_figure_is_unknown():
     assert entries[0]["closed"] is None and entries[0]["items"] is None and entries[0]["rate"] == 0.5
     assert render_history(entries).splitlines() == [
         "batch  mode               opened               closed               duration  opened with  done  failed  total"
-        "  items  new  changed  unchanged  gone   rate",
+        "  items  new  changed  unchanged  gone   rate  spider",
         "    8  incremental        2026-12-02 03:00:00  (running)               1m00s          100    30       0    100"
         "                                        0.5/s",
         "    7  full, failed kept  2026-12-01 03:00:00  2026-12-01 03:03:20     3m20s           90    90      10    100"
