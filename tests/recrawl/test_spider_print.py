@@ -5,6 +5,8 @@ batch revalidates again, and `batchd status --history` shows where; an older rec
 import logging
 import textwrap
 
+import pytest
+
 from batchd.cli.status_text import render_history
 from batchd.config import load_settings
 from batchd.reporting.status import gather_history
@@ -13,11 +15,15 @@ from batchd.service.lifecycle import StopFlag
 from batchd.supervisor.loader import load_spider_class
 from harness import create_old_record_table, crawl_batch, make_master, spider_factory
 from spiders.seed import CrawlTask
+from supervised import batchd
+from taskdb import SqliteBackend
 
 REVALIDATING = {"REVALIDATE": True}
 
 SHOP = '''
 from spiders.seed import CrawlTask
+from supervised import batchd
+from taskdb import SqliteBackend
 
 
 class Shop(CrawlTask):
@@ -117,6 +123,40 @@ def test_a_change_of_the_headers_sent_is_a_change_of_the_spider(backend, site):
     newest = backend.store()
     newest.open(CrawlTask(batch_store=newest, settings=backend.settings()).runtime.layout)
     assert newest.last_batch().spider.changed == ("settings",)
+
+
+# -- the command
+@pytest.fixture
+def sqlite(tmp_path, failed_items_path):
+    """The SQLite store alone: the command runs a supervisor, its master and a worker on it, no Redis needed."""
+    backend = SqliteBackend(tmp_path / "batchd.db", failed_items_path)
+    yield backend
+    backend.close()
+
+
+def test_batchd_run_refetch_fetches_the_batch_it_opens_whole_and_status_history_marks_it(sqlite, tmp_path, site):
+    path = tmp_path / "shop.py"
+    write(path, SHOP)
+    sqlite.create_tasks([site.url(f"/versioned/{n}") for n in range(1, 4)])
+
+    def run(*options):
+        if sqlite.records():
+            sqlite.age_last_batch(days=7)
+        done = batchd("run", f"{path}:Shop", "--once", "--workers", "1", *options, backend=sqlite,
+                      env={"BATCHD_REVALIDATE": "true"})
+        assert done.returncode == 0, done.stderr
+        return done.stderr
+
+    run()
+    said = run("--refetch")
+    assert (site.status_counts(200), site.status_counts(304)) == (6, 0)          # batch 2 fetched whole
+    assert "--refetch: the next batch it opens fetches every page whole" in said
+    assert "batch 2 trusts no validator: --refetch asked for it" in said
+    run()
+    assert (site.status_counts(200), site.status_counts(304)) == (6, 3)          # batch 3 revalidates
+    history = batchd("status", f"{path}:Shop", "--history", backend=sqlite).stdout.splitlines()
+    assert history[0].split()[-1] == "spider" and history[2].split()[0] == "2"
+    assert history[2].endswith("--refetch") and not history[1].endswith("--refetch")
 
 
 # -- the record's column
