@@ -171,6 +171,11 @@ class SpiderPrint:
     def refetches(self) -> bool:
         return bool(self.changed) or self.forced
 
+    @property
+    def digest(self) -> str:
+        """Code and settings in one, as a page record keeps the spider that parsed it (PageRecord.parsed_by)."""
+        return hashlib.sha1(f"{self.code} {self.settings}".encode()).hexdigest()
+
     def against(self, before: Optional["SpiderPrint"], forced: bool) -> "SpiderPrint":
         """This print as a batch opening after one with `before` keeps it (None: no batch before, or one whose
         spider is not known: nothing to say changed)."""
@@ -274,7 +279,9 @@ class PageRecord:
     revalidated), `signature`: of what its request yielded (or of its body), `whole_at`: when it was
     last fetched whole (epoch seconds), `seen_in` / `changed_in`: the batch that last fetched it and the
     last one that found it new or changed (what a consumer looks for), `redirected`: its last 2xx came
-    through a redirect (its validators belong to where it landed: it is fetched whole)."""
+    through a redirect (its validators belong to where it landed: it is fetched whole), `parsed_by`: the
+    SpiderPrint.digest of the spider whose callback last ran on it (None: not known, kept by an older
+    batchd): another spider does not trust its validators (recrawl/page_memory.py)."""
 
     url: str
     task_id: object
@@ -286,6 +293,7 @@ class PageRecord:
     seen_in: int = 0
     changed_in: int = 0
     redirected: bool = False
+    parsed_by: Optional[str] = None
 
     def fitted(self) -> Optional["PageRecord"]:
         """This record as every store keeps it: a text longer than its column (PAGE_TEXT_MOST) as None, so

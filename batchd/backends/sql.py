@@ -14,7 +14,7 @@ from ..task import Move, TaskState
 from ..model import BatchOpening, BatchRecord, Progress, SpiderPrint, TaskLayout, reset_cursor
 from ..hosts.claims import HostClaim
 from .sql_dialect import chunks, where_all
-from .sql_results import FAILURE_COLUMNS, PAGE_COLUMNS, REVISIT_COLUMNS, SqlResults
+from .sql_results import FAILURE_COLUMNS, PAGE_COLUMNS, PARSED_BY, REVISIT_COLUMNS, SqlResults
 from .store import opened_with
 
 log = logging.getLogger("batchd.store")
@@ -93,20 +93,21 @@ class SqlBatchStore(SqlResults):
         self._warn_unindexed_state(layout)
         record_columns = self._table_with(layout.record_table, RECORD_COLUMNS, "batch record table",
                                           self._made(self.create_record_table, layout.record_table, found))
-        for column, column_type, meaning in self._own_record_columns():
-            if column not in record_columns:
-                self._add_record_column(layout.record_table, column, column_type, meaning)
+        self._add_own_columns(layout.record_table, "batch record table", record_columns, self._own_record_columns())
         if layout.item_table:
             if found[item_table]:
                 self._item_columns[item_table] = frozenset(found[item_table])
             self.item_columns(item_table, setting="__item_table__")
         else:
             self._made(self.create_default_item_table, item_table, found)
-        for create, made, required, what in (
-                (self.create_failure_table, layout.failure_table, FAILURE_COLUMNS, "failure table"),
-                (self.create_page_table, layout.page_table, PAGE_COLUMNS, "page table"),
-                (self.create_revisit_table, layout.revisit_table, REVISIT_COLUMNS, "revisit table")):
-            self._table_with(made, required, what, self._made(create, made, found))
+        tables = {made: self._table_with(made, required, what, self._made(create, made, found))
+                  for create, made, required, what in (
+                      (self.create_failure_table, layout.failure_table, FAILURE_COLUMNS, "failure table"),
+                      (self.create_page_table, layout.page_table, [c for c in PAGE_COLUMNS if c != PARSED_BY],
+                       "page table"),
+                      (self.create_revisit_table, layout.revisit_table, REVISIT_COLUMNS, "revisit table"))}
+        self._add_own_columns(layout.page_table, "page table", tables[layout.page_table],
+                              ((PARSED_BY, self.print_type, "the spider that last parsed each page"),))
 
     def _made(self, create: Callable[[str], None], table: str, found: dict) -> dict:
         """The columns of one of batchd's tables, made first when `found` (tables_columns) has none."""
@@ -131,16 +132,19 @@ class SqlBatchStore(SqlResults):
                 (OPENING, self.cursor_type, "how the batch opened: its mode, the rows it left settled"),
                 (SPIDER_PRINT, self.cursor_type, "the fingerprint of the spider it opened with"))
 
-    def _add_record_column(self, table: str, column: str, column_type: str, meaning: str) -> None:
-        """A record table made by an older batchd gets the column it lacks (NULL, which is what every old
-        record means: no reset going on, no counters kept)."""
-        statement = f"ALTER TABLE {self.quote(table)} ADD COLUMN {self.quote(column)} {column_type} NULL"
-        try:
-            self.execute(statement)
-        except ConfigError as e:
-            raise ConfigError(f"batch record table {self.quote(table)} needs the column {self.quote(column)} "
-                              f"and batchd may not add it ({e}); run: {statement}") from None
-        log.info("batch record table %s: added the column %s (%s)", self.quote(table), self.quote(column), meaning)
+    def _add_own_columns(self, table: str, what: str, columns: dict, own: Sequence[tuple]) -> None:
+        """A table made by an older batchd gets the columns of `own` (name, type, what it keeps) it lacks, NULL,
+        which is what every old row means: no reset going on, no counters kept, no spider known."""
+        for column, column_type, meaning in own:
+            if column in columns:
+                continue
+            statement = f"ALTER TABLE {self.quote(table)} ADD COLUMN {self.quote(column)} {column_type} NULL"
+            try:
+                self.execute(statement)
+            except ConfigError as e:
+                raise ConfigError(f"{what} {self.quote(table)} needs the column {self.quote(column)} "
+                                  f"and batchd may not add it ({e}); run: {statement}") from None
+            log.info("%s %s: added the column %s (%s)", what, self.quote(table), self.quote(column), meaning)
 
     def _warn_unindexed_state(self, layout: TaskLayout) -> None:
         fix = self.missing_state_index(layout)

@@ -18,8 +18,9 @@ from .sql_dialect import SqlDialect, chunks, where_all
 ITEM_KEY = ("batch_id", "task_id", "request_seq", "item_seq")   # the default item table's unique key
 FAILURE_COLUMNS = ("batch_id", "task_id", "url", "reason", "status", "error_class", "attempts", "host", "fail_time")
 FAILURE_KEY = ("batch_id", "task_id")                           # the failure table's primary key
+PARSED_BY = "parsed_by"          # a page table's column added since the first (an older one gets it at open())
 PAGE_COLUMNS = ("url_key", "url", "task_id", "etag", "last_modified", "vary", "signature", "whole_at", "seen_in",
-                "changed_in", "redirected")                     # keyed on url_key (model.url_key of the url)
+                "changed_in", "redirected", PARSED_BY)          # keyed on url_key (model.url_key of the url)
 REVISIT_COLUMNS = ("task_id", "interval_s", "next_due", "verdict", "batch_id")   # keyed on task_id
 
 
@@ -103,7 +104,7 @@ class SqlResults(SqlDialect):
         if kept:
             self._upsert(self.opened_layout.page_table, PAGE_COLUMNS, PAGE_COLUMNS[1:], PAGE_COLUMNS[:1],
                          [(url_key(p.url), p.url, p.task_id, p.etag, p.last_modified, p.vary, p.signature,
-                           p.whole_at, p.seen_in, p.changed_in, int(p.redirected)) for p in kept])
+                           p.whole_at, p.seen_in, p.changed_in, int(p.redirected), p.parsed_by) for p in kept])
 
     def recall_pages(self, urls: Sequence[str]) -> dict:
         rows = self._rows_keyed(self.opened_layout.page_table, PAGE_COLUMNS, "url_key",

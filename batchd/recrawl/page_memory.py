@@ -97,17 +97,20 @@ class Refetches:
 
 class PageMemory:
     """What one worker remembers of pages through its store. `count(name, n, batch_id)`: the batch's
-    counters."""
+    counters; `spider`: the SpiderPrint.digest of the spider this worker runs, kept with each page it parses
+    (None: pages keep no spider, and no page is parsed again for another's)."""
 
-    def __init__(self, store, settings: Settings, count: Callable, clock: Callable[[], float] = time.time):
-        self.store, self.settings, self.count, self.clock = store, settings, count, clock
+    def __init__(self, store, settings: Settings, count: Callable, clock: Callable[[], float] = time.time,
+                 spider: Optional[str] = None):
+        self.store, self.settings, self.count, self.clock, self.spider = store, settings, count, clock, spider
         self.by_body = settings.CHANGE_SIGNATURE == "body"
         self.recall = Recall(store.recall_pages)
         self.refetches = Refetches(store.last_batch)
         self._unreachable_said = float("-inf")
 
     @classmethod
-    def for_worker(cls, store, settings: Settings, count: Callable) -> Optional["PageMemory"]:
+    def for_worker(cls, store, settings: Settings, count: Callable,
+                   spider: Optional[str] = None) -> Optional["PageMemory"]:
         """The worker's PageMemory, or None when re-crawls keep nothing (REVALIDATE off, BATCH_MODE not
         due); ConfigError when they should and the store cannot."""
         setting = "REVALIDATE" if settings.REVALIDATE else 'BATCH_MODE = "due"'
@@ -117,27 +120,36 @@ class PageMemory:
         if not store.keeps_pages:
             raise ConfigError(f"{setting}: the store {store.describe()} keeps no page records (BatchStore."
                               "keeps_pages); use MySQL, SQLite or the memory store, or turn it off")
-        return cls(store, settings, count)
+        return cls(store, settings, count, spider=spider)
 
     # -- before the request
     def prepare(self, sent: Request, batch_id: int) -> tuple:
         """(the request as it goes, the page's record or None). A GET of a page kept goes conditional when
-        it may (pages.py) and its batch trusts validators; the choice is made once per request (kept in its
-        meta), retries included."""
+        it may (pages.py) and its validators are trusted (`trusted`); the choice is made once per request
+        (kept in its meta), retries included."""
         if sent.method != "GET":
             return sent, None
         try:
-            refetch = self.refetches(batch_id)
             page = self.recall(sent.url)
+            trusted = self.trusted(page, batch_id)
         except BackendUnavailable as e:       # fetched whole and kept anew: nothing lost, a body moved
             self._say_unreachable(e)
             return sent.replace(meta={**sent.meta, CONDITIONAL_META: None}), None
         if CONDITIONAL_META in sent.meta:
             return sent, page
         conditional = None
-        if self.settings.REVALIDATE and sent.revalidation.revalidate and not refetch:
+        if self.settings.REVALIDATE and sent.revalidation.revalidate and trusted:
             conditional = conditional_of(page, self.clock(), self.settings.REVISIT_INTERVAL_MAX)
         return sent.replace(meta={**sent.meta, CONDITIONAL_META: conditional}), page
+
+    def trusted(self, page: Optional[PageRecord], batch_id: int) -> bool:
+        """Whether what is kept of the page may stand for a parse by this spider: not in a batch that trusts
+        no validator (its spider changed, or --refetch), nor for a page another spider parsed last (one
+        parsed by an older batchd, which kept no spider, is taken as this one's). Per page as well as per
+        batch: a batch that crawls some tasks only (incremental, due) leaves the others to a later one."""
+        if page is not None and None not in (page.parsed_by, self.spider) and page.parsed_by != self.spider:
+            return False
+        return not self.refetches(batch_id)
 
     def _say_unreachable(self, error: BackendUnavailable) -> None:
         """One WARNING a minute at most: an outage is the outage watch's to report."""
@@ -159,9 +171,9 @@ class PageMemory:
     def unchanged(self, page: Optional[PageRecord], response: Response, signature: Optional[str],
                   batch_id: int) -> bool:
         """Whether the page is known not to have changed before its callback runs: a 304, or a body whose
-        signature is the one kept, unless its batch trusts no validator (its page was found by prepare())."""
+        signature is the one kept, when that stands for a parse by this spider (`trusted`)."""
         return response.status_code == 304 or (signature is not None and page is not None
-                                               and page.signature == signature and not self.refetches(batch_id))
+                                               and page.signature == signature and self.trusted(page, batch_id))
 
     def visit(self, run, request: Request, response: Response, page: Optional[PageRecord],
               signature: Optional[str], settled: bool = False) -> PageVisit:
@@ -182,7 +194,8 @@ class PageMemory:
                 last_modified=response.headers.get("Last-Modified"),
                 vary=vary_of(response.headers, response.sent_headers), signature=signature, whole_at=self.clock(),
                 seen_in=batch_id, changed_in=page.changed_in if verdict == UNCHANGED and page else batch_id,
-                redirected=bool(response.history)), settled)
+                redirected=bool(response.history), parsed_by=page.parsed_by if settled and page else self.spider),
+                settled)
         run.visits.append(visit)
         return visit
 

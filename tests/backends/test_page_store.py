@@ -23,7 +23,8 @@ def page(url, task_id=1, **fields):
 
 FULL = page("http://x.invalid/full", task_id=2, etag='W/"abc"', last_modified="Tue, 15 Nov 1994 12:45:26 GMT",
             vary='{"accept-language": "en"}', signature="0123456789abcdef0123456789abcdef01234567",
-            whole_at=1700000000.25, seen_in=7, changed_in=5, redirected=True)
+            whole_at=1700000000.25, seen_in=7, changed_in=5, redirected=True,
+            parsed_by="89abcdef0123456789abcdef0123456789abcdef")
 
 
 def test_pages_are_recalled_as_they_were_remembered(backend):
@@ -146,6 +147,23 @@ def test_a_page_table_made_by_something_else_is_refused_naming_it(shared_backend
     shared_backend.sql("CREATE TABLE crawl_task_page (url_key CHAR(40) PRIMARY KEY, url TEXT)")
     with pytest.raises(ConfigError, match="page table .crawl_task_page. exists without column .task_id."):
         shared_backend.store().open(TaskLayout("crawl_task"))
+
+
+def test_a_page_table_made_by_an_older_batchd_gets_the_parsed_by_column(shared_backend, caplog):
+    opened(shared_backend)
+    shared_backend.sql("ALTER TABLE crawl_task_page DROP COLUMN parsed_by")
+    shared_backend.sql("INSERT INTO crawl_task_page (url_key, url, task_id, whole_at, seen_in, changed_in) "
+                       "VALUES ('k', 'http://x.invalid/old', 1, 1.0, 1, 1)")
+    with caplog.at_level("INFO", logger="batchd"):
+        store = shared_backend.store()
+        store.open(TaskLayout("crawl_task"))
+    assert [r.getMessage() for r in caplog.records if "added the column" in r.getMessage()] == [
+        f"page table {store.quote('crawl_task_page')}: added the column {store.quote('parsed_by')} (the spider "
+        "that last parsed each page)"]
+    store.remember_pages([FULL])
+    assert store.recall_pages([FULL.url])[FULL.url] == FULL
+    assert [row[0] for row in shared_backend.sql("SELECT parsed_by FROM crawl_task_page ORDER BY url")] == [
+        FULL.parsed_by, None]                        # the older batchd's page: no spider known
 
 
 def test_the_due_test_reads_the_revisit_table_by_its_primary_key(mysql_backend):

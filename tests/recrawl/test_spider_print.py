@@ -13,6 +13,7 @@ from batchd.reporting.status import gather_history
 from batchd.recrawl.spider_print import code_digest, settings_digest, source_files, spider_print
 from batchd.service.lifecycle import StopFlag
 from batchd.supervisor.loader import load_spider_class
+from batchd.task import TaskState
 from harness import create_old_record_table, crawl_batch, make_master, spider_factory
 from spiders.seed import CrawlTask
 from supervised import batchd
@@ -112,6 +113,29 @@ def test_an_edited_spider_fetches_whole_and_parses_every_page_once_and_refetch_f
     marks = {line.split()[0]: line.rsplit("  ", 1)[-1].strip() for line in render_history(history).splitlines()[1:]}
     assert (marks["3"], marks["5"]) == ("code changed", "--refetch")
     assert not any("changed" in marks[n] or "refetch" in marks[n] for n in ("1", "2", "4", "6"))
+
+
+def test_pages_a_batch_of_the_changed_spider_did_not_fetch_are_parsed_again_by_a_later_one(backend, site, tmp_path):
+    """Per page as well as per batch: incremental batches crawl some tasks only, and a page keeps the spider
+    that parsed it last, so a batch whose spider did not change since the batch before still parses again
+    the pages the old spider parsed."""
+    path = tmp_path / "shop.py"
+    write(path, SHOP)
+    backend.create_tasks([site.url(f"/versioned/{n}") for n in range(1, 5)])
+
+    def batch(*pending) -> list:
+        for task_id in pending:
+            backend.set_state(task_id, TaskState.PENDING)
+        spider = shop(path)
+        crawl_batch(backend, spider_factory(backend, spider, BATCH_MODE="incremental", **REVALIDATING))
+        return sorted(spider.parsed)
+
+    assert batch() == [1, 2, 3, 4]                    # batch 1: the new tasks
+    write(path, SHOP_WITH_LENGTH)
+    assert batch(1, 2) == [1, 2]                      # batch 2: the spider changed; two tasks crawled
+    assert batch(1, 2, 3, 4) == [3, 4]                # batch 3: 1 and 2 revalidate, 3 and 4 meet the new code
+    assert (site.status_counts(200), site.status_counts(304)) == (8, 2)
+    assert batch(1, 2, 3, 4) == [] and site.status_counts(304) == 6
 
 
 def test_a_change_of_the_headers_sent_is_a_change_of_the_spider(backend, site):

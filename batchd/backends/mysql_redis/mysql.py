@@ -87,6 +87,7 @@ class MysqlBatchStore(SqlBatchStore):
     stamped_on_insert = ("batch_date",)      # create_time and update_time: the DDL's defaults
     cursor_type = "VARCHAR(1024)"
     stats_type = "JSON"
+    print_type = "CHAR(40)"
     stamped_on_update = ()                   # update_time: ON UPDATE CURRENT_TIMESTAMP
 
     def __init__(self, url: Optional[str] = None, **connect_args):
@@ -349,6 +350,7 @@ class MysqlBatchStore(SqlBatchStore):
             `seen_in` BIGINT NOT NULL,
             `changed_in` BIGINT NOT NULL,
             `redirected` TINYINT NOT NULL DEFAULT 0,
+            `parsed_by` {self.print_type} NULL,
             PRIMARY KEY (`url_key`),
             KEY `idx_changed_in` (`changed_in`)
         ) DEFAULT CHARSET=utf8mb4""")

@@ -44,6 +44,7 @@ class SqliteBatchStore(SqlBatchStore):
     stamped_on_insert = ("batch_date", "create_time", "update_time")
     cursor_type = "TEXT"
     stats_type = "TEXT"
+    print_type = "TEXT"
     stamped_on_update = ("update_time",)
 
     def __init__(self, path, busy_timeout: float = BUSY_TIMEOUT):
@@ -183,7 +184,8 @@ class SqliteBatchStore(SqlBatchStore):
             "whole_at" REAL NOT NULL,
             "seen_in" INTEGER NOT NULL,
             "changed_in" INTEGER NOT NULL,
-            "redirected" INTEGER NOT NULL DEFAULT 0)""")
+            "redirected" INTEGER NOT NULL DEFAULT 0,
+            "parsed_by" {self.print_type})""")
         self._create_index(table, "changed_in")
 
     def create_revisit_table(self, table: str) -> None:
