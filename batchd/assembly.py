@@ -87,7 +87,7 @@ class Assembly:
         def time_out(run: Any, reason: str) -> None:      # (a TaskRun: TASK_TIMEOUT failed its task)
             pipeline.record_outcome(run, ok=False, failure=run.timeout_failure(reason))
 
-        memory = PageMemory.for_worker(ports.store, settings, counted, spider_print(type(spider), settings).digest)
+        memory = PageMemory.for_worker(ports.store, settings, counted, type(spider))
         pipeline = Pipeline(ports, ledger, settings, ItemDestination(*self.layout.item_destination), watch,
                             Settler(ports.store, ports.tally, counted=lambda done, failed: ledger.count(done=done,
                                                                                                       failed=failed)),

@@ -22,6 +22,7 @@ from ..task import TaskState
 from .pages import (CHANGED, CONDITIONAL_META, FOUND, GONE, GONE_STATUSES, NEW, UNCHANGED, PageVisit,
                     body_signature, conditional_of, task_verdict, vary_of)
 from .revisits import check_bounds, next_revisit
+from .spider_print import spider_print
 
 log = logging.getLogger("batchd.worker")
 
@@ -110,9 +111,10 @@ class PageMemory:
 
     @classmethod
     def for_worker(cls, store, settings: Settings, count: Callable,
-                   spider: Optional[str] = None) -> Optional["PageMemory"]:
+                   spider_class: Optional[type] = None) -> Optional["PageMemory"]:
         """The worker's PageMemory, or None when re-crawls keep nothing (REVALIDATE off, BATCH_MODE not
-        due); ConfigError when they should and the store cannot."""
+        due); ConfigError when they should and the store cannot. `spider_class`: the worker's, whose print
+        each page it parses keeps (taken here: a worker that keeps no page reads no source)."""
         setting = "REVALIDATE" if settings.REVALIDATE else 'BATCH_MODE = "due"'
         if not (settings.REVALIDATE or settings.BATCH_MODE == "due"):
             return None
@@ -120,6 +122,7 @@ class PageMemory:
         if not store.keeps_pages:
             raise ConfigError(f"{setting}: the store {store.describe()} keeps no page records (BatchStore."
                               "keeps_pages); use MySQL, SQLite or the memory store, or turn it off")
+        spider = spider_print(spider_class, settings).digest if spider_class is not None else None
         return cls(store, settings, count, spider=spider)
 
     # -- before the request
