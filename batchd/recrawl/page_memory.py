@@ -150,9 +150,9 @@ class PageMemory:
         no validator (its spider changed, or --refetch), nor for a page another spider parsed last (one
         parsed by an older batchd, which kept no spider, is taken as this one's). Per page as well as per
         batch: a batch that crawls some tasks only (incremental, due) leaves the others to a later one."""
-        if page is not None and None not in (page.parsed_by, self.spider) and page.parsed_by != self.spider:
-            return False
-        return not self.refetches(batch_id)
+        parsed_by_another = (page is not None and page.parsed_by is not None and self.spider is not None
+                             and page.parsed_by != self.spider)
+        return not parsed_by_another and not self.refetches(batch_id)
 
     def _say_unreachable(self, error: BackendUnavailable) -> None:
         """One WARNING a minute at most: an outage is the outage watch's to report."""
