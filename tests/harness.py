@@ -7,7 +7,6 @@ half, for a window in which something must not happen; `patrol_until` patrols as
 master would until a patrol has done what the test waits for; `work_off` does a worker's
 write-backs (tally included) without crawling.
 """
-import json
 import threading
 import time
 
@@ -119,25 +118,25 @@ def spider_factory(backend, cls, **settings):
     return lambda: cls(batch_store=backend.store(), settings=backend.settings(**settings))
 
 
+def next_batch(backend, factory, **master_options) -> dict:
+    """One batch, opened (the last one aged a week) and run to its close in-process by spiders `factory()`
+    makes; its record, as the backend reads it. `master_options`: more arguments of Runtime.master
+    (refetch=True, say)."""
+    before = len(backend.records())
+    if before:
+        backend.age_last_batch(days=7)
+    with InProcessBatch(factory, master_options=master_options):
+        wait_for(lambda: len(backend.records()) == before + 1 and backend.records()[-1]["is_done"],
+                 message=f"batch {before + 1} closed")
+    return dict(backend.records()[-1])
+
+
 def settle(backend, spider_cls, timeout=30, **settings):
     """Run a master and a worker of `spider_cls` until every task is done or failed; the states by id."""
     with InProcessBatch(spider_factory(backend, spider_cls, **settings)):
         wait_for(lambda: set(backend.states().values()) <= {TaskState.DONE, TaskState.FAILED}, timeout=timeout,
                  message="every task settled")
     return backend.states()
-
-
-def crawl_batch(backend, make_spider, **master_options) -> dict:
-    """One batch, opened (the last one aged a week) and run to its close in-process; its counters.
-    `master_options`: more arguments of Runtime.master (refetch=True, say)."""
-    before = len(backend.records())
-    if before:
-        backend.age_last_batch(days=7)
-    with InProcessBatch(make_spider, master_options=master_options):
-        wait_for(lambda: len(backend.records()) == before + 1 and backend.records()[-1]["is_done"],
-                 message=f"batch {before + 1} closed")
-    stats = backend.records()[-1]["stats"]
-    return json.loads(stats) if isinstance(stats, str) else dict(stats or {})
 
 
 class InProcessBatch:

@@ -7,7 +7,7 @@ import batchd as mw
 from batchd.recrawl.pages import CONDITIONAL_META
 from batchd.model import TaskLayout
 from batchd.task import TaskState
-from harness import InProcessBatch, crawl_batch, wait_for
+from harness import InProcessBatch, next_batch, wait_for
 from spiders.seed import CrawlTask
 
 D, F = TaskState.DONE, TaskState.FAILED
@@ -19,8 +19,9 @@ def factory(backend, cls, **settings):
 
 
 def crawl(backend, cls=CrawlTask, **settings) -> dict:
-    """One batch of `cls`, opened (the last one aged a week) and run to its close in-process; its counters."""
-    return crawl_batch(backend, factory(backend, cls, **settings))
+    """One batch, opened (the last one aged a week) and run to its close in-process; its counters."""
+    stats = next_batch(backend, factory(backend, cls, **settings))["stats"]
+    return json.loads(stats) if isinstance(stats, str) else dict(stats or {})
 
 
 def found(counters: dict) -> tuple:

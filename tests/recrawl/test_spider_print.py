@@ -14,7 +14,7 @@ from batchd.recrawl.spider_print import code_digest, settings_digest, source_fil
 from batchd.service.lifecycle import StopFlag
 from batchd.supervisor.loader import load_spider_class
 from batchd.task import TaskState
-from harness import create_old_record_table, crawl_batch, make_master, spider_factory
+from harness import create_old_record_table, make_master, next_batch, spider_factory
 from spiders.seed import CrawlTask
 from supervised import batchd
 from taskdb import SqliteBackend
@@ -86,7 +86,7 @@ def test_an_edited_spider_fetches_whole_and_parses_every_page_once_and_refetch_f
 
     def batch(**master_options) -> type:
         spider = shop(path)
-        crawl_batch(backend, spider_factory(backend, spider, **REVALIDATING), **master_options)
+        next_batch(backend, spider_factory(backend, spider, **REVALIDATING), **master_options)
         return spider
 
     with caplog.at_level(logging.INFO, logger="batchd"):
@@ -127,7 +127,7 @@ def test_pages_a_batch_of_the_changed_spider_did_not_fetch_are_parsed_again_by_a
         for task_id in pending:
             backend.set_state(task_id, TaskState.PENDING)
         spider = shop(path)
-        crawl_batch(backend, spider_factory(backend, spider, BATCH_MODE="incremental", **REVALIDATING))
+        next_batch(backend, spider_factory(backend, spider, BATCH_MODE="incremental", **REVALIDATING))
         return sorted(spider.parsed)
 
     assert batch() == [1, 2, 3, 4]                    # batch 1: the new tasks
@@ -140,8 +140,8 @@ def test_pages_a_batch_of_the_changed_spider_did_not_fetch_are_parsed_again_by_a
 
 def test_a_change_of_the_headers_sent_is_a_change_of_the_spider(backend, site):
     backend.create_tasks([site.url("/versioned/1")])
-    crawl_batch(backend, spider_factory(backend, CrawlTask, **REVALIDATING))
-    crawl_batch(backend, spider_factory(backend, CrawlTask, DEFAULT_REQUEST_HEADERS={"Accept-Language": "fr"},
+    next_batch(backend, spider_factory(backend, CrawlTask, **REVALIDATING))
+    next_batch(backend, spider_factory(backend, CrawlTask, DEFAULT_REQUEST_HEADERS={"Accept-Language": "fr"},
                                         **REVALIDATING))
     assert (site.status_counts(200), site.status_counts(304)) == (2, 0)
     newest = backend.store()
