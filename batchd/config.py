@@ -56,6 +56,8 @@ SIGNATURES = ("items", "body")    # what tells a changed page from an unchanged 
 BATCH_MODES = ("full", "incremental", "due")     # what a new batch crawls (docs/architecture.md, A batch's life)
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 WEBHOOK_FORMATS = ("json", "dingtalk", "feishu", "wecom", "slack")   # what ALERT_WEBHOOK is sent (alerts/webhooks.py)
+# The rules that flag a batch's data (batchd/quality/rules.py, docs/quality.md), as QUALITY_RULES_OFF names them.
+QUALITY_RULES = ("coverage_drop", "items_drop", "no_items", "soft_block", "block_marker", "coverage_floor")
 
 
 KB, MB, GB = 1024, 1024 ** 2, 1024 ** 3
@@ -228,6 +230,28 @@ class Settings:
                                                "FAILED_ITEMS_PATH", 0, DAY)
     STATS_FLUSH_INTERVAL: float = setting(5.0, "seconds between two flushes of a worker's batch counters to the "
                                                "backend, at most (and before every write-back)", 0.05, 3600)
+    # -- data quality: measured per batch and host, compared with the batches before (batchd/quality/, docs/quality.md)
+    QUALITY_CHECKS: bool = setting(True, "measure each batch's data per host (items, field coverage, bodies, block "
+                                         "markers, tasks with no item) and flag it against the batches before (off: "
+                                         "nothing is counted or judged)")
+    QUALITY_DROP: float = setting(0.2, "the fall that flags a field's coverage, a host's item count (as a share of "
+                                       "its baseline) and the share of its tasks done with no item", 0.01, 1)
+    QUALITY_BASELINE: int = setting(3, "the closed batches of the same BATCH_MODE whose median is the baseline",
+                                    1, 20)
+    QUALITY_MIN_COVERAGE: dict = setting({}, "floors of coverage no batch may fall under, first batch included: "
+                                             "{title = 0.9} for a field of every item table, {\"products.title\" = "
+                                             "0.9} for one table's", parse=lambda raw, source: parse_floors(raw, source),
+                                         may_hold="a table of field (or table.field) = a share from 0 to 1")
+    QUALITY_RULES_OFF: Optional[tuple] = setting(None, "the rules that flag nothing: " + ", ".join(QUALITY_RULES),
+                                                 default_text="none: every rule flags",
+                                                 parse=lambda raw, source: parse_rules_off(raw, source),
+                                                 may_hold="a list of " + ", ".join(QUALITY_RULES))
+    QUALITY_SOFT_BLOCK_PAGES: int = setting(10, "pages with a body a host needs before the soft-block rule judges "
+                                                "it", 2, 10 ** 9)
+    QUALITY_SOFT_BLOCK_SHARE: float = setting(0.5, "the share of a host's pages serving one body that flags it as "
+                                                   "soft-blocked", 0.05, 1)
+    BLOCK_MARKERS: Optional[tuple] = setting(None, "texts that mark a block page (case ignored), beside the built-in "
+                                                   "challenge and captcha markers", default_text="the built-in ones")
     # -- alerts (batchd/alerts.py)
     STALL_ALERT_SECONDS: float = setting(900.0, "seconds an open batch with work left may go without a task settled "
                                                 "(not paused) before a stall alert (0: never)", 0, 7 * DAY)
@@ -478,6 +502,42 @@ def check_identifier(value: str, what: str) -> str:
         raise ConfigError(f"{what}: {value!r} is not a valid table or column name "
                           "(letters, digits and _, at most 64, not starting with a digit)")
     return value
+
+
+# -- the quality settings of their own shape (batchd/quality/, docs/quality.md)
+def parse_floors(raw: Any, source: str) -> dict:
+    """QUALITY_MIN_COVERAGE: {field or table.field: a share from 0 to 1}."""
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            raise ConfigError(f"{source}: QUALITY_MIN_COVERAGE: not a JSON object of field = share") from None
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{source}: QUALITY_MIN_COVERAGE: must be a table of field = share")
+    floors = {}
+    for key, share in raw.items():
+        if not isinstance(key, str) or not key or isinstance(share, bool) or not isinstance(share, (int, float)) \
+                or not 0 <= share <= 1:
+            raise ConfigError(f"{source}: QUALITY_MIN_COVERAGE: {key!r} = {share!r}: a field (or table.field) and a "
+                              "share from 0 to 1 are needed")
+        floors[key] = float(share)
+    return floors
+
+
+def parse_rules_off(raw: Any, source: str) -> Optional[tuple]:
+    """QUALITY_RULES_OFF: None, or rules of QUALITY_RULES."""
+    if raw is None:
+        return None
+    try:
+        rules = _texts(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{source}: QUALITY_RULES_OFF: a list of rules is needed ({', '.join(QUALITY_RULES)})") \
+            from None
+    unknown = [rule for rule in rules if rule not in QUALITY_RULES]
+    if unknown:
+        raise ConfigError(f"{source}: QUALITY_RULES_OFF: {unknown[0]!r} is no rule; the rules are "
+                          + ", ".join(QUALITY_RULES))
+    return rules
 
 
 # -- HOSTS: per-host terms (docs/settings.md, Per-host terms; hosts/terms.py applies them)

@@ -10,6 +10,8 @@ from enum import IntEnum
 class ExitCode(IntEnum):
     OK = 0
     FAILURE = 1
+    TASKS_FAILED = 3   # once mode: the batch ended with failed tasks, and no quality flag (1 is a crash's)
+    DATAERR = 65       # once mode: the batch's quality checks flagged it (batchd/quality/), failed tasks or not
     UNAVAILABLE = 69   # MySQL or Redis unreachable (once mode, and commands; resident processes wait)
     SOFTWARE = 70      # a thread of batchd died, or a task's thread would not come back: replace the process
     IOERR = 74         # a file batchd must write (FAILED_ITEMS_PATH) refused the data: disk full, read-only

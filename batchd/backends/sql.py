@@ -24,6 +24,8 @@ RECORD_COLUMNS = ("id", "batch_date", "total_count", "done_count", "fail_count",
 RESET_CURSOR = "reset_cursor"     # batchd's own column of the record: where an unfinished reset stands
 STATS = "stats"                   # batchd's own column of the record: the batch's counters, at its close
 OPENING = "opening"               # batchd's own column of the record: how the batch opened (model.BatchOpening)
+OUTCOME = "outcome"               # batchd's own column of the record: clean, flagged or failed, at its close
+QUALITY = "quality"               # batchd's own column of the record: its quality figures and flags (batchd/quality/)
 RECORD_FIELDS = tuple(f.name for f in fields(BatchRecord))      # the columns last_batch() reads
 TASK_COLUMNS = (("id_field", "BATCH_TASK_ID_FIELD"), ("state_field", "BATCH_TASK_STATE_FIELD"),
                 ("time_field", "BATCH_TASK_TIME_FIELD"), ("host_field", "BATCH_TASK_HOST_FIELD"))
@@ -127,7 +129,9 @@ class SqlBatchStore(SqlResults):
         """batchd's own columns of the record, beside the contract's: (name, type, what it keeps)."""
         return ((RESET_CURSOR, self.cursor_type, "where an unfinished reset stands"),
                 (STATS, self.stats_type, "the batch's counters"),
-                (OPENING, self.cursor_type, "how the batch opened: its mode, the rows it left settled"))
+                (OPENING, self.cursor_type, "how the batch opened: its mode, the rows it left settled"),
+                (OUTCOME, self.outcome_type, "how the batch ended: clean, flagged or failed"),
+                (QUALITY, self.stats_type, "the batch's quality figures and flags"))
 
     def _add_record_column(self, table: str, column: str, column_type: str, meaning: str) -> None:
         """A record table made by an older batchd gets the column it lacks (NULL, which is what every old
@@ -207,6 +211,12 @@ class SqlBatchStore(SqlResults):
         p = self.placeholder
         self.execute(f"UPDATE {self.quote(self.opened_layout.record_table)} SET {self.quote(STATS)} = {p} "
                      f"WHERE {self.quote('id')} = {p}", [plain_json(counters), batch_id])
+
+    def record_outcome(self, batch_id: int, outcome: str, quality: Optional[dict]) -> None:
+        p = self.placeholder
+        self.execute(f"UPDATE {self.quote(self.opened_layout.record_table)} SET {self.quote(OUTCOME)} = {p}, "
+                     f"{self.quote(QUALITY)} = {p} WHERE {self.quote('id')} = {p}",
+                     [outcome, None if quality is None else plain_json(quality), batch_id])
 
     def update_batch(self, batch_id: int, progress: Progress, is_done: bool) -> None:
         now, now_values = self.now_term()

@@ -87,6 +87,7 @@ class MysqlBatchStore(SqlBatchStore):
     stamped_on_insert = ("batch_date",)      # create_time and update_time: the DDL's defaults
     cursor_type = "VARCHAR(1024)"
     stats_type = "JSON"
+    outcome_type = "VARCHAR(16)"
     stamped_on_update = ()                   # update_time: ON UPDATE CURRENT_TIMESTAMP
 
     def __init__(self, url: Optional[str] = None, **connect_args):
@@ -315,6 +316,8 @@ class MysqlBatchStore(SqlBatchStore):
             `reset_cursor` VARCHAR(1024) NULL,
             `stats` JSON NULL,
             `opening` VARCHAR(1024) NULL,
+            `outcome` VARCHAR(16) NULL,
+            `quality` JSON NULL,
             `create_time` DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
             `update_time` DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
             PRIMARY KEY (`id`)

@@ -44,6 +44,7 @@ class SqliteBatchStore(SqlBatchStore):
     stamped_on_insert = ("batch_date", "create_time", "update_time")
     cursor_type = "TEXT"
     stats_type = "TEXT"
+    outcome_type = "TEXT"
     stamped_on_update = ("update_time",)
 
     def __init__(self, path, busy_timeout: float = BUSY_TIMEOUT):
@@ -154,6 +155,8 @@ class SqliteBatchStore(SqlBatchStore):
             "reset_cursor" TEXT,
             "stats" TEXT,
             "opening" TEXT,
+            "outcome" TEXT,
+            "quality" TEXT,
             "create_time" DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
             "update_time" DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP)""")
 
