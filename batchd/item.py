@@ -7,7 +7,7 @@
         name = batchd.Field()
         price = batchd.Field(default=None)
 
-A field may also say what a good value looks like: `Field(type=float)`, `Field(pattern=r"\d+ EUR")`
+A field may also say what a good value looks like: `Field(type=float)`, `Field(pattern=r"[0-9]+ EUR")`
 (the value as text must match it whole), `Field(check=callable)` (True for a good value). Nothing is
 refused for it: a value that fails counts as missing in the batch's quality figures (batchd/quality/), and
 is counted for its field, so a site that starts sending "N/A" for a price is flagged like one that sends
