@@ -242,7 +242,7 @@ class Settings:
                                              "{title = 0.9} for a field of every item table, {\"products.title\" = "
                                              "0.9} for one table's", parse=lambda raw, source: parse_floors(raw, source),
                                          may_hold="a table of field (or table.field) = a share from 0 to 1")
-    QUALITY_RULES_OFF: Optional[tuple] = setting(None, "the rules that flag nothing: " + ", ".join(QUALITY_RULES),
+    QUALITY_RULES_OFF: Optional[tuple] = setting(None, "the rules that flag nothing (docs/quality.md says what each catches)",
                                                  default_text="none: every rule flags",
                                                  parse=lambda raw, source: parse_rules_off(raw, source),
                                                  may_hold="a list of " + ", ".join(QUALITY_RULES))

@@ -4,8 +4,12 @@ user's tables).
 
 The task's run (worker/task_run.py) tells the tally of each response that reaches the spider (`answered`),
 each request that failed (`failed`), each item a callback yields (`item`: the host is the one of the
-response whose callback yielded it) and each task done (`task_done`). quality/measures.py names the
-counters and reads them back.
+response whose callback yielded it), each callback's end (`parsed`) and each task done (`task_done`).
+quality/measures.py names the counters and reads them back.
+
+Cost: a page's body is digested (CRC-32 and length: 5 us for 20 kB) as it comes; it is searched for block
+markers (about 100 us for 20 kB) only after its callback, and only when the callback yielded no item or an
+item with a field empty or refused: a challenge page yields nothing whole, and a good page is not searched.
 
 Bounds: the digests of bodies are the only counters that could grow with the pages. A worker keeps, per
 host and batch, DIGESTS_PER_HOST digests and how often it saw each; a digest is sent (and counted from then
@@ -15,8 +19,8 @@ no digest at all. At most HOSTS_KEPT hosts' tables are kept (the least recently 
 for the two most recent batches.
 """
 import collections
-import hashlib
 import threading
+import zlib
 from collections.abc import Mapping
 from typing import Any, Callable, Optional, Sequence
 from urllib.parse import urlsplit
@@ -109,17 +113,24 @@ class QualityTally:
         batch_id = run.lease.batch_id
         self.count(name(STATUS + str(response.status_code), host), 1, batch_id)
         body = response.content
+        run.page_items, run.page_gaps = run.items_yielded, False
         if response.status_code == 304:
             return
         self.count(name(BODIES, host), 1, batch_id)
-        digest = hashlib.blake2b(body, digest_size=8).hexdigest()
+        digest = f"{zlib.crc32(body):08x}{len(body):x}"
         with self._lock:
             shared = self._table(batch_id, host).add(digest)
         if shared:
             self.count(name(DIGEST + digest, host), shared, batch_id)
-        marker = self.markers.match(body)
+
+    def parsed(self, run, response) -> None:
+        """A callback ran on the response: one that yielded no whole item may have met a block page."""
+        if response.status_code == 304 or (run.items_yielded > run.page_items and not run.page_gaps):
+            return
+        marker = self.markers.match(response.content)
         if marker is not None:
-            self.count(name(MARKER + quoted(marker), host), 1, batch_id)
+            host = host_label(urlsplit(response.url).netloc)
+            self.count(name(MARKER + quoted(marker), host), 1, run.lease.batch_id)
 
     def _table(self, batch_id: int, host: str) -> DigestTable:
         """The host's digests in the batch (called with the lock held). HOSTS_KEPT tables at most, the least
@@ -158,7 +169,9 @@ class QualityTally:
             value = item.get(field)
             refused = not empty(value) and field in judges and not judges[field].accepts(value)
             key = f"{table}.{quoted(str(field))}"
-            self.count(name(GOOD + key, host), int(not empty(value) and not refused), batch_id)
+            good = not empty(value) and not refused
+            self.count(name(GOOD + key, host), int(good), batch_id)
+            run.page_gaps = run.page_gaps or not good
             if refused:
                 self.count(name(REFUSED + key, host), 1, batch_id)
 

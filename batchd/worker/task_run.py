@@ -69,6 +69,8 @@ class TaskRun:
     in_user_code: bool = False    # that thread is inside the spider's code (TASK_TIMEOUT may interrupt it)
     quality_host: Optional[str] = None     # the host of the last response that reached the spider (quality/)
     items_yielded: int = 0        # by its callbacks (counted only with the quality tally)
+    page_items: int = 0           # items_yielded when the last response came (quality/tally.py)
+    page_gaps: bool = False       # an item of that response lacks a good value somewhere
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -251,7 +253,10 @@ class TaskRunner:
         callback = self._spider_method(callback)
         with user_code(run):
             produced = callback(request, response, task, **request.cb_kwargs)
-        return self._take(run, request_seq, callback, produced, held)
+        follow_ups = self._take(run, request_seq, callback, produced, held)
+        if self.quality is not None:
+            self.quality.parsed(run, response)
+        return follow_ups
 
     def _run_remembered(self, run: TaskRun, request: Request, request_seq: int, response, page, task: dict) -> list:
         """A response whose page is remembered (recrawl/): an unchanged page (a 304, or the same body) is
