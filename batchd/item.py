@@ -52,10 +52,6 @@ class Field:
         except re.error as e:
             raise ConfigError(f"Field(pattern={pattern!r}): not a regular expression ({e})") from None
 
-    @property
-    def judges_values(self) -> bool:
-        return self.type is not None or self.pattern is not None or self.check is not None
-
     def accepts(self, value: Any) -> bool:
         """Whether a value (not empty) looks as this field says a good one does. A check that raises is a
         value it refuses: the spider's predicate must not fail the task for a quality figure."""
