@@ -23,8 +23,9 @@ ignored, before the route answers):
   /status/<code>     answers <code> with a short text body (none for 204 and 304).
   /redirect?to=<path>
                      302 to <path>.
-  /slow?seconds=S    sleeps S seconds (default 1), then 200; the site keeps the most of these that
-                     were asleep at once (most_in_flight).
+  /slow?seconds=S    sleeps S seconds (default 1), then 200 with a page naming its URL (distinct pages,
+                     as a real site's); the site keeps the most of these that were asleep at once
+                     (most_in_flight).
   /json              {"ok": true, "items": [1, 2, 3]} as application/json.
   /set-cookie?name=value[&...]
                      200 with one Set-Cookie header per query parameter.
@@ -85,6 +86,7 @@ import base64
 import contextlib
 import functools
 import gzip
+import html
 import http.client
 import json
 import os
@@ -275,7 +277,7 @@ class _Handler(BaseHTTPRequestHandler):
     def slow(self):
         with self.server.site.in_flight():
             time.sleep(float(self.query.get("seconds", 1)))
-        self.reply_html("<html><body><p>slow</p></body></html>")
+        self.reply_html(f"<html><body><p>slow {html.escape(self.path)}</p></body></html>")     # one body per URL
 
     def json_document(self):
         self.reply(200, json.dumps({"ok": True, "items": [1, 2, 3]}).encode(), "application/json")

@@ -549,7 +549,7 @@ class Master:
                  next_due(batch, self.settings.BATCH_INTERVAL, self.settings.BATCH_INTERVAL_UNIT))
         for flag in quality.flags if quality is not None else ():
             log.warning("batch %d quality: %s", batch.id, flag.message)
-        log.info("%s", report(batch.id, counters, None if quality is None else len(quality.flags)))
+        log.info("%s", report(batch.id, counters, 0 if quality is None else len(quality.flags)))
         self.alerts.check_failures(batch.id, done, failed)
         self.outcome = outcome
         return True

@@ -146,10 +146,9 @@ class StatsFlusher:
         self._unsent = None
 
 
-def report(batch_id: int, counts: dict, flags: Optional[int] = None) -> str:
-    """The master's line at a batch's close; `flags`: its quality flags (None: not judged)."""
-    flagged = "" if flags is None else f", {flags} quality flag{'' if flags == 1 else 's'}" + (
-        " (batchd quality)" if flags else "")
+def report(batch_id: int, counts: dict, flags: int = 0) -> str:
+    """The master's line at a batch's close; `flags`: its quality flags, counted at its end when there are some."""
+    flagged = f", {flags} quality flag{'' if flags == 1 else 's'} (batchd quality)" if flags else ""
     return f"batch {batch_id} done: {summary(counts)}{flagged}"
 
 

@@ -187,7 +187,8 @@ def test_an_old_record_table_gets_the_stats_column(shared_backend, caplog):
     assert store.last_batch().counters == {"item/stored": 1, "retry/reason_count/HTTP 503": 2}
     assert json.loads(shared_backend.records()[0]["stats"]) == {"item/stored": 1, "retry/reason_count/HTTP 503": 2}
     added = sorted(r.getMessage() for r in caplog.records if "added the column" in r.getMessage())
-    assert len(added) == 3 and "opening" in added[0] and "reset_cursor" in added[1] and "counters" in added[2]
+    assert len(added) == 5 and "opening" in added[0] and "outcome" in added[1] and "quality" in added[2]
+    assert "reset_cursor" in added[3] and "counters" in added[4]
 
 
 # -- a flush across a Redis outage
