@@ -504,16 +504,23 @@ def check_identifier(value: str, what: str) -> str:
     return value
 
 
-# -- the quality settings of their own shape (batchd/quality/, docs/quality.md)
-def parse_floors(raw: Any, source: str) -> dict:
-    """QUALITY_MIN_COVERAGE: {field or table.field: a share from 0 to 1}."""
+def _table_from(raw: Any, where: str, json_words: str, table_words: str) -> Mapping:
+    """A table setting's raw value: a table (TOML, code) or a JSON object (the environment); else a ConfigError
+    saying what it must be."""
     if isinstance(raw, str):
         try:
             raw = json.loads(raw)
         except ValueError:
-            raise ConfigError(f"{source}: QUALITY_MIN_COVERAGE: not a JSON object of field = share") from None
+            raise ConfigError(f"{where}: not a JSON object of {json_words}") from None
     if not isinstance(raw, Mapping):
-        raise ConfigError(f"{source}: QUALITY_MIN_COVERAGE: must be a table of field = share")
+        raise ConfigError(f"{where}: must be {table_words}")
+    return raw
+
+
+# -- the quality settings of their own shape (batchd/quality/, docs/quality.md)
+def parse_floors(raw: Any, source: str) -> dict:
+    """QUALITY_MIN_COVERAGE: {field or table.field: a share from 0 to 1}."""
+    raw = _table_from(raw, f"{source}: QUALITY_MIN_COVERAGE", "field = share", "a table of field = share")
     floors = {}
     for key, share in raw.items():
         if not isinstance(key, str) or not key or isinstance(share, bool) or not isinstance(share, (int, float)) \
@@ -552,13 +559,7 @@ PROXY_SCHEMES = ("http", "https", "socks5", "socks5h")
 def parse_hosts(raw: Any, source: str) -> dict:
     """HOSTS from a layer: {pattern: {term: value}} with the patterns in lower case and each term held to the
     setting it stands in for; the first culprit is a ConfigError naming `source`, the host table and the key."""
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except ValueError:
-            raise ConfigError(f"{source}: HOSTS: not a JSON object of tables by host") from None
-    if not isinstance(raw, Mapping):
-        raise ConfigError(f"{source}: HOSTS: must be tables by host, as [hosts.\"example.com\"]")
+    raw = _table_from(raw, f"{source}: HOSTS", "tables by host", "tables by host, as [hosts.\"example.com\"]")
     hosts = {}
     for pattern, table in raw.items():
         where = f"{source}: [hosts.{json.dumps(pattern)}]"

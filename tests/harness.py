@@ -118,6 +118,18 @@ def spider_factory(backend, cls, **settings):
     return lambda: cls(batch_store=backend.store(), settings=backend.settings(**settings))
 
 
+def next_batch(backend, factory) -> dict:
+    """One batch, opened (the last one aged a week) and run to its close in-process by spiders `factory()`
+    makes; its record, as the backend reads it."""
+    before = len(backend.records())
+    if before:
+        backend.age_last_batch(days=7)
+    with InProcessBatch(factory):
+        wait_for(lambda: len(backend.records()) == before + 1 and backend.records()[-1]["is_done"],
+                 message=f"batch {before + 1} closed")
+    return dict(backend.records()[-1])
+
+
 def settle(backend, spider_cls, timeout=30, **settings):
     """Run a master and a worker of `spider_cls` until every task is done or failed; the states by id."""
     with InProcessBatch(spider_factory(backend, spider_cls, **settings)):

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from harness import InProcessBatch, spider_factory, wait_for
+from harness import next_batch, spider_factory
 from httpserver import TestSite
 from spiders.shop import ShopTask
 
@@ -22,13 +22,7 @@ def shop_pages(backend, *sites):
 def crawl(backend, **settings) -> dict:
     """One batch of the shop spider, opened (the last one aged a week) and run to its close in-process; its
     record, the quality JSON read back."""
-    before = len(backend.records())
-    if before:
-        backend.age_last_batch(days=7)
-    with InProcessBatch(spider_factory(backend, ShopTask, **settings)):
-        wait_for(lambda: len(backend.records()) == before + 1 and backend.records()[-1]["is_done"],
-                 message=f"batch {before + 1} closed")
-    record = dict(backend.records()[-1])
+    record = next_batch(backend, spider_factory(backend, ShopTask, **settings))
     quality = record["quality"]
     record["quality"] = json.loads(quality) if isinstance(quality, str) else quality
     return record

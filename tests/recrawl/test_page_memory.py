@@ -7,7 +7,7 @@ import batchd as mw
 from batchd.recrawl.pages import CONDITIONAL_META
 from batchd.model import TaskLayout
 from batchd.task import TaskState
-from harness import InProcessBatch, wait_for
+from harness import InProcessBatch, next_batch, wait_for
 from spiders.seed import CrawlTask
 
 D, F = TaskState.DONE, TaskState.FAILED
@@ -20,13 +20,7 @@ def factory(backend, cls, **settings):
 
 def crawl(backend, cls=CrawlTask, **settings) -> dict:
     """One batch, opened (the last one aged a week) and run to its close in-process; its counters."""
-    before = len(backend.records())
-    if before:
-        backend.age_last_batch(days=7)
-    with InProcessBatch(factory(backend, cls, **settings)):
-        wait_for(lambda: len(backend.records()) == before + 1 and backend.records()[-1]["is_done"],
-                 message=f"batch {before + 1} closed")
-    stats = backend.records()[-1]["stats"]
+    stats = next_batch(backend, factory(backend, cls, **settings))["stats"]
     return json.loads(stats) if isinstance(stats, str) else dict(stats or {})
 
 
