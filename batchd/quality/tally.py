@@ -106,8 +106,8 @@ class QualityTally:
         self._newest = 0        # the most recent batch whose pages were digested
 
     def answered(self, run, response) -> None:
-        """A response reached the spider (or settled its request unchanged): its status, its body's digest and
-        any block marker, under the host it came from, which the run's items are counted under from now on."""
+        """A response reached the spider (or settled its request unchanged): its status and its body's digest,
+        under the host it came from, which the run's items are counted under from now on."""
         host = host_label(urlsplit(response.url).netloc)
         run.quality_host = host
         batch_id = run.lease.batch_id
