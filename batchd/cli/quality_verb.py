@@ -47,7 +47,8 @@ def render_quality(report: dict) -> str:
         return (f"batch {report['batch']}: {report['outcome'] or 'closed'}; its data was not judged (QUALITY_CHECKS "
                 "off, or closed by a batchd without quality checks)")
     compared = ", ".join(map(str, report["compared"])) or "none: a first batch"
-    lines = [f"batch {report['batch']}: {report['outcome']}, {len(report['flags'])} flags "
+    flags = len(report["flags"])
+    lines = [f"batch {report['batch']}: {report['outcome']}, {flags} flag{'' if flags == 1 else 's'} "
              f"(baseline: the median of batches {compared})"]
     lines += [f"FLAG  {f['kind']}  {escape_controls(f['message'])}" for f in report["flags"]]
     rows = [[escape_controls(row["host"]), _against(row["items"], row["items_before"], "{:.0f}"),
