@@ -9,9 +9,9 @@ children, the `batchd` command, the spider's start() and start_monitor().
                              the pipeline (the write-back gate) with its settler and FAILED_ITEMS_PATH, the runner
                              and its quality tally, the page memory of re-crawls, the lease prefetch and tokens,
                              the tasks set aside, the batch's counters, the alerts, the outage watch, TASK_TIMEOUT
-
-With QUALITY_CHECKS off neither the tally nor the judge is built: nothing is counted, nothing judged.
     Assembly.downloader(...) a downloader with its DOWNLOADER_MIDDLEWARES chain: a worker's, or `batchd check`'s
+
+With QUALITY_CHECKS off neither the quality tally nor the judge is built: nothing is counted, nothing judged.
 
 The host terms (HOSTS over the global settings) are built once, here, and every part of the process asks the
 same copy; each worker has its own per-host pace (hosts/paces.py), shared by the links of its chain.

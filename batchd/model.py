@@ -90,7 +90,7 @@ class BatchRecord:
     # How the batch opened (BatchOpening as JSON); None: a full batch that reset every task, as batchd always did.
     opening: Optional[str] = None
     # How it ended, written at its close before is_done: clean, flagged (its data, batchd/quality/) or failed
-    # (some task); None while open, and for a batch closed by an older batchd.
+    # (some task); None while open, and for a batch closed by an older batchd or by `open-batch --force`.
     outcome: Optional[str] = None
     # Its quality figures and flags as JSON (quality/verdict.py); None with QUALITY_CHECKS off.
     quality: Optional[str] = None
