@@ -4,12 +4,15 @@ handed to the part that uses them. No part builds another.
 A Runtime (batchd/runtime.py) has one Assembly, and whatever runs a role gets it from there: the supervisor's
 children, the `batchd` command, the spider's start() and start_monitor().
 
-    Assembly.master(...)     the patrol, with its settler, its alerts and the spider's print (recrawl/spider_print.py)
+    Assembly.master(...)     the patrol, with its settler, its alerts, the spider's print (recrawl/spider_print.py)
+                             and the quality judge of a batch's close
     Assembly.worker(...)     a worker and its parts (worker/worker.py WorkerParts): the downloader and its chain,
-                             the pipeline (the write-back gate) with its settler and FAILED_ITEMS_PATH, the runner,
-                             the page memory of re-crawls, the lease prefetch and tokens, the tasks set aside,
-                             the batch's counters, the alerts, the outage watch, TASK_TIMEOUT
+                             the pipeline (the write-back gate) with its settler and FAILED_ITEMS_PATH, the runner
+                             and its quality tally, the page memory of re-crawls, the lease prefetch and tokens,
+                             the tasks set aside, the batch's counters, the alerts, the outage watch, TASK_TIMEOUT
     Assembly.downloader(...) a downloader with its DOWNLOADER_MIDDLEWARES chain: a worker's, or `batchd check`'s
+
+With QUALITY_CHECKS off neither the quality tally nor the judge is built: nothing is counted, nothing judged.
 
 The host terms (HOSTS over the global settings) are built once, here, and every part of the process asks the
 same copy; each worker has its own per-host pace (hosts/paces.py), shared by the links of its chain.
@@ -29,6 +32,8 @@ from .hosts.set_aside import SetAside
 from .hosts.terms import HostTerms
 from .master.patrol import Master
 from .model import ItemDestination, TaskLayout
+from .quality.tally import BlockMarkers, QualityTally
+from .quality.verdict import QualityJudge
 from .recrawl.page_memory import PageMemory
 from .recrawl.spider_print import spider_print
 from .service.outages import OutageWatch
@@ -57,9 +62,10 @@ class Assembly:
     def master(self, spider, refetch: bool = False) -> Master:
         """`refetch`: the first batch it opens trusts no validator (`batchd run --refetch`)."""
         ports = self.backend().master_ports()
+        judge = QualityJudge(self.settings, ports.store, ports.counters) if self.settings.QUALITY_CHECKS else None
         return Master(self.settings, self.layout, ports, Settler(ports.store, ports.tally),
                       Alerts(self.settings, ports.leases.namespace), spider=spider_print(type(spider), self.settings),
-                      refetch=refetch)
+                      refetch=refetch, judge=judge)
 
     def worker(self, spider, held: HeldTasks, name: str = "worker", keep_alive: bool = True, ledger=None,
                count: Count = count_nothing, metrics=None) -> Worker:
@@ -88,7 +94,10 @@ class Assembly:
             pipeline.record_outcome(run, ok=False, failure=run.timeout_failure(reason))
 
         memory = PageMemory.for_worker(ports.store, settings, counted, type(spider))
-        pipeline = Pipeline(ports, ledger, settings, ItemDestination(*self.layout.item_destination), watch,
+        destination = ItemDestination(*self.layout.item_destination)
+        quality = QualityTally(stats.inc, BlockMarkers(settings.BLOCK_MARKERS), destination.table) \
+            if settings.QUALITY_CHECKS else None
+        pipeline = Pipeline(ports, ledger, settings, destination, watch,
                             Settler(ports.store, ports.tally, counted=lambda done, failed: ledger.count(done=done,
                                                                                                       failed=failed)),
                             FailedItemsFile(settings.failed_items_path()),
@@ -98,7 +107,8 @@ class Assembly:
             ledger=ledger, tokens=tokens, stats=stats, stats_flusher=stats_flusher, alerts=alerts, in_flight=in_flight,
             set_aside=set_aside, watch=watch, downloader=downloader, pipeline=pipeline,
             prefetch=LeasePrefetch(ports.leases, settings.BATCH_LOST_TASK_STALE, tokens.next, ledger.free_slots),
-            runner=TaskRunner(spider, settings, downloader, pipeline, ports.seen, ports.leases.namespace, name, memory),
+            runner=TaskRunner(spider, settings, downloader, pipeline, ports.seen, ports.leases.namespace, name, memory,
+                              quality),
             timeouts=TaskTimeouts(settings.TASK_TIMEOUT, name, time_out))
         return Worker(settings, self.layout, ports, held, parts, name=name, keep_alive=keep_alive)
 

@@ -56,6 +56,8 @@ SIGNATURES = ("items", "body")    # what tells a changed page from an unchanged 
 BATCH_MODES = ("full", "incremental", "due")     # what a new batch crawls (docs/architecture.md, A batch's life)
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 WEBHOOK_FORMATS = ("json", "dingtalk", "feishu", "wecom", "slack")   # what ALERT_WEBHOOK is sent (alerts/webhooks.py)
+# The rules that flag a batch's data (batchd/quality/rules.py, docs/quality.md), as QUALITY_RULES_OFF names them.
+QUALITY_RULES = ("coverage_drop", "items_drop", "no_items", "soft_block", "block_marker", "coverage_floor")
 
 
 KB, MB, GB = 1024, 1024 ** 2, 1024 ** 3
@@ -228,6 +230,28 @@ class Settings:
                                                "FAILED_ITEMS_PATH", 0, DAY)
     STATS_FLUSH_INTERVAL: float = setting(5.0, "seconds between two flushes of a worker's batch counters to the "
                                                "backend, at most (and before every write-back)", 0.05, 3600)
+    # -- data quality: measured per batch and host, compared with the batches before (batchd/quality/, docs/quality.md)
+    QUALITY_CHECKS: bool = setting(True, "measure each batch's data per host (items, field coverage, bodies, block "
+                                         "markers, tasks with no item) and flag it against the batches before (off: "
+                                         "nothing is counted or judged)")
+    QUALITY_DROP: float = setting(0.2, "the fall that flags a field's coverage, a host's item count (as a share of "
+                                       "its baseline) and the share of its tasks done with no item", 0.01, 1)
+    QUALITY_BASELINE: int = setting(3, "the closed batches of the same BATCH_MODE whose median is the baseline",
+                                    1, 20)
+    QUALITY_MIN_COVERAGE: dict = setting({}, "floors of coverage no batch may fall under, first batch included: "
+                                             "{title = 0.9} for a field of every item table, {\"products.title\" = "
+                                             "0.9} for one table's", parse=lambda raw, source: parse_floors(raw, source),
+                                         may_hold="a table of field (or table.field) = a share from 0 to 1")
+    QUALITY_RULES_OFF: Optional[tuple] = setting(None, "the rules that flag nothing (docs/quality.md says what each catches)",
+                                                 default_text="none: every rule flags",
+                                                 parse=lambda raw, source: parse_rules_off(raw, source),
+                                                 may_hold="a list of " + ", ".join(QUALITY_RULES))
+    QUALITY_SOFT_BLOCK_PAGES: int = setting(10, "pages with a body a host needs before the soft-block rule judges "
+                                                "it", 2, 10 ** 9)
+    QUALITY_SOFT_BLOCK_SHARE: float = setting(0.5, "the share of a host's pages serving one body that flags it as "
+                                                   "soft-blocked", 0.05, 1)
+    BLOCK_MARKERS: Optional[tuple] = setting(None, "texts that mark a block page (case ignored), beside the built-in "
+                                                   "challenge and captcha markers", default_text="the built-in ones")
     # -- alerts (batchd/alerts.py)
     STALL_ALERT_SECONDS: float = setting(900.0, "seconds an open batch with work left may go without a task settled "
                                                 "(not paused) before a stall alert (0: never)", 0, 7 * DAY)
@@ -480,6 +504,49 @@ def check_identifier(value: str, what: str) -> str:
     return value
 
 
+def _table_from(raw: Any, where: str, json_words: str, table_words: str) -> Mapping:
+    """A table setting's raw value: a table (TOML, code) or a JSON object (the environment); else a ConfigError
+    saying what it must be."""
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            raise ConfigError(f"{where}: not a JSON object of {json_words}") from None
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where}: must be {table_words}")
+    return raw
+
+
+# -- the quality settings of their own shape (batchd/quality/, docs/quality.md)
+def parse_floors(raw: Any, source: str) -> dict:
+    """QUALITY_MIN_COVERAGE: {field or table.field: a share from 0 to 1}."""
+    raw = _table_from(raw, f"{source}: QUALITY_MIN_COVERAGE", "field = share", "a table of field = share")
+    floors = {}
+    for key, share in raw.items():
+        if not isinstance(key, str) or not key or isinstance(share, bool) or not isinstance(share, (int, float)) \
+                or not 0 <= share <= 1:
+            raise ConfigError(f"{source}: QUALITY_MIN_COVERAGE: {key!r} = {share!r}: a field (or table.field) and a "
+                              "share from 0 to 1 are needed")
+        floors[key] = float(share)
+    return floors
+
+
+def parse_rules_off(raw: Any, source: str) -> Optional[tuple]:
+    """QUALITY_RULES_OFF: None, or rules of QUALITY_RULES."""
+    if raw is None:
+        return None
+    try:
+        rules = _texts(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{source}: QUALITY_RULES_OFF: a list of rules is needed ({', '.join(QUALITY_RULES)})") \
+            from None
+    unknown = [rule for rule in rules if rule not in QUALITY_RULES]
+    if unknown:
+        raise ConfigError(f"{source}: QUALITY_RULES_OFF: {unknown[0]!r} is no rule; the rules are "
+                          + ", ".join(QUALITY_RULES))
+    return rules
+
+
 # -- HOSTS: per-host terms (docs/settings.md, Per-host terms; hosts/terms.py applies them)
 # Each key of a host's table, and the setting it stands in for at that host (its type and bounds hold it).
 HOST_TERMS = {"rate": "DOMAIN_RATE_LIMIT", "burst": "DOMAIN_RATE_BURST", "concurrency": "CONCURRENT_REQUESTS_PER_DOMAIN",
@@ -492,13 +559,7 @@ PROXY_SCHEMES = ("http", "https", "socks5", "socks5h")
 def parse_hosts(raw: Any, source: str) -> dict:
     """HOSTS from a layer: {pattern: {term: value}} with the patterns in lower case and each term held to the
     setting it stands in for; the first culprit is a ConfigError naming `source`, the host table and the key."""
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except ValueError:
-            raise ConfigError(f"{source}: HOSTS: not a JSON object of tables by host") from None
-    if not isinstance(raw, Mapping):
-        raise ConfigError(f"{source}: HOSTS: must be tables by host, as [hosts.\"example.com\"]")
+    raw = _table_from(raw, f"{source}: HOSTS", "tables by host", "tables by host, as [hosts.\"example.com\"]")
     hosts = {}
     for pattern, table in raw.items():
         where = f"{source}: [hosts.{json.dumps(pattern)}]"

@@ -9,7 +9,11 @@ from enum import IntEnum
 
 class ExitCode(IntEnum):
     OK = 0
-    FAILURE = 1
+    FAILURE = 1        # and, in once mode, the batch ended with failed tasks and no quality flag (SPEC)
+    # Between a once-mode master and its supervisor only: its batch ended with failed tasks. A child's own 1 is a
+    # crash, to be replaced; the supervisor ends the command with 1 (FAILURE) for this one, as the contract says.
+    TASKS_FAILED = 3
+    DATAERR = 65       # once mode: the batch's quality checks flagged it (batchd/quality/), failed tasks or not
     UNAVAILABLE = 69   # MySQL or Redis unreachable (once mode, and commands; resident processes wait)
     SOFTWARE = 70      # a thread of batchd died, or a task's thread would not come back: replace the process
     IOERR = 74         # a file batchd must write (FAILED_ITEMS_PATH) refused the data: disk full, read-only

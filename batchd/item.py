@@ -7,6 +7,12 @@
         name = batchd.Field()
         price = batchd.Field(default=None)
 
+A field may also say what a good value looks like: `Field(type=float)`, `Field(pattern=r"[0-9]+ EUR")`
+(the value as text must match it whole), `Field(check=callable)` (True for a good value). Nothing is
+refused for it: a value that fails counts as missing in the batch's quality figures (batchd/quality/), and
+is counted for its field, so a site that starts sending "N/A" for a price is flagged like one that sends
+nothing.
+
 An Item is a mutable mapping of its declared fields (so the worker takes it as it takes a dict):
 `Product(sku="a1")`, `item["price"] = 3`, `item.get("name")`. A field never set is left out of the
 row (the column keeps its default, or its old value in an upsert) unless it has a `default`.
@@ -19,7 +25,8 @@ stored, and counted. The fields of a unique key are required: a NULL key never m
 each re-crawl would add one.
 """
 import copy
-from collections.abc import Iterator, MutableMapping
+import re
+from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any, ClassVar, Optional
 
 from .config import check_identifier
@@ -32,12 +39,32 @@ IMMUTABLE_DEFAULTS = (str, int, float, bool, bytes, type(None), tuple, frozenset
 class Field:
     """One declared field of an Item. `required`: an item without a value (or with None) here is not
     stored. `default`: the value of a field never set (copied for each item); without one, an unset
-    field is not written at all."""
+    field is not written at all. `type`, `pattern`, `check`: what a good value looks like (`accepts`)."""
 
     _NO_DEFAULT: ClassVar[object] = object()
 
-    def __init__(self, required: bool = False, default: Any = _NO_DEFAULT):
+    def __init__(self, required: bool = False, default: Any = _NO_DEFAULT, *, type: Any = None,
+                 pattern: Optional[str] = None, check: Optional[Callable[[Any], bool]] = None):
         self.required, self.default = required, default
+        self.type, self.check = type, check
+        try:
+            self.pattern = re.compile(pattern) if pattern is not None else None
+        except re.error as e:
+            raise ConfigError(f"Field(pattern={pattern!r}): not a regular expression ({e})") from None
+
+    def accepts(self, value: Any) -> bool:
+        """Whether a value (not empty) looks as this field says a good one does. A check that raises is a
+        value it refuses: the spider's predicate must not fail the task for a quality figure."""
+        if self.type is not None and not isinstance(value, self.type):
+            return False
+        if self.pattern is not None and not self.pattern.fullmatch(str(value)):
+            return False
+        if self.check is not None:
+            try:
+                return bool(self.check(value))
+            except Exception:
+                return False
+        return True
 
     @property
     def has_default(self) -> bool:
@@ -48,6 +75,9 @@ class Field:
 
     def __repr__(self) -> str:
         shown = [f"required={self.required}"] + ([f"default={self.default!r}"] if self.has_default else [])
+        shown += [f"{name}={value!r}" for name, value in (("type", self.type), ("check", self.check)) if value is not None]
+        if self.pattern is not None:
+            shown.append(f"pattern={self.pattern.pattern!r}")
         return f"Field({', '.join(shown)})"
 
 

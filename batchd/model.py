@@ -91,6 +91,11 @@ class BatchRecord:
     opening: Optional[str] = None
     # The spider it opened with (SpiderPrint as JSON); None: not known (an older batchd, or a store of the user's).
     spider_print: Optional[str] = None
+    # How it ended, written at its close before is_done: clean, flagged (its data, batchd/quality/) or failed
+    # (some task); None while open, and for a batch closed by an older batchd or by `open-batch --force`.
+    outcome: Optional[str] = None
+    # Its quality figures and flags as JSON (quality/verdict.py); None with QUALITY_CHECKS off.
+    quality: Optional[str] = None
 
     @property
     def how_opened(self) -> "BatchOpening":

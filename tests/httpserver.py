@@ -23,8 +23,9 @@ ignored, before the route answers):
   /status/<code>     answers <code> with a short text body (none for 204 and 304).
   /redirect?to=<path>
                      302 to <path>.
-  /slow?seconds=S    sleeps S seconds (default 1), then 200; the site keeps the most of these that
-                     were asleep at once (most_in_flight).
+  /slow?seconds=S    sleeps S seconds (default 1), then 200 with a page naming its URL (distinct pages,
+                     as a real site's); the site keeps the most of these that were asleep at once
+                     (most_in_flight).
   /json              {"ok": true, "items": [1, 2, 3]} as application/json.
   /set-cookie?name=value[&...]
                      200 with one Set-Cookie header per query parameter.
@@ -72,6 +73,11 @@ ignored, before the route answers):
                      If-Modified-Since) still holds gets a 304 without a body. n in site.gone: 410.
                      Hits are counted per status as well (site.statuses[n]). ?seconds=S: after S
                      seconds (a 304 too).
+  /shop/<n>          a shop's product page (data quality tests), as site.shop says: <h1>Product n</h1> and
+                     <span class="price">n.99 EUR</span>; n in site.relaid: the title moved to an
+                     <h2 class="name"> (a changed layout); n in site.sold_out: a page with no product;
+                     site.price_text (if set) in place of every price; site.captcha: one challenge page
+                     (CAPTCHA_PAGE) for every URL; site.shop_validators: an ETag per page and 304s.
 
 HEAD reaches every route too, and is answered without a body.
 Anything else answers 404. The server speaks HTTP/1.1 with keep-alive and logs nothing.
@@ -80,6 +86,7 @@ import base64
 import contextlib
 import functools
 import gzip
+import html
 import http.client
 import json
 import os
@@ -99,6 +106,8 @@ from typing import NamedTuple
 from urllib.parse import parse_qs, urlsplit
 
 
+CAPTCHA_PAGE = ("<html><head><title>Just a moment...</title></head><body><h2>Please verify you are human</h2>"
+                "<div class=\"g-recaptcha\" data-sitekey=\"x\"></div></body></html>")
 LINKS_PAGE = """<html><head><title>Links</title>{base}<link rel="next" href="/page/9"></head><body>
 <a class="relative" href="page/1">one</a> <a class="spaced" href=" /page/2 ">two</a>
 <a class="fragment" href="#os.error">here</a> <a class="none">no link</a>
@@ -268,7 +277,7 @@ class _Handler(BaseHTTPRequestHandler):
     def slow(self):
         with self.server.site.in_flight():
             time.sleep(float(self.query.get("seconds", 1)))
-        self.reply_html("<html><body><p>slow</p></body></html>")
+        self.reply_html(f"<html><body><p>slow {html.escape(self.path)}</p></body></html>")     # one body per URL
 
     def json_document(self):
         self.reply(200, json.dumps({"ok": True, "items": [1, 2, 3]}).encode(), "application/json")
@@ -400,11 +409,28 @@ class _Handler(BaseHTTPRequestHandler):
         self.reply_html(f"<html><head><title>Page {n}</title></head><body><!-- v{version} --><h1>{title}</h1>"
                         f"<p class='n'>{n}</p></body></html>", headers=headers)
 
+    def shop(self, number):
+        site, n = self.server.site, int(number)
+        if site.captcha:
+            self.reply_html(CAPTCHA_PAGE)
+            return
+        etag = f'"shop-{n}"'
+        if site.shop_validators and self.headers.get("If-None-Match") == etag:
+            self.send_head(304, "text/html", headers=[("ETag", etag)])
+            return
+        headers = [("ETag", etag)] if site.shop_validators else []
+        price = site.price_text or f"{n}.99 EUR"
+        title = f"<h2 class='name'>Product {n}</h2>" if n in site.relaid else f"<h1>Product {n}</h1>"
+        product = "" if n in site.sold_out else f"{title}<span class='price'>{price}</span>"
+        self.reply_html(f"<html><head><title>Shop {n}</title></head><body>{product}<p>{n}</p></body></html>",
+                        headers=headers)
+
     def log_message(self, format, *args):
         pass  # the suite's output is for test results
 
 
 _ROUTES = [
+    (re.compile(r"/shop/(\d+)"), _Handler.shop),
     (re.compile(r"/versioned/(\d+)"), _Handler.versioned),
     (re.compile(r"/robots\.txt"), _Handler.robots),
     (re.compile(r"/moody/(\d+)"), _Handler.moody),
@@ -594,6 +620,11 @@ class TestSite(_Served):
         self.validators = "both"     # what /versioned/<n> sends: both, etag, last-modified, none
         self.vary = None             # its Vary header
         self.statuses = Counter()    # (n, status) -> hits of /versioned/<n> answered so
+        self.relaid = set()          # /shop/<n> with its title moved (a changed layout)
+        self.sold_out = set()        # /shop/<n> with no product on it
+        self.price_text = None       # what every /shop/<n> says its price is (None: "n.99 EUR")
+        self.captcha = False         # every /shop/<n> answers CAPTCHA_PAGE
+        self.shop_validators = False   # /shop/<n> sends an ETag and answers 304 when it holds
 
     def __enter__(self):
         server = _Server((self.host, 0), _Handler)

@@ -276,3 +276,15 @@ def test_dumped_items_of_a_unique_key_are_replayed_as_upserts_on_it(failed_items
         [FailedItemsFile.record("products", COLUMNS_ITEM_KIND, row, "down", ("sku",)) for row in rows])
     assert FailedItemsFile(failed_items_path).replay(store).stored == 2
     assert store.items_in("products") == [{"sku": "a", "name": "new"}]
+
+
+def test_a_field_may_say_what_a_good_value_looks_like():
+    price = batchd.Field(pattern=r"\d+\.\d\d EUR")
+    stock = batchd.Field(type=int, check=lambda n: n >= 0)
+    broken = batchd.Field(check=lambda value: value.missing_attribute)
+    assert price.accepts("3.50 EUR") and not price.accepts("N/A") and not price.accepts("3.50 EUR!")
+    assert stock.accepts(2) and not stock.accepts(-1) and not stock.accepts("2")
+    assert not broken.accepts("x")          # a check that raises refuses the value, it fails no task
+    assert repr(price) == "Field(required=False, pattern='\\\\d+\\\\.\\\\d\\\\d EUR')"
+    with pytest.raises(ConfigError, match=r"Field\(pattern='\('\): not a regular expression"):
+        batchd.Field(pattern="(")

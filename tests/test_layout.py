@@ -18,7 +18,7 @@ SHARED = ("errors", "codec", "http", "schedule", "task", "config", "model", "ite
 FLOORS = {**{name: 0 for name in SHARED},
           "service": 1, "hosts": 1, "recrawl": 1,
           "backends": 2, "alerts": 2,
-          "download": 3, "settle": 3, "core": 3,
+          "download": 3, "settle": 3, "core": 3, "quality": 3,
           "worker": 4, "master": 4,
           "assembly": 5, "reporting": 5,
           "runtime": 6, "control": 6,

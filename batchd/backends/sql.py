@@ -25,6 +25,8 @@ RESET_CURSOR = "reset_cursor"     # batchd's own column of the record: where an 
 STATS = "stats"                   # batchd's own column of the record: the batch's counters, at its close
 OPENING = "opening"               # batchd's own column of the record: how the batch opened (model.BatchOpening)
 SPIDER_PRINT = "spider_print"     # batchd's own column of the record: the spider it opened with (model.SpiderPrint)
+OUTCOME = "outcome"               # batchd's own column of the record: clean, flagged or failed, at its close
+QUALITY = "quality"               # batchd's own column of the record: its quality figures and flags (batchd/quality/)
 RECORD_FIELDS = tuple(f.name for f in fields(BatchRecord))      # the columns last_batch() reads
 TASK_COLUMNS = (("id_field", "BATCH_TASK_ID_FIELD"), ("state_field", "BATCH_TASK_STATE_FIELD"),
                 ("time_field", "BATCH_TASK_TIME_FIELD"), ("host_field", "BATCH_TASK_HOST_FIELD"))
@@ -130,7 +132,9 @@ class SqlBatchStore(SqlResults):
         return ((RESET_CURSOR, self.cursor_type, "where an unfinished reset stands"),
                 (STATS, self.stats_type, "the batch's counters"),
                 (OPENING, self.cursor_type, "how the batch opened: its mode, the rows it left settled"),
-                (SPIDER_PRINT, self.cursor_type, "the fingerprint of the spider it opened with"))
+                (SPIDER_PRINT, self.cursor_type, "the fingerprint of the spider it opened with"),
+                (OUTCOME, self.outcome_type, "how the batch ended: clean, flagged or failed"),
+                (QUALITY, self.stats_type, "the batch's quality figures and flags"))
 
     def _add_own_columns(self, table: str, what: str, columns: dict, own: Sequence[tuple]) -> None:
         """A table made by an older batchd gets the columns of `own` (name, type, what it keeps) it lacks, NULL,
@@ -219,6 +223,12 @@ class SqlBatchStore(SqlResults):
         p = self.placeholder
         self.execute(f"UPDATE {self.quote(self.opened_layout.record_table)} SET {self.quote(column)} = {p} "
                      f"WHERE {self.quote('id')} = {p}", [value, batch_id])
+
+    def record_outcome(self, batch_id: int, outcome: str, quality: Optional[dict]) -> None:
+        p = self.placeholder
+        self.execute(f"UPDATE {self.quote(self.opened_layout.record_table)} SET {self.quote(OUTCOME)} = {p}, "
+                     f"{self.quote(QUALITY)} = {p} WHERE {self.quote('id')} = {p}",
+                     [outcome, None if quality is None else plain_json(quality), batch_id])
 
     def update_batch(self, batch_id: int, progress: Progress, is_done: bool) -> None:
         now, now_values = self.now_term()

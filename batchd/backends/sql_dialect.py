@@ -9,8 +9,9 @@ their clock; the store's logic (backends/sql.py, backends/sql_results.py) is wri
                move_in_one_transaction         move() runs its chunks in one transaction, or each alone
                stamped_on_insert/_on_update    batch record columns the store sets to now() itself
                cursor_type                     the record's reset_cursor column (JSON of an id, or NULL)
-               stats_type                      the record's stats column (JSON counters, or NULL)
+               stats_type                      the record's stats column (JSON counters, or NULL), and its quality's
                print_type                      a page's parsed_by column (a sha1 in hex, or NULL)
+               outcome_type                    the record's outcome column (clean, flagged, failed, or NULL)
                now_term()                      the store's clock in a statement: (sql, values)
                older_than_term(column, s)      "column is more than s seconds old": (sql, values)
                time_from_db(value)             a time column as read -> datetime
@@ -79,6 +80,7 @@ class SqlDialect(BatchStore):
     cursor_type: str
     stats_type: str
     print_type: str
+    outcome_type: str
 
     # -- the dialect's spelling
     def quote(self, name: str) -> str:

@@ -89,6 +89,11 @@ class BatchStore(abc.ABC):
         before any of its tasks is claimed: workers read it to know whether the batch trusts validators. A store
         that has nowhere to keep it does nothing: its batches never know that their spider changed."""
 
+    def record_outcome(self, batch_id: int, outcome: str, quality: Optional[dict]) -> None:
+        """Keep how the batch ended (clean, flagged, failed) and its quality figures (JSON-able, or None) in its
+        record, as the master closes it and before is_done. A store that has nowhere to keep them does
+        nothing: the master logs the flags anyway."""
+
     def record_failures(self, failures: Sequence[TaskFailure]) -> None:
         """Keep why these tasks failed, stamped with now(): one row per task and batch, a later failure
         replacing an earlier one. Written beside the FINISH_FAILED / MARK_FAILED move of those tasks (before

@@ -19,11 +19,12 @@
 
 SPIDER is `path/file.py:Class` or `module:Class`; when omitted, BATCHD_SPIDER or SPIDER in the
 config file. Exit codes (docs/architecture.md, Exit codes): 0 done, 1 items still refused (retry),
+3 a --once batch ended with failed tasks, 65 a --once batch's quality checks flagged it (batchd quality),
 69 MySQL or Redis unreachable, 74 a disk refused a write (retry), 75 another master holds the lock,
 78 configuration error; a BatchdError ends the command with one log line.
 
 Each verb group is a module with its own VerbGroup (cli/arguments.py): serve (run, master, worker,
-reload), status_verb (status), check (check), operate (pause, resume, open-batch, failed, requeue, retry),
+reload), status_verb (status), quality_verb (quality), check (check), operate (pause, resume, open-batch, failed, requeue, retry),
 project (demo, init, tasks) and dashboard (web). This module only gathers them into the parser, in that order.
 """
 import argparse
@@ -31,13 +32,14 @@ import logging
 from typing import Optional
 
 from ..config import VERSION
-from . import check, dashboard, operate, project, serve, status_verb
+from . import check, dashboard, operate, project, quality_verb, serve, status_verb
 from ..errors import BatchdError
 from ..service.systemd import setup_logging
 
 log = logging.getLogger("batchd")
 
-VERBS = {entry.name: entry for group in (serve.VERBS, status_verb.VERBS, check.VERBS, operate.VERBS, project.VERBS, dashboard.VERBS)
+VERBS = {entry.name: entry for group in (serve.VERBS, status_verb.VERBS, quality_verb.VERBS, check.VERBS, operate.VERBS,
+                                        project.VERBS, dashboard.VERBS)
          for entry in group}
 
 

@@ -39,6 +39,8 @@ def render_status(status: dict) -> str:
     lines += _progress_lines(tasks)
     if status["counters"] is not None:
         lines.append(f"counters {summary(status['counters'])}")
+    if status.get("quality") is not None:
+        lines.append(quality_text(status["quality"]))
     if queue["waiting"] is not None:
         lines.append(f"queue    {queue['waiting']} waiting, {queue['leased']} leased")
     lines.append(f"rate     {_rate_words(status)}, ETA {duration(status['eta_seconds'])}")
@@ -51,6 +53,14 @@ def render_status(status: dict) -> str:
                          f"{w['tasks']} tasks in hand, {w['unflushed']} unflushed, beat {w['silent']:.0f}s ago")
     lines.append(f"unflushed items {status['unflushed']}")
     return "\n".join(lines)
+
+
+def quality_text(quality: dict) -> str:
+    """The one line on the last closed batch's data: "quality  2 flags (batch 4), see batchd quality"."""
+    flags = quality["flags"]
+    if not flags:
+        return f"quality  clean (batch {quality['batch']})"
+    return f"quality  {flags} flag{'' if flags == 1 else 's'} (batch {quality['batch']}), see batchd quality"
 
 
 def _rate_words(status: dict) -> str:

@@ -10,8 +10,9 @@ walk of the table is under way):
 4. progress: from the batch's tally (settled tasks, counted by their write-backs) and the queue,
    never by counting rows: refresh the batch record, log `批次进度 X/Y`;
 5. close: once the queue runs dry and the state index shows no unsettled row, count the table
-   chunk by chunk and write those exact figures, the batch's counters (batchd/settle/batch_stats.py), `is_done=1`
-   and the `<ns>:batch_done` flag; log the counters in one line.
+   chunk by chunk and write those exact figures, the batch's counters (batchd/settle/batch_stats.py), how it
+   ended and its quality flags (batchd/quality/verdict.py), `is_done=1` and the `<ns>:batch_done` flag; log
+   one WARNING line per flag and the counters in one line.
 
 Alerts (batchd/alerts/alerts.py): a stall and the failure ratio at each progress check, the failure ratio
 again at the close, an overdue batch at the patrol that finds it.
@@ -36,11 +37,12 @@ from ..recrawl.revisits import check_bounds
 from ..settle.settler import Settler
 from ..alerts.alerts import Alerts
 from ..config import DAY, Settings
-from ..errors import BackendUnavailable, ConfigError, MasterLockHeld
+from ..errors import BackendUnavailable, ConfigError, ExitCode, MasterLockHeld
 from ..service.lifecycle import StopFlag
 from ..model import BatchOpening, BatchRecord, Progress, SpiderPrint, TaskLayout
 from ..service.outages import OutageWatch, retry_through_outages
 from ..backends.ports import MasterPorts, claim_namespace
+from ..quality.verdict import FAILED, FLAGGED, QualityJudge, outcome_of
 from ..schedule import is_due, next_due
 from ..settle.batch_stats import report
 from ..task import Move
@@ -93,10 +95,14 @@ class ProgressRate:
 
 class Master:
     def __init__(self, settings: Settings, layout: TaskLayout, ports: MasterPorts, settler: Settler, alerts: Alerts,
-                 owner: Optional[str] = None, spider: Optional[SpiderPrint] = None, refetch: bool = False):
+                 owner: Optional[str] = None, spider: Optional[SpiderPrint] = None, refetch: bool = False,
+                 judge: Optional[QualityJudge] = None):
         """`settler`: the one settle path (settle/settler.py); `alerts`: the master's (built by batchd/assembly.py);
         `spider`: the print of the spider this process runs (recrawl/spider_print.py), kept in each batch it opens;
-        `refetch`: the next batch it opens trusts no validator, whatever the print says (`batchd run --refetch`)."""
+        `refetch`: the next batch it opens trusts no validator, whatever the print says (`batchd run --refetch`);
+        `judge`: the quality checks at a batch's close (None: QUALITY_CHECKS off)."""
+        self.judge = judge
+        self.outcome: Optional[str] = None     # how the last batch this master closed ended (quality/verdict.py)
         self.settings, self.layout, self.store, self.leases = settings, layout, ports.store, ports.leases
         self.spider, self.refetch = spider, refetch
         self.locks, self.wake, self.namespaces = ports.locks, ports.wake, ports.namespaces
@@ -549,6 +555,9 @@ class Master:
         # Kept before is_done, so that a close an outage interrupts writes them on its next try.
         counters = dict(sorted(self.counters.counts(batch.id).items()))
         self.store.record_stats(batch.id, counters)
+        quality = self.judge.judge(batch, failed) if self.judge is not None else None
+        outcome = quality.outcome if quality is not None else outcome_of(0, failed)
+        self.store.record_outcome(batch.id, outcome, None if quality is None else quality.to_json())
         self.store.update_batch(batch.id, progress, is_done=True)
         self.tally.set_settled(batch.id, done, failed)
         self._log_progress(batch, progress)
@@ -557,9 +566,17 @@ class Master:
         self._idle_announced = batch.id
         log.info("batch %d finished: %d done, %d failed of %d; the next is due at %s", batch.id, done, failed, total,
                  next_due(batch, self.settings.BATCH_INTERVAL, self.settings.BATCH_INTERVAL_UNIT))
-        log.info("%s", report(batch.id, counters))
+        for flag in quality.flags if quality is not None else ():
+            log.warning("batch %d quality: %s", batch.id, flag.message)
+        log.info("%s", report(batch.id, counters, 0 if quality is None else len(quality.flags)))
         self.alerts.check_failures(batch.id, done, failed)
+        self.outcome = outcome
         return True
+
+    def once_exit_code(self) -> ExitCode:
+        """What a once-mode run ends with (docs/architecture.md, Exit codes): 65 when the batch it closed was
+        flagged, 3 when (unflagged) some of its tasks failed (the command then ends with 1), else 0 (clean, or nothing was due)."""
+        return {FLAGGED: ExitCode.DATAERR, FAILED: ExitCode.TASKS_FAILED}.get(self.outcome or "", ExitCode.OK)
 
 
 def _what_opens(opening: BatchOpening, table: str) -> str:

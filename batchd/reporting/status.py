@@ -15,6 +15,7 @@ from ..errors import BackendUnavailable
 from ..service.systemd import escape_controls
 from ..model import BatchRecord, Progress, SpiderPrint
 from ..recrawl.pages import FOUND, VERDICTS
+from .quality_report import quality_line
 from .snapshots import RATE_WINDOW, eta, freshest_master, samples_of, window_rate
 
 
@@ -25,7 +26,7 @@ def gather_status(runtime) -> dict:
     last published it in Redis."""
     store, layout, backend = runtime.store, runtime.layout, runtime.backend
     unreachable: list[str] = []
-    reached = read_or_note(unreachable, lambda: (store.open(layout), store.last_batch()))
+    reached = read_or_note(unreachable, lambda: (store.open(layout), store.last_batch(), quality_line(store)))
     record = reached[1] if reached else None
     # The tally before the queue, as the master reads them (master/patrol.py, check_progress).
     seen = read_or_note(unreachable, lambda: (backend.board.read_statuses(),
@@ -47,6 +48,7 @@ def gather_status(runtime) -> dict:
         "batch": batch,
         "tasks": tasks,
         "counters": counters,
+        "quality": reached[2] if reached else None,     # the last closed batch's judgement (batchd quality)
         "queue": {"waiting": waiting, "leased": leased},
         "paused_since": paused_since,
         "rate": rate,                   # settled tasks per second over rate_seconds, up to rate_as_of

@@ -146,9 +146,10 @@ class StatsFlusher:
         self._unsent = None
 
 
-def report(batch_id: int, counts: dict) -> str:
-    """The master's line at a batch's close."""
-    return f"batch {batch_id} done: {summary(counts)}"
+def report(batch_id: int, counts: dict, flags: int = 0) -> str:
+    """The master's line at a batch's close; `flags`: its quality flags, counted at its end when there are some."""
+    flagged = f", {flags} quality flag{'' if flags == 1 else 's'} (batchd quality)" if flags else ""
+    return f"batch {batch_id} done: {summary(counts)}{flagged}"
 
 
 def summary(counts: dict) -> str:

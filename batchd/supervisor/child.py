@@ -116,19 +116,20 @@ def child_main(spec: ChildSpec, source: SpiderSource, block, supervisor_pid: int
     sys.exit(_exit_code_of(lambda: _run_role(spec, source, block, stop)))
 
 
-def _exit_code_of(body: Callable[[], None]) -> int:
+def _exit_code_of(body: Callable[[], Optional[int]]) -> int:
+    """The body's own code (a once-mode master's outcome), else 0; an error's code."""
     try:
-        body()
+        code = body()
     except BatchdError as e:
         log.error("%s", e)
         return int(e.exit_code)
     except Exception:   # a crash of this child: logged whole, the supervisor respawns it
         log.exception("crashed")
         return int(ExitCode.FAILURE)
-    return int(ExitCode.OK)
+    return int(code or ExitCode.OK)
 
 
-def _run_role(spec: ChildSpec, source: SpiderSource, block, stop: StopFlag) -> None:
+def _run_role(spec: ChildSpec, source: SpiderSource, block, stop: StopFlag) -> Optional[int]:
     runtime = build_runtime(source, keep_alive=spec.keep_alive)
     setup_logging(runtime.settings.LOG_LEVEL)
     set_log_namespace(runtime.namespace)
@@ -137,13 +138,14 @@ def _run_role(spec: ChildSpec, source: SpiderSource, block, stop: StopFlag) -> N
         block.mark_running(spec.row)
         master.run(stop, lambda: block.master_beat(spec.row, master), once=spec.once,
                    on_outages=lambda outages: block.set_outages(spec.row, outages))
-        return
+        return master.once_exit_code() if spec.once else None
     slots = ledger_slots(runtime.settings)
     metrics = WorkerMetrics(runtime.namespace) if spec.metered else None
     ledger = block.worker_ledger(spec.row, slots) if metrics is None else MeteredLedger(block, spec.row, slots, metrics)
     worker = runtime.worker(ledger=ledger, name=spec.name, keep_alive=spec.keep_alive, metrics=metrics)
     block.mark_running(spec.row)
     worker.run(stop, ledger.beat)
+    return None
 
 
 # -- the probe

@@ -1,7 +1,7 @@
 """What follows a child's end: a new one now, a new one after a backoff, or the supervisor's stop.
 
     it was told to stop                     nothing follows (a stop, a reload, a retirement)
-    --once, and the batch is over           the supervisor stops with the master's code (0, 69, 75), or 69
+    --once, and the batch is over           the supervisor stops with the master's code (0, 3, 65, 69, 75), or 69
                                             when a worker could not reach its backends; with `batchd worker
                                             --once` each worker that exits 0 is not replaced, and the last
                                             one's end stops the supervisor with 0
@@ -19,6 +19,12 @@ from typing import Optional
 from ..errors import ExitCode
 from .child import Child, Plan, Seats
 
+# A once-mode master's end: the command's exit code and why.
+ONCE_ENDS = {ExitCode.OK: (ExitCode.OK, "the batch is over (--once)"),
+             ExitCode.TASKS_FAILED: (ExitCode.FAILURE, "the batch is over with failed tasks (--once ends with 1)"),
+             ExitCode.DATAERR: (ExitCode.DATAERR,
+                                "the batch is over and its quality checks flagged it (--once ends with 65; batchd quality)")}
+
 CONFIG_ATTEMPTS = 3       # configuration failures in a row before giving up with exit 78
 STABLE_AFTER = 30.0       # a child that ran this long before it ended starts a fresh backoff
 
@@ -35,9 +41,9 @@ def after_end(plan: Plan, seats: Seats, child: Child, code: int, now: float, ser
     if child.retiring_since is not None:
         return AfterEnd()
     role = child.spec.role
-    if plan.once and role == "master" and code in (ExitCode.OK, ExitCode.UNAVAILABLE, ExitCode.TEMPFAIL):
-        return AfterEnd(stop=(ExitCode(code),
-                              "the batch is over (--once)" if code == 0 else f"--once ends with {code}"))
+    if plan.once and role == "master" and code in (ExitCode.OK, ExitCode.UNAVAILABLE, ExitCode.TEMPFAIL,
+                                                   ExitCode.DATAERR, ExitCode.TASKS_FAILED):
+        return AfterEnd(stop=ONCE_ENDS.get(ExitCode(code), (ExitCode(code), f"--once ends with {code}")))
     if plan.once and code == ExitCode.UNAVAILABLE:     # a once-mode worker gave up on an outage
         return AfterEnd(stop=(ExitCode.UNAVAILABLE, "--once ends with 69: a worker could not reach its backends"))
     if plan.once and plan.verb == "worker" and code == 0:    # keep_alive=False: its batch is done

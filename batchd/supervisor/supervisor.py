@@ -352,7 +352,9 @@ class Supervisor:
         held = (f"; {lost.items} items of {len(lost.task_keys)} tasks lost from memory (tasks "
                 f"{', '.join(lost.task_keys)}): those tasks are not done, they come back through their leases"
                 if lost.task_keys else "")
-        level = logging.INFO if (code == 0 and not lost.task_keys) else logging.WARNING
+        # A once-mode master's 3 or 65 is how its batch ended, not a fault of the child: its close said why.
+        level = logging.INFO if (code in (ExitCode.OK, ExitCode.TASKS_FAILED, ExitCode.DATAERR)
+                                 and not lost.task_keys) else logging.WARNING
         log.log(level, "%s %s%s%s%s", child.label, describe_exit(code), after_abort(child, code), held, after.tail)
         self._ledger.clear(child.spec.row)
         child.process.close()

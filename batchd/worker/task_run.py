@@ -27,7 +27,8 @@ from ..errors import ConfigError
 from ..http import Request, RequestFailed
 from ..model import Lease, TaskFailure, task_key
 from ..recrawl.page_memory import PageMemory
-from ..recrawl.pages import ITEMS_UNCHANGED, UNCHANGED, items_signature
+from ..recrawl.pages import ITEMS_UNCHANGED, UNCHANGED, items_signature, settled_unchanged
+from ..quality.tally import QualityTally
 from ..settle import failures
 from ..task import TaskState
 from ..backends.ports import SeenFilter
@@ -66,6 +67,10 @@ class TaskRun:
     visits: list = field(default_factory=list)     # PageVisits: what its requests found (recrawl/)
     found_counted: bool = False   # what they found is in its batch's counters
     in_user_code: bool = False    # that thread is inside the spider's code (TASK_TIMEOUT may interrupt it)
+    quality_host: Optional[str] = None     # the host of the last response that reached the spider (quality/)
+    items_yielded: int = 0        # by its callbacks (counted only with the quality tally)
+    page_items: int = 0           # items_yielded when the last response came (quality/tally.py)
+    page_gaps: bool = False       # an item of that response lacks a good value somewhere
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -148,11 +153,12 @@ class TaskRunner:
     """Runs the tasks of one worker through its spider."""
 
     def __init__(self, spider, settings: Settings, downloader, gate: Gate, seen: SeenFilter, namespace: str,
-                 worker_name: str, memory: Optional[PageMemory] = None):
-        """`memory`: what re-crawls remember of pages (None: nothing, every page is fetched and parsed)."""
+                 worker_name: str, memory: Optional[PageMemory] = None, quality: Optional[QualityTally] = None):
+        """`memory`: what re-crawls remember of pages (None: nothing, every page is fetched and parsed);
+        `quality`: the worker's quality counters (None: QUALITY_CHECKS off, nothing counted)."""
         self.spider, self.settings, self.downloader, self.gate, self.seen = spider, settings, downloader, gate, seen
         self.namespace, self.worker_name = namespace, worker_name
-        self.memory = memory
+        self.memory, self.quality = memory, quality
         self._overridden_hooks = overridden_hooks(spider)
 
     def process(self, run: TaskRun, stop) -> Optional[NotYet]:
@@ -180,6 +186,8 @@ class TaskRunner:
                 if stop.cold:
                     log.info("task %s abandoned at a cold stop; its lease is given back", run.task_id)
                 self.gate.finish_requests(run)
+                if self.quality is not None and run.outcome == TaskState.DONE:
+                    self.quality.task_done(run, unchanged=settled_unchanged(run.visits))
         return wait
 
     def _advance(self, run: TaskRun, stop) -> Optional[NotYet]:
@@ -221,7 +229,11 @@ class TaskRunner:
             response = self._fetch(run, sent, attempts)
             if response.status_code == 304 and response.history and self.memory is not None:
                 response = self._fetch(run, self.memory.whole(sent), 0)
+            if self.quality is not None:
+                self.quality.answered(run, response)
         except RequestFailed as failure:
+            if self.quality is not None:
+                self.quality.failed(run, sent.url, failure.response_or_exception)
             if self.memory is not None:
                 self.memory.failed(run, request, failure.response_or_exception, page)
             run.last_failure = failure
@@ -241,7 +253,10 @@ class TaskRunner:
         callback = self._spider_method(callback)
         with user_code(run):
             produced = callback(request, response, task, **request.cb_kwargs)
-        return self._take(run, request_seq, callback, produced, held)
+        follow_ups = self._take(run, request_seq, callback, produced, held)
+        if self.quality is not None:
+            self.quality.parsed(run, response)
+        return follow_ups
 
     def _run_remembered(self, run: TaskRun, request: Request, request_seq: int, response, page, task: dict) -> list:
         """A response whose page is remembered (recrawl/): an unchanged page (a 304, or the same body) is
@@ -302,6 +317,8 @@ class TaskRunner:
             if isinstance(result, Request):
                 follow_ups.append(result)
             elif isinstance(result, Mapping):      # a dict, or a batchd.Item
+                if self.quality is not None:
+                    self.quality.item(run, result)
                 if held is None:
                     self.gate.add_item(run, request_seq, item_seq, result)
                 else:

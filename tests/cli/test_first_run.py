@@ -59,7 +59,7 @@ def test_the_readme_quick_start_runs_the_demo_in_a_fresh_virtualenv(tmp_path):
     assert f"items stored: {items}, in table demo_book_item" in done.stdout
     assert (total, done_count, failed, items) == (50, 49, 1, 49)
     assert "/books/50: HTTP 404" in done.stdout        # the failure was shown as it happened
-    assert "batchd run exited 0" in done.stdout
+    assert "batchd run exited 1 after" in done.stdout and "some tasks failed" in done.stdout     # the 404
 
 
 def test_a_project_of_ones_own_runs_as_the_readme_says(tmp_path, site):

@@ -187,8 +187,8 @@ def test_an_old_record_table_gets_the_stats_column(shared_backend, caplog):
     assert store.last_batch().counters == {"item/stored": 1, "retry/reason_count/HTTP 503": 2}
     assert json.loads(shared_backend.records()[0]["stats"]) == {"item/stored": 1, "retry/reason_count/HTTP 503": 2}
     added = sorted(r.getMessage() for r in caplog.records if "added the column" in r.getMessage())
-    assert len(added) == 4 and "opening" in added[0] and "reset_cursor" in added[1] and "spider_print" in added[2]
-    assert "counters" in added[3]
+    assert len(added) == 6 and "opening" in added[0] and "outcome" in added[1] and "quality" in added[2]
+    assert "reset_cursor" in added[3] and "spider_print" in added[4] and "counters" in added[5]
 
 
 # -- a flush across a Redis outage

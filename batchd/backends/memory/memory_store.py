@@ -144,6 +144,11 @@ class MemoryBatchStore(BatchStore):
         with self._lock:
             self._batch(batch_id).spider_print = spider.to_json()
 
+    def record_outcome(self, batch_id: int, outcome: str, quality: Optional[dict]) -> None:
+        with self._lock:
+            record = self._batch(batch_id)
+            record.outcome, record.quality = outcome, None if quality is None else plain_json(quality)
+
     def _batch(self, batch_id: int) -> BatchRecord:
         return next(b for b in self._batches if b.id == batch_id)
 

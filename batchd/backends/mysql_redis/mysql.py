@@ -88,6 +88,7 @@ class MysqlBatchStore(SqlBatchStore):
     cursor_type = "VARCHAR(1024)"
     stats_type = "JSON"
     print_type = "CHAR(40)"
+    outcome_type = "VARCHAR(16)"
     stamped_on_update = ()                   # update_time: ON UPDATE CURRENT_TIMESTAMP
 
     def __init__(self, url: Optional[str] = None, **connect_args):
@@ -317,6 +318,8 @@ class MysqlBatchStore(SqlBatchStore):
             `stats` JSON NULL,
             `opening` VARCHAR(1024) NULL,
             `spider_print` VARCHAR(1024) NULL,
+            `outcome` VARCHAR(16) NULL,
+            `quality` JSON NULL,
             `create_time` DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
             `update_time` DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
             PRIMARY KEY (`id`)

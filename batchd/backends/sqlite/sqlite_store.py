@@ -45,6 +45,7 @@ class SqliteBatchStore(SqlBatchStore):
     cursor_type = "TEXT"
     stats_type = "TEXT"
     print_type = "TEXT"
+    outcome_type = "TEXT"
     stamped_on_update = ("update_time",)
 
     def __init__(self, path, busy_timeout: float = BUSY_TIMEOUT):
@@ -156,6 +157,8 @@ class SqliteBatchStore(SqlBatchStore):
             "stats" TEXT,
             "opening" TEXT,
             "spider_print" TEXT,
+            "outcome" TEXT,
+            "quality" TEXT,
             "create_time" DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
             "update_time" DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP)""")
 

@@ -14,6 +14,7 @@ import time
 from typing import Optional
 
 from ...backends.sqlite.sqlite_store import SqliteBatchStore
+from ...errors import ExitCode
 from ...model import TaskLayout
 from ..status_text import bar
 from ...task import TaskState
@@ -22,6 +23,9 @@ from .demo_spider import BookSpider
 
 SPIDER = "batchd.cli.demo.demo_spider:BookSpider"
 RUN_TIMEOUT = 120.0
+# What `run --once` says of a batch that ran to its end, beside 0 (docs/architecture.md, Exit codes).
+RAN_TO_ITS_END: dict = {ExitCode.FAILURE: " (the batch ran to its end; some tasks failed)",
+                  ExitCode.DATAERR: " (the batch ran to its end; its data was flagged: batchd quality)"}
 
 
 class Terminal:
@@ -77,7 +81,8 @@ def run_demo(directory: str = "batchd-demo", workers: int = 2, terminal: Optiona
         site.stop()
     terminal.end_progress()
     terminal.say(summary(paths, code, elapsed))
-    return code
+    # The demo's out-of-print book fails on purpose: a batch that ran to its end is the demo working.
+    return ExitCode.OK if code in RAN_TO_ITS_END else code
 
 
 class DemoPaths:
@@ -203,7 +208,7 @@ def summary(paths: DemoPaths, code: int, elapsed: float) -> str:
     finally:
         conn.close()
     lines = ["",
-             f"batchd run exited {code} after {elapsed:.1f} s",
+             f"batchd run exited {code} after {elapsed:.1f} s{RAN_TO_ITS_END.get(code, '')}",
              f"tasks: {progress.total}, done {progress.done}, failed {progress.failed}"
              + (f" ({', '.join(failed)})" if failed else ""),
              f"items stored: {items}, in table demo_book_item of {paths.db}",

@@ -1,0 +1,66 @@
+"""`batchd quality [--batch N] [--host H] [--json]`: a closed batch's data quality, from its record: the flags
+first (one line each, as the master logged them), then a row per host: items, the coverage of each field,
+the share of the top body, each against the baseline (the median of the batches before). It changes
+nothing: reporting/quality_report.py gathers, this module lays out. Text from the crawl (hosts, fields,
+markers) is shown with its control characters escaped.
+
+The exit code says what the batch was, as `batchd run --once` does: 0 clean, 65 flagged, 1 tasks failed.
+"""
+import argparse
+import json
+from typing import Optional
+
+from ..errors import ExitCode
+from ..reporting.quality_report import gather_quality
+from ..service.systemd import escape_controls
+from .arguments import VerbGroup, positive, runtime_from_args, spider_and_config
+from .status_text import render_table
+
+VERBS = VerbGroup()
+verb = VERBS.verb
+
+EXIT_OF = {"flagged": ExitCode.DATAERR, "failed": ExitCode.FAILURE}
+
+
+def quality_arguments(parser: argparse.ArgumentParser) -> None:
+    spider_and_config(parser)
+    parser.add_argument("--batch", type=positive, metavar="N", help="the batch (default: the last one closed)")
+    parser.add_argument("--host", metavar="HOST", help="this host only (as the table names it: host[:port])")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+@verb("quality", "a closed batch's data quality: its flags, then items, field coverage and the top body's share "
+                 "per host against the baseline (exit 0 clean, 65 flagged, 1 tasks failed)", quality_arguments)
+def quality_verb(args: argparse.Namespace) -> int:
+    report = gather_quality(runtime_from_args(args), args.batch, args.host)
+    print(render_json(report) if args.json else render_quality(report))
+    return EXIT_OF.get(report["outcome"] or "", ExitCode.OK)
+
+
+def render_json(report: dict) -> str:
+    return json.dumps({key: report[key] for key in ("batch", "outcome", "flags", "hosts", "compared")}, indent=2,
+                      sort_keys=True)
+
+
+def render_quality(report: dict) -> str:
+    if not report["judged"]:
+        return (f"batch {report['batch']}: {report['outcome'] or 'closed'}; its data was not judged (QUALITY_CHECKS "
+                "off, or closed by a batchd without quality checks)")
+    compared = ", ".join(map(str, report["compared"])) or "none: a first batch"
+    flags = len(report["flags"])
+    lines = [f"batch {report['batch']}: {report['outcome']}, {flags} flag{'' if flags == 1 else 's'} "
+             f"(baseline: the median of batches {compared})"]
+    lines += [f"FLAG  {f['kind']}  {escape_controls(f['message'])}" for f in report["flags"]]
+    rows = [[escape_controls(row["host"]), _against(row["items"], row["items_before"], "{:.0f}"),
+             _against(row["top_body_share"], None, "{:.0%}"), str(row["kept"]),
+             "; ".join(f"{escape_controls(key.partition('.')[2])} "
+                       f"{_against(share, row['coverage_before'].get(key), '{:.0%}')}"
+                       for key, share in row["coverage"].items())] for row in report["hosts"]]
+    if rows:
+        lines += ["", render_table(("host", "items (before)", "top body", "unchanged", "coverage (before)"), rows,
+                                   (0, 4))]
+    return "\n".join(lines)
+
+
+def _against(now: float, before: Optional[float], shape: str) -> str:
+    return shape.format(now) if before is None else f"{shape.format(now)} ({shape.format(before)})"

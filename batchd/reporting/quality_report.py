@@ -1,0 +1,68 @@
+"""A closed batch's data quality, gathered as plain data from its record (quality/verdict.py wrote it at the
+close): `batchd quality` lays it out (cli/quality_verb.py), `batchd status` says how many flags.
+
+Nothing is measured or judged again here: the flags, each host's figures and its baseline are what the
+master kept, so the report of an old batch reads as its close did.
+"""
+from typing import Optional
+
+from ..model import BatchRecord
+from ..quality.measures import HostMeasures
+from ..quality.verdict import kept_quality
+from .failed_tasks import NoSuchBatch, chosen_batch
+
+
+def gather_quality(runtime, batch_id: Optional[int] = None, host: Optional[str] = None) -> dict:
+    """`batchd quality`: the batch's flags, then a row per host (items, coverage of each field, the top body's
+    share, each beside its baseline); `batch_id` None: the last closed batch; `host`: that host only."""
+    store = runtime.store
+    store.open(runtime.layout)
+    record = _closed_record(store, batch_id)
+    kept = kept_quality(record) or {}
+    flags = [f for f in kept.get("flags", []) if host is None or f["host"] == host]
+    baseline = kept.get("baseline", {})
+    hosts = [host_row(name, HostMeasures.from_json(data), baseline.get(name, {}))
+             for name, data in sorted(kept.get("hosts", {}).items()) if host is None or name == host]
+    return {"batch": record.id, "outcome": record.outcome, "judged": bool(kept), "flags": flags, "hosts": hosts,
+            "compared": kept.get("compared", [])}
+
+
+def _closed_record(store, batch_id: Optional[int]) -> BatchRecord:
+    asked, last = chosen_batch(store, batch_id)
+    if last is None:
+        raise NoSuchBatch("no batch has been opened yet")
+    records = store.recent_batches(last.id - asked + 2 if batch_id is not None else 2)
+    if batch_id is None:
+        record = next((r for r in records if r.is_done), None)
+    else:
+        record = next((r for r in records if r.id == asked), None)
+    if record is None or not record.is_done:
+        raise NoSuchBatch(f"batch {asked} is not closed yet: its quality is judged at its close"
+                          if record is not None or batch_id is not None else "no batch has closed yet")
+    return record
+
+
+def host_row(host: str, measures: HostMeasures, baseline: dict) -> dict:
+    """One host's figures beside its baseline's (None where the batches before had none)."""
+    coverage = measures.coverage()
+    before = baseline.get("coverage", {})
+    return {"host": host, "items": sum(measures.items.values()), "items_before": _sum_or_none(baseline.get("items")),
+            "tasks": measures.tasks, "no_item": measures.no_item, "kept": measures.kept,
+            "coverage": {key: round(share, 4) for key, share in sorted(coverage.items())},
+            "coverage_before": {key: round(share, 4) for key, share in sorted(before.items())},
+            "refused": measures.refused, "top_body_share": round(measures.top_body_share(), 4),
+            "bodies": measures.bodies, "markers": measures.markers, "statuses": measures.statuses}
+
+
+def _sum_or_none(items: Optional[dict]) -> Optional[float]:
+    return round(sum(items.values()), 1) if items else None
+
+
+def quality_line(store) -> Optional[dict]:
+    """{batch, outcome, flags} of the last closed batch that was judged (None: none yet): `batchd status`."""
+    for record in store.recent_batches(2):
+        if record.is_done:
+            kept = kept_quality(record)
+            return None if kept is None else {"batch": record.id, "outcome": record.outcome,
+                                               "flags": len(kept.get("flags", []))}
+    return None

@@ -1,0 +1,23 @@
+"""The shop spider of the data-quality tests (tests/quality/): one product item per /shop/<n> page
+(tests/httpserver.py), its title from <h1> as the site used to lay it out, and nothing from a page with no
+product."""
+import batchd as mw
+
+
+class Product(mw.Item):
+    url = mw.Field()
+    title = mw.Field()
+    price = mw.Field(pattern=r"\d+\.\d\d EUR")
+
+
+class ShopTask(mw.BatchSpider):
+    __task_table__ = "crawl_task"
+
+    def task_requests(self, task):
+        yield mw.Request(task["url"], callback=self.parse)
+
+    def parse(self, request, response, task):
+        price = response.css("span.price::text").get()
+        if price is not None:
+            yield Product(url=task["url"], title=response.css("h1::text").get(), price=price)
+        self.update_task(task["id"], ok=True)
