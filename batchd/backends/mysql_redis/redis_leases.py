@@ -196,7 +196,7 @@ class RedisLeaseQueue(RedisPort):
         return request.decode() if isinstance(request, bytes) else request
 
 
-def _kept(leases: list, lost: list) -> list:
+def _kept(leases: Sequence[Lease], lost: list) -> list:
     """The leases a renew / release script found still ours: it answers the positions (from 1) of the others,
     so that the usual answer, every lease kept, is an empty list."""
     if not lost:
