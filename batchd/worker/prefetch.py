@@ -14,11 +14,12 @@ more than the ledger has free slots for. While the queue is empty, a worker's id
 one look every EMPTY_RECHECK seconds, so they can poll often (a new batch starts at once) without a
 round trip each; each look that finds it empty again doubles that wait, up to EMPTY_RECHECK_MOST
 (a worker whose threads wait on a slow host's answers for a minute asks a few times a second, not
-twenty). A worker that has leased nothing yet since it started looks every EMPTY_RECHECK for its first
+twenty). A worker that has leased nothing since it started looks every EMPTY_RECHECK for its first
 FIRST_LEASE_WINDOW seconds, without doubling: started with its master, it finds the queue empty until the
-master has opened the batch and fed it, a few hundred ms, and by then the doubled wait would be 0.16 to
-0.4 s (the first fetch came up to that much after the queue was fed). A lease waiting here is renewed with the worker's others and given back at a stop, like
-any lease it holds: nothing about the guarantees changes, only the round trips.
+master has opened the batch and fed it, a few hundred ms, and by then the doubled wait was 0.16 to 0.4 s
+(the first lease came a median 160 ms after the queue was fed, now 20: docs/performance.md). A lease
+waiting here is renewed with the worker's others and given back at a stop, like any lease it holds:
+nothing about the guarantees changes, only the round trips.
 """
 import collections
 import itertools
