@@ -6,7 +6,8 @@ reach the site's thread, and on a busy machine that thread, one of the test proc
 the GIL: a late arrival followed by one on time reads as a gap shorter than the pace, which batchd never made.
 
 `Sends` records (time.monotonic(), url) as each attempt enters Downloader.download_once, the one door every
-attempt leaves batchd by, whichever downloader (a test's, or an InProcessBatch worker's) sends it:
+attempt leaves batchd by, whichever downloader (a test's, or an InProcessBatch worker's) sends it, and the
+latency the downloader measured for each answer (what the throttle learns from, longer on a busy machine):
 
     def test_...(site, sends):            # the fixture in tests/conftest.py
         ...
@@ -25,6 +26,9 @@ from batchd.download.downloader import Downloader
 # A pace is decided in the politeness or rate link; the record is taken a few links further in, by the same
 # thread. On a loaded machine that thread may lose the CPU in between: a preemption or two of the GIL's 5 ms.
 SEND_JITTER = 0.02
+# A thread that waited out a pace may wake late on a busy machine, and an answer take longer: that makes a gap
+# longer, never shorter. An allowance for the upper bounds only (a pace's lower bound is its own).
+LATE_WAKE = 0.1
 
 
 class Sends:
@@ -32,6 +36,7 @@ class Sends:
 
     def __init__(self):
         self.sent: list = []          # (time.monotonic(), url) of every attempt, in the order they left
+        self.latencies: list = []     # (url, seconds) of every attempt answered: what the downloader measured
         self._lock = threading.Lock()
         self._original = None
 
@@ -41,7 +46,10 @@ class Sends:
 
         def download_once(downloader, request):
             record(request.url)
-            return original(downloader, request)
+            response = original(downloader, request)
+            with self._lock:
+                self.latencies.append((request.url, response.elapsed))
+            return response
         Downloader.download_once = download_once      # type: ignore[method-assign]
         return self
 

@@ -12,7 +12,7 @@ from batchd.download.middlewares.politeness import PolitenessMiddleware
 from batchd.task import TaskState
 
 from harness import InProcessBatch, fetch_all, wait_for
-from pacing import SEND_JITTER
+from pacing import LATE_WAKE, SEND_JITTER
 from spiders.seed import CrawlTask
 
 
@@ -42,17 +42,12 @@ def test_requests_to_one_host_start_download_delay_apart_each_host_on_its_own(si
     downloader.close()
 
 
-# A thread that waited out a delay may wake late on a busy machine (the CPU and the GIL are shared): that makes
-# a gap longer, never shorter, so the upper bound allows for it; the lower one is the delay's own.
-LATE_WAKE = 0.1
-
-
 def test_a_randomised_delay_lies_between_half_and_one_and_a_half_times(site, sends):
     politeness = paces(delay=0.1)
     downloader = Downloader(middlewares=[PolitenessMiddleware(politeness)])
     for n in range(6):
         downloader.fetch(Request(site.url(f"/page/{n}")))
-    gaps = sends.gaps("/page/")
+    gaps = sends.gaps("/page/")       # a late wake lengthens a gap, never shortens one (tests/pacing.py)
     assert len(gaps) == 5 and all(0.05 - SEND_JITTER <= gap <= 0.15 + LATE_WAKE for gap in gaps), gaps
     downloader.close()
 
