@@ -12,7 +12,10 @@ from supervised import DAEMON_SETTINGS, batchd, slow_urls, start_batchd, workers
 from backend_ports import LONG, opener, ports, pushed  # noqa: F401  (fixtures)
 from dashboards import Web
 
-STOPPED_STALE = 10      # BATCH_LOST_TASK_STALE: a stopped worker's leases count as stalled after 6 s unrenewed
+# BATCH_LOST_TASK_STALE for a stopped worker: its leases count as stalled after STALE / 2 + 1 s unrenewed (11 s) and
+# are reclaimed at STALE: the test reads two reports (a `batchd status` each, seconds on a busy machine) in the
+# STALE / 2 - 1 s between (9 s; with 10 it had 4, and missed them under load).
+STOPPED_STALE = 20
 DAEMON_STALE = DAEMON_SETTINGS["BATCH_LOST_TASK_STALE"]     # what start_batchd gives the daemon
 DEAD_STALE = 24         # longer than a snapshot's TTL (11 s): a dead worker's leases are still held when looked at
 
@@ -95,9 +98,9 @@ def test_why_names_a_stopped_worker_its_leases_and_the_oldest_tasks(shared_backe
         os.kill(frozen, signal.SIGSTOP)
         report = why_until(shared_backend, STOPPED_STALE,
                            lambda r: (holder_of(r, frozen) or {}).get("state") == "stalled",
-                           "its leases to go unrenewed", timeout=20)
+                           "its leases to go unrenewed", timeout=STOPPED_STALE + 10)
         held = holder_of(report, frozen)
-        assert held["leases"] > 0 and 0 < held["expires_in"] <= 4 and held["worker"]
+        assert held["leases"] > 0 and 0 < held["expires_in"] <= STOPPED_STALE / 2 - 1 and held["worker"]
         assert report["tasks"]["leased_stalled"] == held["leases"]
         assert report["tasks"]["leased"] >= report["tasks"]["leased_live"] + held["leases"]
         assert report["tasks"]["total"] == 40 and report["tasks"]["pending"] + report["tasks"]["queued"] \
@@ -139,15 +142,17 @@ def test_why_names_the_leases_of_a_dead_worker_whose_supervisor_is_gone(shared_b
 
 
 def test_why_says_paused_and_finished(shared_backend, site, procs):
-    shared_backend.create_tasks(slow_urls(site, 12, seconds=1))
-    # Two threads: six seconds of work, which the pause (a command's start, a second) lands well within.
+    # Gated pages (tests/httpserver.py): the batch cannot finish before the pause, however long a command takes.
+    shared_backend.create_tasks([site.url(f"/gated/{n}") for n in range(1, 13)])
     proc = start_batchd(procs, shared_backend, "run", "--workers", "1", SPIDER_THREAD_COUNT=2)
-    wait_for(lambda: why(shared_backend)["batch"], message="a batch open")
+    wait_for(lambda: site.held() == 2, message="two tasks at the gate")
     assert batchd("pause", "spiders/seed.py:CrawlTask", backend=shared_backend).returncode == 0
     report = why(shared_backend)
+    assert report["batch"] and not report["batch"]["is_done"]
     assert report["paused_since"] and report["verdict"].startswith("paused since ")
     assert "nothing is leased until `batchd resume`" in why_text(shared_backend)
     assert batchd("resume", "spiders/seed.py:CrawlTask", backend=shared_backend).returncode == 0
+    site.gate.set()
     wait_for(lambda: batch_done(shared_backend), message="the batch to finish")
     report = why(shared_backend)
     assert report["batch"]["is_done"] and report["next_due"]
