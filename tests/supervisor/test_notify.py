@@ -1,8 +1,7 @@
 """What the supervisor tells systemd, captured on a real AF_UNIX datagram NOTIFY_SOCKET with the
 sender's pid (SO_PASSCRED) and when it sent each (the kernel's stamp, SO_TIMESTAMPNS: the watchdog's rhythm
 is measured at the sender, not at a reading thread a busy machine delays), as systemd receives it: READY,
-WATCHDOG at half of WATCHDOG_USEC,
-STATUS, STOPPING with EXTEND_TIMEOUT_USEC, RELOADING then READY; and only ever from the supervisor."""
+WATCHDOG at half of WATCHDOG_USEC, STATUS, STOPPING with EXTEND_TIMEOUT_USEC, RELOADING then READY; and only ever from the supervisor."""
 import multiprocessing
 import os
 import re

@@ -120,16 +120,24 @@ def test_actions_in_the_browser_take_the_token_and_crawled_script_stays_text(sha
     browser.get(f"{web.base}/ns/{web.api('namespaces')[0]['namespace']}/")
 
     def press(button: str, token: str) -> str:
-        field = browser.find_element(By.ID, "token")
-        field.clear()
-        if token:
-            field.send_keys(token)
-        browser.find_element(By.CSS_SELECTOR, f'button[data-action="{button}"]').click()
-        wait_for(lambda: browser.find_element(By.ID, "action-result").get_attribute("data-status"), timeout=10,
-                 message=f"the answer to {button}")
-        said = text_of(browser, "action-result")
-        browser.execute_script("document.getElementById('action-result').removeAttribute('data-status');")
-        return said
+        """The answer shown to a press of `button` with `token` in the field. The page reloads itself every few
+        seconds (not while the field has the focus, an action is on its way, or its answer was just shown):
+        a reload that lands before the click leaves the elements held stale, and the press is made again."""
+        def pressed():
+            try:
+                field = browser.find_element(By.ID, "token")
+                field.clear()
+                if token:
+                    field.send_keys(token)
+                result = browser.find_element(By.ID, "action-result")
+                browser.find_element(By.CSS_SELECTOR, f'button[data-action="{button}"]').click()
+                wait_for(lambda: result.get_attribute("data-status"), timeout=30, message=f"the answer to {button}")
+                said = result.text
+                browser.execute_script("arguments[0].removeAttribute('data-status');", result)
+                return said
+            except StaleElementReferenceException:
+                return None
+        return wait_for(pressed, timeout=90, message=f"a press of {button} answered")
 
     assert press("pause", "").startswith("401")
     assert press("pause", "not-the-token").startswith("403")
@@ -137,7 +145,7 @@ def test_actions_in_the_browser_take_the_token_and_crawled_script_stays_text(sha
     assert press("pause", TOKEN).startswith("200")
     assert json.loads(batchd("status", TELLING, "--json", backend=shared_backend).stdout)["paused_since"] is not None
     # (the dashboard reuses what it read for a second: a reload may still show the namespace running)
-    wait_for(lambda: browser.refresh() or "Paused since" in (shown(browser, "paused") or ""), timeout=10,
+    wait_for(lambda: browser.refresh() or "Paused since" in (shown(browser, "paused") or ""), timeout=30,
              message="the page saying paused")
     assert press("resume", TOKEN).startswith("200")
     assert json.loads(batchd("status", TELLING, "--json", backend=shared_backend).stdout)["paused_since"] is None
