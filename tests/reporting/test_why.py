@@ -182,7 +182,7 @@ def test_why_names_the_host_a_paced_batch_waits_on(shared_backend, site, procs):
     host = site.url("/")[len("http://"):-1]
     assert report["waiting_on_hosts"][0]["host"] == host and f"most on {host}" in report["verdict"]
     web = Web(procs, shared_backend, spider="spiders/seed.py:CrawlTask", DOMAIN_RATE_LIMIT=1)
-    wait_for(lambda: "wait on their hosts' turn" in web.api("why")["verdict"], timeout=15,
+    wait_for(lambda: "wait on their hosts' turn" in web.api("why")["verdict"], timeout=30,
              message="the dashboard's verdict")
     page = web.get(f"/ns/{report['namespace']}/").text
     assert "wait on their hosts&#x27; turn" in page and f"Set aside, waiting on their host: {host}" in page
@@ -204,7 +204,7 @@ def test_why_names_the_outage_the_workers_wait_out(private_mysql, site, procs):
     report = why_until(backend, DAEMON_STALE, lambda r: r["verdict"].startswith("the workers wait for MySQL since "),
                        message="the verdict naming the outage")
     assert report["outages"] and report["outages"][0]["backend"] == "MySQL" and report["unreachable"]
-    wait_for(lambda: web.api("why")["verdict"].startswith("the workers wait for MySQL since "), timeout=15,
+    wait_for(lambda: web.api("why")["verdict"].startswith("the workers wait for MySQL since "), timeout=30,
              message="the dashboard's verdict")
     page = web.get(f"/ns/{report['namespace']}/").text
     assert "MISSING" in page and "waits for MySQL since" in page
