@@ -194,7 +194,8 @@ def test_why_names_the_outage_the_workers_wait_out(private_mysql, site, procs):
     """MySQL down mid-batch: the verdict, from the supervisors' snapshots in Redis, is the outage, in the command
     and on the dashboard (which says what it cannot read)."""
     db, backend = private_mysql
-    backend.create_tasks(slow_urls(site, 30, seconds=0.3))
+    # Two gated pages at the end (tests/httpserver.py): the batch stays open, however long the outage takes to show.
+    backend.create_tasks(slow_urls(site, 30, seconds=0.3) + [site.url(f"/gated/{n}") for n in (1, 2)])
     proc = start_batchd(procs, backend, "run", "--workers", "1")
     web = Web(procs, backend, spider="spiders/seed.py:CrawlTask")
     why_until(backend, DAEMON_STALE, lambda r: r["tasks"] and r["tasks"]["settled"] > 0,
@@ -210,6 +211,7 @@ def test_why_names_the_outage_the_workers_wait_out(private_mysql, site, procs):
     assert "MISSING" in page and "waits for MySQL since" in page
     db.start()
     backend.reconnect()
+    site.gate.set()
     wait_for(lambda: batch_done(backend), timeout=60, message="the batch finished once MySQL is back")
     proc.send(signal.SIGTERM)
     assert proc.wait(30) == 0, proc.output()
