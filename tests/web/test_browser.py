@@ -69,7 +69,9 @@ def loaded_from(browser) -> set:
 
 
 def test_the_dashboard_in_a_browser_follows_the_batch(shared_backend, site, procs, browser):
-    shared_backend.create_tasks(slow_urls(site, 150, seconds=0.1) + failing_urls(site))
+    # Four gated pages (tests/httpserver.py): the batch is still running while the page is watched mid-batch.
+    shared_backend.create_tasks(slow_urls(site, 146, seconds=0.1) + [site.url(f"/gated/{n}") for n in range(4)]
+                                + failing_urls(site))
     web = Web(procs, shared_backend)
     namespace = web.api("namespaces")[0]["namespace"]
     start_batchd(procs, shared_backend, "run", "--workers", "1", spider=TELLING, SPIDER_THREAD_COUNT=2)
@@ -87,6 +89,7 @@ def test_the_dashboard_in_a_browser_follows_the_batch(shared_backend, site, proc
     assert seen == sorted(seen), seen
     assert figure(browser, "total") == 155 and text_of(browser, "batch-state") == "running"
     keep(browser, f"mid-batch-{shared_backend.__class__.__name__}")
+    site.gate.set()
     wait_for(lambda: shown(browser, "settled") not in (None, str(seen[-1])), timeout=30,
              message="the page reloading itself with a newer figure")
 
