@@ -45,6 +45,13 @@ def slow_urls(site, count, seconds=0.4):
     return [site.url(f"/slow?seconds={seconds}&task={n}") for n in range(1, count + 1)]
 
 
+def gated_urls(site, count):
+    """Pages held until the test opens the site's gate (site.gate.set(): tests/httpserver.py /gated/<n>), one
+    distinct URL per task: a batch with them cannot finish, nor its workers write them back, before the test
+    has done what it would otherwise race."""
+    return [site.url(f"/gated/{n}") for n in range(1, count + 1)]
+
+
 # -- the process tree, from /proc
 def children_of(pid: int) -> list:
     found = []

@@ -12,7 +12,7 @@ from batchd.reporting.snapshots import (LIFE_POINTS, MAX_SAMPLES, RATE_WINDOW, S
                                       window_rate)
 from batchd.task import TaskState
 from harness import wait_for
-from supervised import SEED, NotifySocket, batchd, slow_urls, start_batchd
+from supervised import SEED, NotifySocket, batchd, gated_urls, slow_urls, start_batchd
 
 TASKS = 1200
 GATED = 16                  # tasks at the end that wait at the site's gate: the batch cannot end before it is measured
@@ -42,7 +42,7 @@ class TableCounts:
 def test_rate_and_eta_follow_the_tally_mid_batch(shared_backend, site, procs):
     # The gated tasks come last (tests/httpserver.py /gated/<n>): however slowly the commands below run on a busy
     # machine, the batch is still open when they read it, and its rate is that of the last RATE_WINDOW.
-    shared_backend.create_tasks(slow_urls(site, TASKS, seconds=0.1) + [site.url(f"/gated/{n}") for n in range(GATED)])
+    shared_backend.create_tasks(slow_urls(site, TASKS, seconds=0.1) + gated_urls(site, GATED))
     table = TableCounts(shared_backend)
     with NotifySocket() as notify:
         proc = start_batchd(procs, shared_backend, "run", "--workers", "2", BATCH_MONITOR_INTERVAL=STALE_PATROLS,

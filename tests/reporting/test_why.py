@@ -8,7 +8,7 @@ import signal
 import socket
 
 from harness import batch_done, wait_for
-from supervised import DAEMON_SETTINGS, batchd, slow_urls, start_batchd, workers_of
+from supervised import DAEMON_SETTINGS, batchd, gated_urls, slow_urls, start_batchd, workers_of
 from backend_ports import LONG, opener, ports, pushed  # noqa: F401  (fixtures)
 from dashboards import Web
 
@@ -143,7 +143,7 @@ def test_why_names_the_leases_of_a_dead_worker_whose_supervisor_is_gone(shared_b
 
 def test_why_says_paused_and_finished(shared_backend, site, procs):
     # Gated pages (tests/httpserver.py): the batch cannot finish before the pause, however long a command takes.
-    shared_backend.create_tasks([site.url(f"/gated/{n}") for n in range(1, 13)])
+    shared_backend.create_tasks(gated_urls(site, 12))
     proc = start_batchd(procs, shared_backend, "run", "--workers", "1", SPIDER_THREAD_COUNT=2)
     wait_for(lambda: site.held() == 2, message="two tasks at the gate")
     assert batchd("pause", "spiders/seed.py:CrawlTask", backend=shared_backend).returncode == 0
@@ -194,14 +194,16 @@ def test_why_names_the_outage_the_workers_wait_out(private_mysql, site, procs):
     """MySQL down mid-batch: the verdict, from the supervisors' snapshots in Redis, is the outage, in the command
     and on the dashboard (which says what it cannot read)."""
     db, backend = private_mysql
-    # Two gated pages at the end (tests/httpserver.py): the batch stays open, however long the outage takes to show.
-    backend.create_tasks(slow_urls(site, 30, seconds=0.3) + [site.url(f"/gated/{n}") for n in (1, 2)])
+    # Two gated pages at the end, let go once MySQL is down: the batch cannot finish before the outage, and
+    # their write-backs meet it.
+    backend.create_tasks(slow_urls(site, 30, seconds=0.3) + gated_urls(site, 2))
     proc = start_batchd(procs, backend, "run", "--workers", "1")
     web = Web(procs, backend, spider="spiders/seed.py:CrawlTask")
     why_until(backend, DAEMON_STALE, lambda r: r["tasks"] and r["tasks"]["settled"] > 0,
               message="the batch under way")
     backend.conn.close()
     db.stop()
+    site.gate.set()
     report = why_until(backend, DAEMON_STALE, lambda r: r["verdict"].startswith("the workers wait for MySQL since "),
                        message="the verdict naming the outage")
     assert report["outages"] and report["outages"][0]["backend"] == "MySQL" and report["unreachable"]
@@ -211,7 +213,6 @@ def test_why_names_the_outage_the_workers_wait_out(private_mysql, site, procs):
     assert "MISSING" in page and "waits for MySQL since" in page
     db.start()
     backend.reconnect()
-    site.gate.set()
     wait_for(lambda: batch_done(backend), timeout=60, message="the batch finished once MySQL is back")
     proc.send(signal.SIGTERM)
     assert proc.wait(30) == 0, proc.output()

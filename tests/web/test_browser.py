@@ -10,7 +10,7 @@ import pytest
 
 from harness import wait_for
 from pngs import colours
-from supervised import batchd, slow_urls, start_batchd
+from supervised import batchd, gated_urls, slow_urls, start_batchd
 from dashboards import SCRIPT, TELLING, TOKEN, Web, failing_urls, table_counts
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="pip install selenium (the test extra)")
@@ -70,8 +70,7 @@ def loaded_from(browser) -> set:
 
 def test_the_dashboard_in_a_browser_follows_the_batch(shared_backend, site, procs, browser):
     # Four gated pages (tests/httpserver.py): the batch is still running while the page is watched mid-batch.
-    shared_backend.create_tasks(slow_urls(site, 146, seconds=0.1) + [site.url(f"/gated/{n}") for n in range(4)]
-                                + failing_urls(site))
+    shared_backend.create_tasks(slow_urls(site, 146, seconds=0.1) + gated_urls(site, 4) + failing_urls(site))
     web = Web(procs, shared_backend)
     namespace = web.api("namespaces")[0]["namespace"]
     start_batchd(procs, shared_backend, "run", "--workers", "1", spider=TELLING, SPIDER_THREAD_COUNT=2)
