@@ -2,6 +2,8 @@
 CONCURRENT_REQUESTS_PER_DOMAIN requests in flight to a host, DOWNLOAD_DELAY between two starts, each
 host on its own; measured where batchd sends (tests/pacing.py), against the local site (tests/httpserver.py)."""
 
+import time
+
 from batchd.config import Settings
 from batchd.download.downloader import Downloader
 from batchd.http import Request
@@ -43,12 +45,24 @@ def test_requests_to_one_host_start_download_delay_apart_each_host_on_its_own(si
 
 
 def test_a_randomised_delay_lies_between_half_and_one_and_a_half_times(site, sends):
-    politeness = paces(delay=0.1)
-    downloader = Downloader(middlewares=[PolitenessMiddleware(politeness)])
+    # The gaps the paces choose, on a clock of the test's own: each start books the next one gap later.
+    now = [1000.0]
+    chosen, url = [], site.url("/page/0")
+    clocked = HostPaces(HostTerms(Terms(delay=0.1)), randomize=True, clock=lambda: now[0])
+    for _ in range(200):
+        assert clocked.take(url) == 0
+        clocked.give_back(url)
+        chosen.append(clocked.take(url))        # taking nothing: how long before the next start
+        now[0] += chosen[-1]
+    assert 0.05 <= min(chosen) and max(chosen) <= 0.15 and max(chosen) - min(chosen) > 0.05, (min(chosen), max(chosen))
+    # And kept by a downloader: each gap at least the least of them; longer by what a busy machine adds (a wake
+    # late, an answer slow: never shorter, tests/pacing.py), at most the longest and the answer before it.
+    downloader = Downloader(middlewares=[PolitenessMiddleware(paces(delay=0.1))])
     for n in range(6):
         downloader.fetch(Request(site.url(f"/page/{n}")))
-    gaps = sends.gaps("/page/")       # a late wake lengthens a gap, never shortens one (tests/pacing.py)
-    assert len(gaps) == 5 and all(0.05 - SEND_JITTER <= gap <= 0.15 + LATE_WAKE for gap in gaps), gaps
+    gaps, latencies = sends.gaps("/page/"), [seconds for _, seconds in sends.latencies]
+    assert len(gaps) == 5 and all(0.05 - SEND_JITTER <= gap <= max(0.15, latency) + LATE_WAKE
+                                  for gap, latency in zip(gaps, latencies)), (gaps, latencies)
     downloader.close()
 
 
@@ -85,24 +99,41 @@ def rates_of(backend, **settings):
     return runtime.backend.host_rates(runtime.namespace)
 
 
+def booked(reserve, count) -> tuple:
+    """(the waits of `count` bookings one after the other, the seconds they took): a wait is counted from when its
+    booking was made, so each is shorter than its slot's distance from the first by up to the time between them."""
+    started = time.monotonic()
+    waits = [reserve() for _ in range(count)]
+    return waits, time.monotonic() - started
+
+
+CLOCKS = 0.01       # Redis's clock against this process's: the port books in Redis's TIME
+
+
 def test_each_booking_starts_one_interval_after_the_last(backend):
     rates = rates_of(backend)
-    waits = [rates.reserve("one.example", 10, 1) for _ in range(4)]
-    assert waits[0] == 0 and all(abs(w - 0.1 * n) < 0.03 for n, w in enumerate(waits)), waits
+    waits, took = booked(lambda: rates.reserve("one.example", 10, 1), 4)
+    assert waits[0] == 0 and all(0.1 * n - took - CLOCKS <= w <= 0.1 * n + CLOCKS
+                                 for n, w in enumerate(waits)), (waits, took)
     assert rates.reserve("b.example", 10, 1) == 0, "another host books on its own"
 
 
 def test_a_burst_starts_together_after_a_lull(backend):
     rates = rates_of(backend)
-    waits = [rates.reserve("burst.example", 10, 3) for _ in range(5)]
-    assert waits[:3] == [0, 0, 0] and 0.07 < waits[3] < 0.13 and 0.17 < waits[4] < 0.23, waits
+    waits, took = booked(lambda: rates.reserve("burst.example", 10, 3), 5)
+    assert waits[:3] == [0, 0, 0], waits
+    assert 0.1 - took - CLOCKS <= waits[3] <= 0.1 + CLOCKS and 0.2 - took - CLOCKS <= waits[4] <= 0.2 + CLOCKS, \
+        (waits, took)
 
 
 def test_on_redis_the_limit_holds_for_every_worker_of_the_namespace(mysql_backend):
     one, other = rates_of(mysql_backend), rates_of(mysql_backend)
     assert one is not other and one.redis is not other.redis, "two workers, two connections"
+    started = time.monotonic()
     assert one.reserve("shared.example", 5, 1) == 0
-    assert 0.15 < other.reserve("shared.example", 5, 1) < 0.25, "booked behind the other worker's request"
+    second = other.reserve("shared.example", 5, 1)
+    took = time.monotonic() - started
+    assert 0.2 - took - CLOCKS <= second <= 0.2 + CLOCKS, ("booked behind the other worker's request", second, took)
 
 
 def test_a_batch_of_two_workers_keeps_to_the_rate(shared_backend, site, sends):
