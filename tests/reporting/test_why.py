@@ -8,14 +8,11 @@ import signal
 import socket
 
 from harness import batch_done, wait_for
-from supervised import DAEMON_SETTINGS, batchd, gated_urls, slow_urls, start_batchd, workers_of
+from supervised import DAEMON_SETTINGS, batchd, gated_urls, masters_of, slow_urls, start_batchd, workers_of
 from backend_ports import LONG, opener, ports, pushed  # noqa: F401  (fixtures)
 from dashboards import Web
 
-# BATCH_LOST_TASK_STALE for a stopped worker: its leases count as stalled after STALE / 2 + 1 s unrenewed (16 s) and
-# are reclaimed at STALE: the test reads two reports (a `batchd status` each, up to 5 s at a load of 20 on two CPUs)
-# in the STALE / 2 - 1 s between (14 s; with 10 it had 4, and missed them under load).
-STOPPED_STALE = 30
+STOPPED_STALE = 10      # BATCH_LOST_TASK_STALE: a stopped worker's leases count as stalled after 6 s unrenewed
 DAEMON_STALE = DAEMON_SETTINGS["BATCH_LOST_TASK_STALE"]     # what start_batchd gives the daemon
 DEAD_STALE = 40         # well past a snapshot's TTL (11 s): a dead worker's leases are still held when looked at, twice
 
@@ -91,22 +88,27 @@ def test_why_names_a_stopped_worker_its_leases_and_the_oldest_tasks(shared_backe
     proc = start_batchd(procs, shared_backend, "run", "--workers", "2", CHILD_TIMEOUT=120,
                         BATCH_LOST_TASK_STALE=STOPPED_STALE)
     wait_for(lambda: len(workers_of(proc.pid)) == 2, message="two workers")
-    frozen = workers_of(proc.pid)[0]
+    frozen, master = workers_of(proc.pid)[0], masters_of(proc.pid)[0]
     try:
         why_until(shared_backend, STOPPED_STALE, lambda r: (holder_of(r, frozen) or {}).get("state") == "live",
                   "the worker to hold leases")
+        # The master is stopped too: nothing requeues the stopped worker's leases once they are due, so the reports
+        # below (a `batchd status` each, up to 5 s at a load of 20 on two CPUs) all find them held, stalled and due.
         os.kill(frozen, signal.SIGSTOP)
+        os.kill(master, signal.SIGSTOP)
         report = why_until(shared_backend, STOPPED_STALE,
-                           lambda r: (holder_of(r, frozen) or {}).get("state") == "stalled",
-                           "its leases to go unrenewed", timeout=STOPPED_STALE + 10)
+                           lambda r: (holder_of(r, frozen) or {}).get("state") == "stalled"
+                           and holder_of(r, frozen)["expires_in"] <= 0,
+                           "its leases to go unrenewed past their deadline", timeout=STOPPED_STALE + 30)
         held = holder_of(report, frozen)
-        assert held["leases"] > 0 and 0 < held["expires_in"] <= STOPPED_STALE / 2 - 1 and held["worker"]
+        assert held["leases"] > 0 and held["expires_in"] <= 0 and held["worker"]
         assert report["tasks"]["leased_stalled"] == held["leases"]
         assert report["tasks"]["leased"] >= report["tasks"]["leased_live"] + held["leases"]
         assert report["tasks"]["total"] == 40 and report["tasks"]["pending"] + report["tasks"]["queued"] \
             + report["tasks"]["leased"] + report["tasks"]["settled"] == 40
         assert report["verdict"].startswith(f"waiting on {held['leases']} tasks held by a stalled worker")
-        assert f"pid {frozen}" in report["verdict"] and "BATCH_LOST_TASK_STALE" in report["verdict"]
+        assert f"pid {frozen}" in report["verdict"] and report["verdict"].endswith(
+            "their leases are due: the master requeues them at its next patrol")
         oldest = report["oldest"]
         assert oldest and all(task["held_seconds"] >= 4 for task in oldest)      # held since before the stop
         assert [t["held_seconds"] for t in oldest] == sorted((t["held_seconds"] for t in oldest), reverse=True)
@@ -116,6 +118,7 @@ def test_why_names_a_stopped_worker_its_leases_and_the_oldest_tasks(shared_backe
         assert "verdict  waiting on" in text and "held by a stalled worker" in text
     finally:
         kill_quietly(frozen)
+        kill_quietly(master)
 
 
 def test_why_names_the_leases_of_a_dead_worker_whose_supervisor_is_gone(shared_backend, site, procs):

@@ -52,6 +52,14 @@ def shown(browser, element_id: str):
         return None
 
 
+def fresh(look):
+    """What `look()` returns, or None if the page reloaded itself under it (an element it held went stale)."""
+    try:
+        return look()
+    except (NoSuchElementException, StaleElementReferenceException):
+        return None
+
+
 def figure(browser, element_id: str) -> int:
     return int(text_of(browser, element_id))
 
@@ -153,8 +161,11 @@ def test_actions_in_the_browser_take_the_token_and_crawled_script_stays_text(sha
     assert json.loads(batchd("status", TELLING, "--json", backend=shared_backend).stdout)["paused_since"] is None
 
     # -- the failures page: the crawled <script> is shown as text and runs nowhere
-    browser.find_element(By.LINK_TEXT, "Failures").click()
-    reasons = [cell.text for cell in browser.find_elements(By.CSS_SELECTOR, "#failures td.reason")]
+    # (each page reloads itself: what a reload made stale is looked up again)
+    wait_for(lambda: fresh(lambda: browser.find_element(By.LINK_TEXT, "Failures").click() or True),
+             message="the Failures link followed")
+    reasons = wait_for(lambda: fresh(lambda: [cell.text for cell in browser.find_elements(
+        By.CSS_SELECTOR, "#failures td.reason")]), message="the failures page's reasons")
     assert f"ValueError: {SCRIPT}" in reasons, reasons
     assert not browser.find_elements(By.CSS_SELECTOR, "main script")
     with pytest.raises(NoAlertPresentException):
