@@ -210,7 +210,7 @@ class NotifySocket:
         with self._lock:
             return {pid for _, pid, _ in self.messages}
 
-    def wait_for(self, prefix: str, count: int = 1, timeout: float = 30.0) -> list:
+    def wait_for(self, prefix: str, count: int = 1, timeout: float = 60.0) -> list:
         return wait_for(lambda: len(self.fields(prefix)) >= count and self.fields(prefix), timeout,
                         message=f"{count} x {prefix!r} on the notify socket")
 

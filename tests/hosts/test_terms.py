@@ -112,7 +112,8 @@ def test_one_hosts_rate_holds_at_it_and_not_at_the_other(site, sends, tmp_path):
 
 
 def test_one_hosts_headers_and_timeout(site, tmp_path):
-    settings = settings_from(tmp_path, '[hosts."localhost"]\ntimeout = 0.2\nheaders = { X-Host-Terms = "yes" }\n',
+    # A timeout of 1 s: a busy machine's site (a thread of this process) may take a few hundred ms to answer at all.
+    settings = settings_from(tmp_path, '[hosts."localhost"]\ntimeout = 1.0\nheaders = { X-Host-Terms = "yes" }\n',
                              BATCHD_SPIDER_MAX_RETRY_TIMES="0")
     downloader = downloader_for(settings, threads=1, sleep=sleep_without_stop)
     other = site.url("/echo").replace("127.0.0.1", "localhost")
@@ -120,8 +121,8 @@ def test_one_hosts_headers_and_timeout(site, tmp_path):
     assert "x-host-terms" not in downloader.fetch(Request(site.url("/echo"))).json()["headers"]
     assert downloader.fetch(Request(other, headers={"X-Host-Terms": "mine"})).json()["headers"]["x-host-terms"] == "mine"
     with pytest.raises(RequestFailed, match="Timeout"):
-        downloader.fetch(Request(site.url("/slow?seconds=0.6").replace("127.0.0.1", "localhost")))
-    assert downloader.fetch(Request(site.url("/slow?seconds=0.6"))).status_code == 200
+        downloader.fetch(Request(site.url("/slow?seconds=1.5").replace("127.0.0.1", "localhost")))
+    assert downloader.fetch(Request(site.url("/slow?seconds=1.5"))).status_code == 200
     downloader.close()
 
 
