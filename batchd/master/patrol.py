@@ -23,7 +23,6 @@ thread of its own so that a long reset or a slow query never lets it lapse.
 Outages are waited out (batchd/service/outages.py): for ever by a resident master; in once mode,
 unreachable at start is final (exit 69), an outage later for up to OUTAGE_TIMEOUT.
 """
-import collections
 import logging
 import os
 import socket
@@ -45,6 +44,7 @@ from ..backends.ports import MasterPorts, claim_namespace
 from ..quality.verdict import FAILED, FLAGGED, QualityJudge, outcome_of
 from ..schedule import is_due, next_due
 from ..settle.batch_stats import report
+from ..settle.progress_rate import ProgressRate
 from ..task import Move
 from ..service.threads import Heart
 from .lock_keeper import LockKeeper
@@ -55,42 +55,10 @@ log = logging.getLogger("batchd.master")
 WAKE_GAP = 0.03         # seconds between two patrols triggered by wake-ups
 FIRST_CLAIM = 256       # tasks claimed first into an empty queue (refill)
 LOCK_POLL = 2.0
-RATE_WINDOW = 120.0     # seconds of progress samples behind the rate and the ETA
 ORPHAN_SCAN_LIMIT = 10000
 ANY_AGE = -DAY          # an age every task in processing is older than (stale_processing's bound)
 WALK_BUDGET = 0.15      # seconds of a walk (the reset, a reconciliation) in one patrol
 RESET_REPORT_EVERY = 10.0   # seconds between two lines on a reset under way
-
-
-class ProgressRate:
-    """Settled tasks per second over the last RATE_WINDOW seconds, and the ETA it gives."""
-
-    def __init__(self):
-        self.samples: collections.deque = collections.deque()
-
-    def add(self, settled: int) -> None:
-        now = time.monotonic()
-        self.samples.append((now, settled))
-        while self.samples and now - self.samples[0][0] > RATE_WINDOW:
-            self.samples.popleft()
-
-    def clear(self) -> None:
-        self.samples.clear()
-
-    def per_second(self) -> float:
-        if len(self.samples) < 2:
-            return 0.0
-        (t0, s0), (t1, s1) = self.samples[0], self.samples[-1]
-        return max(0.0, (s1 - s0) / (t1 - t0)) if t1 > t0 else 0.0
-
-    def eta(self, remaining: int) -> str:
-        rate = self.per_second()
-        if remaining <= 0:
-            return "0s"
-        if rate <= 0:
-            return "unknown"
-        seconds = int(remaining / rate)
-        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
 
 
 class Master:

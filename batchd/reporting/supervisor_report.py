@@ -24,7 +24,7 @@ from typing import Mapping, Optional
 
 from ..backends.ports import SupervisorPorts
 from ..config import Settings
-from ..master.patrol import ProgressRate
+from ..settle.progress_rate import ProgressRate
 from ..settle.ledger import LedgerBlock
 from .metrics import MetricsServer
 from .snapshots import SettledSamples, SnapshotPublisher, status_line
