@@ -192,7 +192,7 @@ class TaskRunner:
         except TaskTimedOut:
             pass                      # failed and logged by the watching thread already
         except BlockPage as page:
-            log.info("task %s goes back to pending: %s at %s", run.task_id, page, run.url)
+            log.info("task %s goes back to pending: %s", run.task_id, page)
             self.quality.put_back(run, page.cause)
             self.gate.put_back(run)
         except BadItem as e:

@@ -35,9 +35,9 @@ def stored_urls(backend) -> set:
 
 
 def hold_then_lift(backend, site, pages: int, **settings) -> tuple:
-    """Crawl `pages` shop pages of `site`, which serves its block page from GOOD + 1 on: once a task was put back
-    and the host held, check what is true while it is held, then lift the block and run the batch to its close.
-    (the figures while held, the closed batch's record)."""
+    """Crawl `pages` shop pages of `site`, which serves its block page from GOOD + 1 on: once a task was put back,
+    the host held and a probe met the block page again, check what is true while it is held, then lift the block
+    and run the batch to its close. (the figures while held, the closed batch's record)."""
     backend.create_tasks([site.url(f"/shop/{n}") for n in range(1, pages + 1)])
     site.blocked_from = GOOD + 1
     blocked = set(range(GOOD + 1, pages + 1))
@@ -46,10 +46,12 @@ def hold_then_lift(backend, site, pages: int, **settings) -> tuple:
     runtime.store.open(runtime.layout)
     breakers = runtime.backend.host_breakers(runtime.namespace)
     with InProcessBatch(factory):
-        held = wait_for(lambda: sum(measures(runtime, site).put_back.values()) and measures(runtime, site),
-                        message="a task put back for a block page")
-        state = breakers.look(host(site))
-        assert state is not None and state.phase in (BreakerPhase.OPEN, BreakerPhase.PROBING)
+        # The trip counts HOST_BREAKER_FAILURES (5), each failed probe one more.
+        state = wait_for(lambda: (s := breakers.look(host(site))) is not None and s.failures > 5 and s,
+                         message="a probe met the block page again")
+        assert state.phase in (BreakerPhase.OPEN, BreakerPhase.PROBING)
+        held = wait_for(lambda: sum(measures(runtime, site).put_back.values()) >= 2 and measures(runtime, site),
+                        message="the probe's task put back too")
         states = backend.states()
         put_back = [n for n in blocked if states[n] != TaskState.DONE]
         assert put_back and all(states[n] in (TaskState.PENDING, TaskState.PROCESSING) for n in put_back)
