@@ -11,8 +11,8 @@ Cost: a page's body is digested (CRC-32 and length: 5 us for 20 kB) as it comes;
 markers (about 100 us for 20 kB) only after its callback, and only when the callback yielded no item or an
 item with a field empty or refused: a challenge page yields nothing whole, and a good page is not searched.
 
-A block page found mid-batch (QUALITY_BLOCK_HOLD): `parsed` says what gave the page away, a block marker or
-the same-body rule over the host's recent pages (of its last QUALITY_SOFT_BLOCK_PAGES pages with a body in this
+A block page found mid-batch (QUALITY_BLOCK_HOLD): `parsed` says what gave away a page that yielded no whole
+item, a block marker or the same-body rule over the host's recent pages (of its last QUALITY_SOFT_BLOCK_PAGES pages with a body in this
 worker, WINDOW_MOST at most, QUALITY_SOFT_BLOCK_SHARE had this page's body); the task run puts the task back
 (worker/task_run.py) and `put_back` counts it for the flag at the close.
 
@@ -145,11 +145,9 @@ class QualityTally:
         """A callback ran on the response: one that yielded no whole item may have met a block page (its marker
         is counted). What gives the page away as a block page to hold its host for (BY_MARKER, BY_BODY, of
         `holds`), else None."""
-        if response.status_code == 304:
-            return None
+        if response.status_code == 304 or (run.items_yielded > run.page_items and not run.page_gaps):
+            return None          # a page that yielded whole items is data, whatever its body
         one_body = BY_BODY if run.page_one_body else None
-        if run.items_yielded > run.page_items and not run.page_gaps:
-            return one_body
         marker = self.markers.match(response.content)
         if marker is None:
             return one_body
