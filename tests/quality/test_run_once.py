@@ -66,7 +66,7 @@ def test_a_changed_layout_and_a_captcha_site_flag_batch_2_and_run_once_ends_65(m
     rows = {row["host"]: row for row in report["hosts"]}
     assert rows[host(relaid)]["coverage"][TITLE] == 0.7 and rows[host(relaid)]["coverage_before"][TITLE] == 1.0
     assert rows[host(site)]["items"] == PAGES and rows[host(site)]["items_before"] == PAGES
-    assert rows[host(captcha)]["top_body_share"] == 1.0
+    assert rows[host(captcha)]["top_body_share"] == 1.0 and rows[host(captcha)]["put_back"] >= 1
 
     text = batchd("quality", SHOP, "--host", host(captcha), backend=mysql_backend).stdout
     assert text.splitlines()[0].startswith("batch 2: flagged, 3 flags") and text.count("FLAG  ") == 3, text
