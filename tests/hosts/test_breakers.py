@@ -134,7 +134,7 @@ def test_a_block_page_opens_the_breaker_and_a_probes_page_is_judged_before_it_cl
     assert breakers.look(host) is None, "a page that is no block page changes nothing"
     breaker.page_judged(page, "a block marker")
     state = breakers.look(host)
-    assert (state.phase, state.since, state.failures, state.next_probe) == (BreakerPhase.OPEN, START, 3, START + 1)
+    assert (state.phase, state.since, state.failures, state.next_probe) == (BreakerPhase.OPEN, START, 1, START + 1)
     assert fetch(downloader, url) == 1.0, "the host's requests wait for the probe"
     clock.now += 1.0
     probe = downloader.fetch(Request(url), park=True)
@@ -142,7 +142,7 @@ def test_a_block_page_opens_the_breaker_and_a_probes_page_is_judged_before_it_cl
     assert fetch(downloader, url) == 1.0
     breaker.page_judged(probe, "a block marker")
     state = breakers.look(host)
-    assert (state.phase, state.since, state.failures, state.next_probe) == (BreakerPhase.OPEN, START, 4,
+    assert (state.phase, state.since, state.failures, state.next_probe) == (BreakerPhase.OPEN, START, 2,
                                                                             START + 1 + 2)
     clock.now = state.next_probe
     probe = downloader.fetch(Request(url), park=True)

@@ -46,8 +46,8 @@ def hold_then_lift(backend, site, pages: int, **settings) -> tuple:
     runtime.store.open(runtime.layout)
     breakers = runtime.backend.host_breakers(runtime.namespace)
     with InProcessBatch(factory):
-        # The trip counts HOST_BREAKER_FAILURES (5), each failed probe one more.
-        state = wait_for(lambda: (s := breakers.look(host(site))) is not None and s.failures > 5 and s,
+        # A failed probe doubles the wait (0.2 s, then 0.4 s) and keeps `since`: HOST_DOWN_GIVE_UP counts on.
+        state = wait_for(lambda: (s := breakers.look(host(site))) is not None and s.next_probe - s.since > 0.5 and s,
                          message="a probe met the block page again")
         assert state.phase in (BreakerPhase.OPEN, BreakerPhase.PROBING)
         held = wait_for(lambda: sum(measures(runtime, site).put_back.values()) >= 2 and measures(runtime, site),

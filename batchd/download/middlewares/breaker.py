@@ -101,7 +101,7 @@ class HostBreakerMiddleware(DownloaderMiddleware):
             self.view.step(host, "probe_failed", now, self.probe_max)
         else:
             self.view.start_over(host)
-            _, opened = self.view.step(host, "trip", now, (self.failures, self.probe))
+            _, opened = self.view.step(host, "trip", now, (1, self.probe))     # (one failure: the block page)
             if opened:
                 log.info("host %s served a block page (%s): its breaker opens, first probe in %g s", host, block,
                          self.probe)
