@@ -68,6 +68,28 @@ def plain_json(obj) -> str:
     return json.dumps(obj, default=_as_text, ensure_ascii=False, separators=(",", ":"))
 
 
+def _as_fit_text(value):
+    """plain_json's strings for the values a JSON document may hold (item_checks.py): TypeError for the rest."""
+    if isinstance(value, (datetime, date, time)):
+        return value.isoformat()
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, Decimal) and value.is_finite():
+        return str(value)
+    raise TypeError(f"a {type(value).__name__} has no place in a JSON document")
+
+
+# One encoder for every strict_json call (json.dumps with arguments makes one per call); the C encoder's.
+_STRICT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=_as_fit_text)
+
+
+def strict_json(obj) -> str:
+    """plain_json's text, or TypeError / ValueError where a JSON document could not hold a value as it is
+    (NaN and infinities, keys that are no JSON scalars, values of other types): a check and the document in
+    one walk of C (worker/item_checks.py, item_document)."""
+    return _STRICT.encode(obj)
+
+
 def encode_task(key: str, batch_id: int, task_id, row: dict) -> str:
     return dumps({"key": key, "batch": batch_id, "id": task_id, "task": row})
 

@@ -249,6 +249,9 @@ class ItemRow:
     request_seq: int
     item_seq: int
     data: dict = field(default_factory=dict)
+    # `data` as the default item table's JSON document, made once where the item was checked (the worker's
+    # pipeline); None: the store makes it (codec.plain_json).
+    document: Optional[str] = field(default=None, compare=False, repr=False)
 
 
 # What a failure record keeps of each text, at most (characters).

@@ -29,13 +29,19 @@ from bench.site import HeadsProtocol
 
 SLOW_SECONDS = 1.0
 KINDS = ("fast", "slow", "rate", "dead", "refusing", "429")
+# Each URL's page names its own path, as a real site's do: one body served for every URL is what the quality
+# checks flag as a block page (docs/quality.md).
 PAGE = (b"<!doctype html><html><head><title>bench host page</title>"
         b'<meta name="description" content="a page of python -m bench.hosts">'
-        b'<link rel="canonical" href="/page/"></head><body><nav><a href="/">home</a><a href="/docs">docs</a></nav>'
+        b'<link rel="canonical" href="{path}"></head><body><nav><a href="/">home</a><a href="/docs">docs</a></nav>'
         b'<main><article><ol class="breadcrumbs"><a href="/">home</a></ol><h1>A page</h1>'
         b'<time datetime="2026-01-01">1 Jan</time><p class="lead">What the bench crawls.</p>'
         + b"".join(b"<h2>Section %d</h2><p>Some words of section %d, to parse.</p>" % (n, n) for n in range(12))
         + b"</article></main></body></html>")
+
+
+def page_of(path: bytes) -> bytes:
+    return PAGE.replace(b"{path}", path)
 
 
 @dataclass(frozen=True)
@@ -102,11 +108,11 @@ class _HostProtocol(HeadsProtocol):
         if self.host.kind == "dead":
             return                                  # the connection stays open, unanswered
         if self.host.kind == "slow":
-            asyncio.get_running_loop().call_later(SLOW_SECONDS, self._reply, b"200 OK", PAGE)
+            asyncio.get_running_loop().call_later(SLOW_SECONDS, self._reply, b"200 OK", page_of(target))
         elif self.host.kind == "429":
             self._reply(b"429 Too Many Requests", b"slow down", b"text/plain", b"Retry-After: 1\r\n")
         else:
-            self._reply(b"200 OK", PAGE)
+            self._reply(b"200 OK", page_of(target))
 
     def _reply(self, status: bytes, body: bytes, kind: bytes = b"text/html; charset=utf-8",
                 extra: bytes = b"") -> None:

@@ -49,6 +49,15 @@ def site():
 
 
 @pytest.fixture
+def sends():
+    """When every Downloader of the test's process sent each attempt (tests/pacing.py): paces measured at the sender."""
+    from pacing import Sends
+    recorder = Sends().install()
+    yield recorder
+    recorder.remove()
+
+
+@pytest.fixture
 def mysql_url():
     """The URL of a fresh, empty database, dropped afterwards."""
     import MySQLdb

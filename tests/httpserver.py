@@ -63,6 +63,9 @@ ignored, before the route answers):
   /robots.txt        site.robots_txt (a text a test sets) as text/plain with status site.robots_status
                      (200 unless set), after site.robots_delay seconds (0 unless set); 404 while
                      robots_txt is None (the default).
+  /gated/<n>         held until the test opens the gate (site.gate.set()), at most HANG_UP_WAIT seconds, then
+                     answers as /page/<n>: a batch that cannot finish before the test has done what it races
+                     (site.held() counts the requests waiting at the gate).
   /moody/<n>         answers as site.mood, which a test changes as it goes: "ok" (the default: a small
                      page at once), "503" (a 503 page), or a number of seconds to sleep before the page.
   /versioned/<n>     a page that changes when a test says: version site.versions[n] (0 unless set),
@@ -381,6 +384,12 @@ class _Handler(BaseHTTPRequestHandler):
             return self.reply(404, b"no robots.txt here", "text/plain")
         self.reply(self.server.site.robots_status, text.encode(), "text/plain; charset=utf-8")
 
+    def gated(self, number):
+        site = self.server.site
+        with site.held_at_gate():
+            site.gate.wait(HANG_UP_WAIT)
+        self.page(number)
+
     def moody(self, number):
         mood = self.server.site.mood
         if mood == "503":
@@ -438,6 +447,7 @@ _ROUTES = [
     (re.compile(r"/versioned/(\d+)"), _Handler.versioned),
     (re.compile(r"/robots\.txt"), _Handler.robots),
     (re.compile(r"/moody/(\d+)"), _Handler.moody),
+    (re.compile(r"/gated/(\d+)"), _Handler.gated),
     (re.compile(r"/page/(\d+)"), _Handler.page),
     (re.compile(r"/links"), _Handler.links),
     (re.compile(r"/text"), _Handler.text),
@@ -618,6 +628,8 @@ class TestSite(_Served):
         self.robots_status = 200
         self.robots_delay = 0.0
         self.mood = "ok"             # how /moody/<n> answers: "ok", "503", or seconds to sleep first
+        self.gate = threading.Event()    # /gated/<n> answers once it is set
+        self._at_gate = 0
         self.versions = {}           # /versioned/<n>: n -> its version (0 unless set)
         self.same_items = set()      # /versioned/<n> whose items do not show the version
         self.gone = set()            # /versioned/<n> answering 410
@@ -643,6 +655,10 @@ class TestSite(_Served):
         self._serve(server, "test-site")
         return self
 
+    def __exit__(self, *exc_info):
+        self.gate.set()              # what waits at the gate is answered, not left hanging
+        super().__exit__(*exc_info)
+
     def url(self, path="/"):
         scheme = "https" if self.certificate else "http"
         return f"{scheme}://{self.host}:{self._server.server_port}{path}"
@@ -662,6 +678,21 @@ class TestSite(_Served):
         finally:
             with self._hits_lock:
                 self._in_flight -= 1
+
+    @contextlib.contextmanager
+    def held_at_gate(self):
+        with self._hits_lock:
+            self._at_gate += 1
+        try:
+            yield
+        finally:
+            with self._hits_lock:
+                self._at_gate -= 1
+
+    def held(self) -> int:
+        """How many /gated requests wait for the gate now."""
+        with self._hits_lock:
+            return self._at_gate
 
     def receive(self, path, body, query=""):
         with self._hits_lock:

@@ -45,6 +45,13 @@ def slow_urls(site, count, seconds=0.4):
     return [site.url(f"/slow?seconds={seconds}&task={n}") for n in range(1, count + 1)]
 
 
+def gated_urls(site, count):
+    """Pages held until the test opens the site's gate (site.gate.set(): tests/httpserver.py /gated/<n>), one
+    distinct URL per task: a batch with them cannot finish, nor its workers write them back, before the test
+    has done what it would otherwise race."""
+    return [site.url(f"/gated/{n}") for n in range(1, count + 1)]
+
+
 # -- the process tree, from /proc
 def children_of(pid: int) -> list:
     found = []
@@ -140,18 +147,25 @@ def value(samples: dict, name: str, **labels) -> float:
 
 
 # -- systemd's side of sd_notify
+# SO_TIMESTAMPNS (Linux's asm-generic/socket.h; the socket module does not name it): each datagram comes with
+# the time the kernel queued it, which for AF_UNIX is when its sender sent it.
+SO_TIMESTAMPNS = 35
+
+
 class NotifySocket:
     """An AF_UNIX datagram socket with SO_PASSCRED: every message is kept with its sender's pid
-    and the time it came, as systemd sees them."""
+    and the time it was sent (the kernel's stamp: on a busy machine this socket's thread reads late, and
+    reading times would bunch up where the sender kept its rhythm), as systemd sees them."""
 
     def __init__(self):
         self.dir = tempfile.mkdtemp(prefix="batchd-notify-")
         self.path = os.path.join(self.dir, "notify.sock")
-        self.messages = []          # (monotonic time, sender pid, [fields])
+        self.messages = []          # (monotonic time it was sent, sender pid, [fields])
         self._lock = threading.Lock()
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._sock.bind(self.path)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        self._sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         self._sock.settimeout(0.2)
         self._running = True
         self._thread = threading.Thread(target=self._receive, name="notify-socket", daemon=True)
@@ -173,13 +187,19 @@ class NotifySocket:
     def _receive(self) -> None:
         while self._running:
             try:
-                data, ancillary, _, _ = self._sock.recvmsg(4096, socket.CMSG_SPACE(12))
+                data, ancillary, _, _ = self._sock.recvmsg(4096, socket.CMSG_SPACE(12) + socket.CMSG_SPACE(16))
             except socket.timeout:
                 continue
-            pid = next((struct.unpack("iII", payload)[0] for level, kind, payload in ancillary
-                        if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS), None)
+            read_at, wall = time.monotonic(), time.time()
+            pid, sent_at = None, read_at
+            for level, kind, payload in ancillary:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+                    pid = struct.unpack("iII", payload)[0]
+                elif level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+                    seconds, nanoseconds = struct.unpack("qq", payload)
+                    sent_at = read_at - (wall - (seconds + nanoseconds / 1e9))     # on the monotonic clock
             with self._lock:
-                self.messages.append((time.monotonic(), pid, data.decode().split("\n")))
+                self.messages.append((sent_at, pid, data.decode().split("\n")))
 
     def fields(self, prefix: str) -> list:
         """(time, field) of every field starting with `prefix`, in order."""
@@ -190,7 +210,7 @@ class NotifySocket:
         with self._lock:
             return {pid for _, pid, _ in self.messages}
 
-    def wait_for(self, prefix: str, count: int = 1, timeout: float = 30.0) -> list:
+    def wait_for(self, prefix: str, count: int = 1, timeout: float = 60.0) -> list:
         return wait_for(lambda: len(self.fields(prefix)) >= count and self.fields(prefix), timeout,
                         message=f"{count} x {prefix!r} on the notify socket")
 

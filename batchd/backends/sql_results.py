@@ -36,7 +36,8 @@ class SqlResults(SqlDialect):
                 self._save_column_items(table, rows, key)
             else:
                 self._upsert(table, ITEM_KEY + ("item",), ("item",), ITEM_KEY,
-                             [(r.batch_id, r.task_id, r.request_seq, r.item_seq, plain_json(r.data)) for r in rows])
+                             [(r.batch_id, r.task_id, r.request_seq, r.item_seq,
+                               plain_json(r.data) if r.document is None else r.document) for r in rows])
 
     def _save_column_items(self, table: str, rows: Sequence[ItemRow], key: Sequence[str]) -> None:
         by_columns: dict = {}

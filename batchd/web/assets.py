@@ -1,7 +1,8 @@
 """The dashboard's stylesheet and script, served from /static/ (the pages allow no inline ones).
 
 The script does two things: it reloads the page every data-refresh seconds (not while the token field has
-the focus or an action is on its way), and it sends an action (a button's data-action, with its data-reason)
+the focus or an action is on its way, nor for one such period after an action's answer is shown, so that it
+can be read), and it sends an action (a button's data-action, with its data-reason)
 as a POST with the token from the field as `Authorization: Bearer`, showing the answer as text. The token is
 kept in the tab's sessionStorage, never in a cookie or the page.
 """
@@ -35,7 +36,7 @@ svg .line-bar { fill: #2b6cd4; } svg .items { fill: #8a5cd0; }
 SCRIPT = """
 "use strict";
 (function () {
-  var body = document.body, busy = false;
+  var body = document.body, busy = false, quietUntil = 0;
   var seconds = parseFloat(body.dataset.refresh || "0");
   var token = document.getElementById("token");
   var said = document.getElementById("action-result");
@@ -45,7 +46,7 @@ SCRIPT = """
   }
   if (seconds > 0) {
     setInterval(function () {
-      if (!busy && document.activeElement !== token) { location.reload(); }
+      if (!busy && document.activeElement !== token && Date.now() >= quietUntil) { location.reload(); }
     }, seconds * 1000);
   }
   document.querySelectorAll("button[data-action]").forEach(function (button) {
@@ -64,7 +65,7 @@ SCRIPT = """
           });
         })
         .catch(function (error) { said.textContent = "failed: " + error; })
-        .finally(function () { busy = false; });
+        .finally(function () { busy = false; quietUntil = Date.now() + seconds * 1000; });
     });
   });
 })();

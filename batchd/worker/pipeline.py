@@ -44,7 +44,7 @@ from ..errors import BackendUnavailable, ConfigError
 from ..alerts.alerts import Alerts
 from .dumps import FailedItemsFile
 from ..item import Item
-from .item_checks import InvalidItems, check_item, check_item_table
+from .item_checks import InvalidItems, check_item, check_item_table, item_document
 from .task_run import TaskRun
 from ..service.lifecycle import Backoff
 from ..model import COLUMNS_ITEM_KIND, ItemDestination, ItemRow, TaskFailure
@@ -136,9 +136,13 @@ class Pipeline:
                 self._check_class(type(item))
                 columns = frozenset(type(item).__fields__)    # (checked to be columns of the table)
         data = dict(item)
-        check_item(data, columns, destination.table)
+        if columns is None:     # a JSON document: checked as it is made, here, not again in the flush
+            document: Optional[str] = item_document(data)
+        else:
+            check_item(data, columns, destination.table)
+            document = None
         row = ItemRow(batch_id=run.lease.batch_id, task_id=run.task_id, request_seq=request_seq,
-                      item_seq=item_seq, data=data)
+                      item_seq=item_seq, data=data, document=document)
         self.ledger.add(run.slot, 1)
         with self._cond:
             self._buffer.append((run, row, destination))

@@ -14,8 +14,12 @@ more than the ledger has free slots for. While the queue is empty, a worker's id
 one look every EMPTY_RECHECK seconds, so they can poll often (a new batch starts at once) without a
 round trip each; each look that finds it empty again doubles that wait, up to EMPTY_RECHECK_MOST
 (a worker whose threads wait on a slow host's answers for a minute asks a few times a second, not
-twenty). A lease waiting here is renewed with the worker's others and given back at a stop, like
-any lease it holds: nothing about the guarantees changes, only the round trips.
+twenty). A worker that has leased nothing since it started looks every EMPTY_RECHECK for its first
+FIRST_LEASE_WINDOW seconds, without doubling: started with its master, it finds the queue empty until the
+master has opened the batch and fed it, a few hundred ms, and by then the doubled wait was 0.16 to 0.4 s
+(the first lease came a median 160 ms after the queue was fed, now 20: docs/performance.md). A lease
+waiting here is renewed with the worker's others and given back at a stop, like any lease it holds:
+nothing about the guarantees changes, only the round trips.
 """
 import collections
 import itertools
@@ -34,6 +38,7 @@ SHARE_OF_QUEUE = 16    # while the queue is short, take at most 1/16 of what is 
 EMPTY_RECHECK = 0.01   # s: after the queue was found empty, the worker's idle threads look again this often
                        # (a worker started with its master finds the queue empty a few ms before it is fed)
 EMPTY_RECHECK_MOST = 0.4   # s: ... and, while it stays empty, at least this often
+FIRST_LEASE_WINDOW = 5.0   # s: a worker that has leased nothing since its start looks every EMPTY_RECHECK this long
 
 
 class LeasePrefetch:
@@ -48,6 +53,7 @@ class LeasePrefetch:
         self._batch = 1          # how many the next round trip asks for
         self._empty_until = 0.0  # idle threads polling meanwhile share the last answer: one round trip
         self._empty_wait = EMPTY_RECHECK
+        self._eager_until = time.monotonic() + FIRST_LEASE_WINDOW   # until the first lease (0 after it)
 
     def take(self) -> Optional[Lease]:
         """A leased task for the calling thread (which holds a ledger slot for it), or None when the queue
@@ -88,10 +94,12 @@ class LeasePrefetch:
         self._refilled.notify_all()
         if not taken:
             if not self._waiting:
-                self._batch, self._empty_until = 1, time.monotonic() + self._empty_wait
-                self._empty_wait = min(EMPTY_RECHECK_MOST, self._empty_wait * 2)
+                now = time.monotonic()
+                self._batch, self._empty_until = 1, now + self._empty_wait
+                if now >= self._eager_until:
+                    self._empty_wait = min(EMPTY_RECHECK_MOST, self._empty_wait * 2)
             return
-        self._empty_wait = EMPTY_RECHECK
+        self._empty_wait, self._eager_until = EMPTY_RECHECK, 0.0
         self._batch = max(1, min(PREFETCH_MOST, taken[-1].queue_left // SHARE_OF_QUEUE))
         self._waiting.extend(taken)
 

@@ -8,13 +8,13 @@ import signal
 import socket
 
 from harness import batch_done, wait_for
-from supervised import DAEMON_SETTINGS, batchd, slow_urls, start_batchd, workers_of
+from supervised import DAEMON_SETTINGS, batchd, gated_urls, masters_of, slow_urls, start_batchd, workers_of
 from backend_ports import LONG, opener, ports, pushed  # noqa: F401  (fixtures)
 from dashboards import Web
 
 STOPPED_STALE = 10      # BATCH_LOST_TASK_STALE: a stopped worker's leases count as stalled after 6 s unrenewed
 DAEMON_STALE = DAEMON_SETTINGS["BATCH_LOST_TASK_STALE"]     # what start_batchd gives the daemon
-DEAD_STALE = 24         # longer than a snapshot's TTL (11 s): a dead worker's leases are still held when looked at
+DEAD_STALE = 40         # well past a snapshot's TTL (11 s): a dead worker's leases are still held when looked at, twice
 
 
 def why(backend, stale=None) -> dict:
@@ -88,22 +88,27 @@ def test_why_names_a_stopped_worker_its_leases_and_the_oldest_tasks(shared_backe
     proc = start_batchd(procs, shared_backend, "run", "--workers", "2", CHILD_TIMEOUT=120,
                         BATCH_LOST_TASK_STALE=STOPPED_STALE)
     wait_for(lambda: len(workers_of(proc.pid)) == 2, message="two workers")
-    frozen = workers_of(proc.pid)[0]
+    frozen, master = workers_of(proc.pid)[0], masters_of(proc.pid)[0]
     try:
         why_until(shared_backend, STOPPED_STALE, lambda r: (holder_of(r, frozen) or {}).get("state") == "live",
                   "the worker to hold leases")
+        # The master is stopped too: nothing requeues the stopped worker's leases once they are due, so the reports
+        # below (a `batchd status` each, up to 5 s at a load of 20 on two CPUs) all find them held, stalled and due.
         os.kill(frozen, signal.SIGSTOP)
+        os.kill(master, signal.SIGSTOP)
         report = why_until(shared_backend, STOPPED_STALE,
-                           lambda r: (holder_of(r, frozen) or {}).get("state") == "stalled",
-                           "its leases to go unrenewed", timeout=20)
+                           lambda r: (holder_of(r, frozen) or {}).get("state") == "stalled"
+                           and holder_of(r, frozen)["expires_in"] <= 0,
+                           "its leases to go unrenewed past their deadline", timeout=STOPPED_STALE + 30)
         held = holder_of(report, frozen)
-        assert held["leases"] > 0 and 0 < held["expires_in"] <= 4 and held["worker"]
+        assert held["leases"] > 0 and held["expires_in"] <= 0 and held["worker"]
         assert report["tasks"]["leased_stalled"] == held["leases"]
         assert report["tasks"]["leased"] >= report["tasks"]["leased_live"] + held["leases"]
         assert report["tasks"]["total"] == 40 and report["tasks"]["pending"] + report["tasks"]["queued"] \
             + report["tasks"]["leased"] + report["tasks"]["settled"] == 40
         assert report["verdict"].startswith(f"waiting on {held['leases']} tasks held by a stalled worker")
-        assert f"pid {frozen}" in report["verdict"] and "BATCH_LOST_TASK_STALE" in report["verdict"]
+        assert f"pid {frozen}" in report["verdict"] and report["verdict"].endswith(
+            "their leases are due: the master requeues them at its next patrol")
         oldest = report["oldest"]
         assert oldest and all(task["held_seconds"] >= 4 for task in oldest)      # held since before the stop
         assert [t["held_seconds"] for t in oldest] == sorted((t["held_seconds"] for t in oldest), reverse=True)
@@ -113,6 +118,7 @@ def test_why_names_a_stopped_worker_its_leases_and_the_oldest_tasks(shared_backe
         assert "verdict  waiting on" in text and "held by a stalled worker" in text
     finally:
         kill_quietly(frozen)
+        kill_quietly(master)
 
 
 def test_why_names_the_leases_of_a_dead_worker_whose_supervisor_is_gone(shared_backend, site, procs):
@@ -139,15 +145,17 @@ def test_why_names_the_leases_of_a_dead_worker_whose_supervisor_is_gone(shared_b
 
 
 def test_why_says_paused_and_finished(shared_backend, site, procs):
-    shared_backend.create_tasks(slow_urls(site, 12, seconds=1))
-    # Two threads: six seconds of work, which the pause (a command's start, a second) lands well within.
+    # Gated pages (tests/httpserver.py): the batch cannot finish before the pause, however long a command takes.
+    shared_backend.create_tasks(gated_urls(site, 12))
     proc = start_batchd(procs, shared_backend, "run", "--workers", "1", SPIDER_THREAD_COUNT=2)
-    wait_for(lambda: why(shared_backend)["batch"], message="a batch open")
+    wait_for(lambda: site.held() == 2, message="two tasks at the gate")
     assert batchd("pause", "spiders/seed.py:CrawlTask", backend=shared_backend).returncode == 0
     report = why(shared_backend)
+    assert report["batch"] and not report["batch"]["is_done"]
     assert report["paused_since"] and report["verdict"].startswith("paused since ")
     assert "nothing is leased until `batchd resume`" in why_text(shared_backend)
     assert batchd("resume", "spiders/seed.py:CrawlTask", backend=shared_backend).returncode == 0
+    site.gate.set()
     wait_for(lambda: batch_done(shared_backend), message="the batch to finish")
     report = why(shared_backend)
     assert report["batch"]["is_done"] and report["next_due"]
@@ -177,7 +185,7 @@ def test_why_names_the_host_a_paced_batch_waits_on(shared_backend, site, procs):
     host = site.url("/")[len("http://"):-1]
     assert report["waiting_on_hosts"][0]["host"] == host and f"most on {host}" in report["verdict"]
     web = Web(procs, shared_backend, spider="spiders/seed.py:CrawlTask", DOMAIN_RATE_LIMIT=1)
-    wait_for(lambda: "wait on their hosts' turn" in web.api("why")["verdict"], timeout=15,
+    wait_for(lambda: "wait on their hosts' turn" in web.api("why")["verdict"], timeout=30,
              message="the dashboard's verdict")
     page = web.get(f"/ns/{report['namespace']}/").text
     assert "wait on their hosts&#x27; turn" in page and f"Set aside, waiting on their host: {host}" in page
@@ -189,17 +197,20 @@ def test_why_names_the_outage_the_workers_wait_out(private_mysql, site, procs):
     """MySQL down mid-batch: the verdict, from the supervisors' snapshots in Redis, is the outage, in the command
     and on the dashboard (which says what it cannot read)."""
     db, backend = private_mysql
-    backend.create_tasks(slow_urls(site, 30, seconds=0.3))
+    # Two gated pages at the end, let go once MySQL is down: the batch cannot finish before the outage, and
+    # their write-backs meet it.
+    backend.create_tasks(slow_urls(site, 30, seconds=0.3) + gated_urls(site, 2))
     proc = start_batchd(procs, backend, "run", "--workers", "1")
     web = Web(procs, backend, spider="spiders/seed.py:CrawlTask")
     why_until(backend, DAEMON_STALE, lambda r: r["tasks"] and r["tasks"]["settled"] > 0,
               message="the batch under way")
     backend.conn.close()
     db.stop()
+    site.gate.set()
     report = why_until(backend, DAEMON_STALE, lambda r: r["verdict"].startswith("the workers wait for MySQL since "),
                        message="the verdict naming the outage")
     assert report["outages"] and report["outages"][0]["backend"] == "MySQL" and report["unreachable"]
-    wait_for(lambda: web.api("why")["verdict"].startswith("the workers wait for MySQL since "), timeout=15,
+    wait_for(lambda: web.api("why")["verdict"].startswith("the workers wait for MySQL since "), timeout=30,
              message="the dashboard's verdict")
     page = web.get(f"/ns/{report['namespace']}/").text
     assert "MISSING" in page and "waits for MySQL since" in page

@@ -5,6 +5,7 @@ one when it ends) and cheaply (no CPU spent waiting); a Redis that comes back em
 whose push Redis refused is put back as the outage ends."""
 import logging
 import os
+import re
 import resource
 import time
 import threading
@@ -27,7 +28,9 @@ from spiders.seed import CrawlTask
 from taskdb import MysqlBackend
 
 D = TaskState.DONE
-SWEPT = "reset 10 tasks in processing that no queue holds (their claim's answer or push lost to an outage)"
+SWEPT = re.compile(r"reset (\d+) tasks in processing that no queue holds \(their claim's answer or push lost to an outage\)")
+# The waits below are for what must come (a probe, a patrol, a line), not for how soon: on a busy machine a
+# patrol after the outage comes seconds later, so they wait long; the figures printed say how long it took.
 GATE = threading.Event()
 
 
@@ -66,13 +69,13 @@ def test_write_backs_wait_out_a_database_outage_quietly_and_cheaply(private_mysq
             GATE.set()                         # items flushed into a dead server, then write-backs
             wait_for(lambda: worker.watch.is_down("MySQL"), message="the worker waiting for MySQL")
             cpu_before, probes_before = cpu_seconds(), probes_of(worker.watch, "MySQL")
-            wait_for(lambda: probes_of(worker.watch, "MySQL") >= probes_before + 3, timeout=20,
+            wait_for(lambda: probes_of(worker.watch, "MySQL") >= probes_before + 3, timeout=40,
                      message="three probes of the dead server (some seconds of outage)")
             cpu_waiting = cpu_seconds() - cpu_before
             db.start()
             backend.reconnect()
             wait_for(lambda: set(backend.states().values()) == {D}, timeout=30, message="tasks done")
-            wait_for(lambda: caplog.text.count("MySQL is back after") == 2, timeout=10,
+            wait_for(lambda: caplog.text.count("MySQL is back after") == 2, timeout=30,
                      message="both roles saying so (the master at its next probe or patrol)")
     print(f"CPU while waiting out the outage: {cpu_waiting:.3f} s (master and worker threads of this process)")
     assert cpu_waiting < 0.5, "waiting out an outage must cost no measurable CPU"
@@ -174,14 +177,15 @@ def test_a_claim_whose_push_redis_refused_is_put_back_when_the_outage_ends(mysql
                 admin.config_set("maxmemory", 1)                                  # every write refused (OOM)
                 blocker.commit()                                                  # the claim commits...
                 wait_for(lambda: "unreachable" in caplog.text, message="...and its push is refused")
+                # Ten, or fewer when the master sized its claim while the test was still leasing the queue empty.
                 orphans = processing_unknown(backend, queue, leases)
-                assert len(orphans) == 10, orphans
+                assert 0 < len(orphans) <= 10, orphans
                 admin.config_set("maxmemory", 0)
                 back = time.monotonic()
-                wait_for(lambda: not processing_unknown(backend, queue, leases), timeout=15,
+                wait_for(lambda: not processing_unknown(backend, queue, leases), timeout=60,
                          message="the orphans of the refused push back in the queue")
                 print(f"orphans of a refused push put back {time.monotonic() - back:.1f} s after the outage ended")
-                wait_for(lambda: SWEPT in caplog.text, timeout=5, message="the master's line on the ten orphans")
+                wait_for(lambda: SWEPT.search(caplog.text), timeout=30, message="the master's line on the orphans")
         finally:
             stop.request_cold()
             admin.config_set("maxmemory", 0)
@@ -252,10 +256,10 @@ def test_a_claim_whose_answer_was_lost_is_put_back_when_the_outage_ends(mysql_ur
                 blocker.commit()                                # the claim commits; its answer is lost
                 wait_for(lambda: relay.cuts == 1, message="the COMMIT's answer cut")
                 back = time.monotonic()
-                wait_for(lambda: not processing_unknown(backend, queue, leases), timeout=15,
+                wait_for(lambda: not processing_unknown(backend, queue, leases), timeout=60,
                          message="the orphans of the lost answer back in the queue")
                 print(f"orphans of a lost claim answer put back within {time.monotonic() - back:.1f} s of the cut")
-                wait_for(lambda: SWEPT in caplog.text, timeout=5, message="the master's line on the ten orphans")
+                wait_for(lambda: SWEPT.search(caplog.text), timeout=30, message="the master's line on the orphans")
             assert "MySQL" in caplog.text and "unreachable" in caplog.text
         finally:
             stop.request_cold()

@@ -82,7 +82,7 @@ def test_a_frozen_worker_is_replaced_after_child_timeout(mysql_backend, site, pr
     frozen = workers_of(proc.pid)[0]
     stopped_at = time.monotonic()
     os.kill(frozen, signal.SIGSTOP)
-    wait_for(lambda: not alive(frozen), timeout=20, message="the frozen worker gone")
+    wait_for(lambda: not alive(frozen), timeout=40, message="the frozen worker gone")
     silent = lines_with(proc, f"(pid {frozen}) silent for")
     assert silent and "SIGABRT" in silent[0], proc.output()
     # Not before CHILD_TIMEOUT (3 s) of silence; its last beat came at most a second before the stop.

@@ -10,7 +10,7 @@ import pytest
 
 from harness import wait_for
 from pngs import colours
-from supervised import batchd, slow_urls, start_batchd
+from supervised import batchd, gated_urls, slow_urls, start_batchd
 from dashboards import SCRIPT, TELLING, TOKEN, Web, failing_urls, table_counts
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="pip install selenium (the test extra)")
@@ -52,6 +52,14 @@ def shown(browser, element_id: str):
         return None
 
 
+def fresh(look):
+    """What `look()` returns, or None if the page reloaded itself under it (an element it held went stale)."""
+    try:
+        return look()
+    except (NoSuchElementException, StaleElementReferenceException):
+        return None
+
+
 def figure(browser, element_id: str) -> int:
     return int(text_of(browser, element_id))
 
@@ -69,7 +77,8 @@ def loaded_from(browser) -> set:
 
 
 def test_the_dashboard_in_a_browser_follows_the_batch(shared_backend, site, procs, browser):
-    shared_backend.create_tasks(slow_urls(site, 150, seconds=0.1) + failing_urls(site))
+    # Four gated pages (tests/httpserver.py): the batch is still running while the page is watched mid-batch.
+    shared_backend.create_tasks(slow_urls(site, 146, seconds=0.1) + gated_urls(site, 4) + failing_urls(site))
     web = Web(procs, shared_backend)
     namespace = web.api("namespaces")[0]["namespace"]
     start_batchd(procs, shared_backend, "run", "--workers", "1", spider=TELLING, SPIDER_THREAD_COUNT=2)
@@ -87,6 +96,7 @@ def test_the_dashboard_in_a_browser_follows_the_batch(shared_backend, site, proc
     assert seen == sorted(seen), seen
     assert figure(browser, "total") == 155 and text_of(browser, "batch-state") == "running"
     keep(browser, f"mid-batch-{shared_backend.__class__.__name__}")
+    site.gate.set()
     wait_for(lambda: shown(browser, "settled") not in (None, str(seen[-1])), timeout=30,
              message="the page reloading itself with a newer figure")
 
@@ -120,16 +130,24 @@ def test_actions_in_the_browser_take_the_token_and_crawled_script_stays_text(sha
     browser.get(f"{web.base}/ns/{web.api('namespaces')[0]['namespace']}/")
 
     def press(button: str, token: str) -> str:
-        field = browser.find_element(By.ID, "token")
-        field.clear()
-        if token:
-            field.send_keys(token)
-        browser.find_element(By.CSS_SELECTOR, f'button[data-action="{button}"]').click()
-        wait_for(lambda: browser.find_element(By.ID, "action-result").get_attribute("data-status"), timeout=10,
-                 message=f"the answer to {button}")
-        said = text_of(browser, "action-result")
-        browser.execute_script("document.getElementById('action-result').removeAttribute('data-status');")
-        return said
+        """The answer shown to a press of `button` with `token` in the field. The page reloads itself every few
+        seconds (not while the field has the focus, an action is on its way, or its answer was just shown):
+        a reload that lands before the click leaves the elements held stale, and the press is made again."""
+        def pressed():
+            try:
+                field = browser.find_element(By.ID, "token")
+                field.clear()
+                if token:
+                    field.send_keys(token)
+                result = browser.find_element(By.ID, "action-result")
+                browser.find_element(By.CSS_SELECTOR, f'button[data-action="{button}"]').click()
+                wait_for(lambda: result.get_attribute("data-status"), timeout=30, message=f"the answer to {button}")
+                said = result.text
+                browser.execute_script("arguments[0].removeAttribute('data-status');", result)
+                return said
+            except StaleElementReferenceException:
+                return None
+        return wait_for(pressed, timeout=90, message=f"a press of {button} answered")
 
     assert press("pause", "").startswith("401")
     assert press("pause", "not-the-token").startswith("403")
@@ -137,14 +155,17 @@ def test_actions_in_the_browser_take_the_token_and_crawled_script_stays_text(sha
     assert press("pause", TOKEN).startswith("200")
     assert json.loads(batchd("status", TELLING, "--json", backend=shared_backend).stdout)["paused_since"] is not None
     # (the dashboard reuses what it read for a second: a reload may still show the namespace running)
-    wait_for(lambda: browser.refresh() or "Paused since" in (shown(browser, "paused") or ""), timeout=10,
+    wait_for(lambda: browser.refresh() or "Paused since" in (shown(browser, "paused") or ""), timeout=30,
              message="the page saying paused")
     assert press("resume", TOKEN).startswith("200")
     assert json.loads(batchd("status", TELLING, "--json", backend=shared_backend).stdout)["paused_since"] is None
 
     # -- the failures page: the crawled <script> is shown as text and runs nowhere
-    browser.find_element(By.LINK_TEXT, "Failures").click()
-    reasons = [cell.text for cell in browser.find_elements(By.CSS_SELECTOR, "#failures td.reason")]
+    # (each page reloads itself: what a reload made stale is looked up again)
+    wait_for(lambda: fresh(lambda: browser.find_element(By.LINK_TEXT, "Failures").click() or True),
+             message="the Failures link followed")
+    reasons = wait_for(lambda: fresh(lambda: [cell.text for cell in browser.find_elements(
+        By.CSS_SELECTOR, "#failures td.reason")]), message="the failures page's reasons")
     assert f"ValueError: {SCRIPT}" in reasons, reasons
     assert not browser.find_elements(By.CSS_SELECTOR, "main script")
     with pytest.raises(NoAlertPresentException):

@@ -6,7 +6,7 @@ Redis key schema) has the same keys in a table, for operators; tests/backends/my
 batch forgets the keys marked ✱ (`Keys.batch_keys`). The .lua files named are in lua/.
 
     batch_pending ✱      LIST of JSON task payloads {"key", "batch", "id", "task"}; no TTL; contract name
-        written: the master's push (RPUSH); lease_tasks.lua (LPOP), release_leases.lua (a hand-back: RPUSH)
+        written: the master's push (RPUSH); lease_tasks.lua (LRANGE, LTRIM), release_leases.lua (a hand-back: RPUSH)
         read: workers; the master (its length, to refill); `batchd status`
     batch_done ✱         STRING, the id of the batch that finished; no TTL; contract name
         written: the master, closing a batch       read: workers with keep_alive=False

@@ -97,16 +97,15 @@ class RedisLeaseQueue(RedisPort):
         args: list[Union[int, str]] = [int(lease_seconds * 1000)]
         for lease in leases:
             args += [lease.key, lease.token]
-        flags = self._renew(keys=[self.keys.leases, self.keys.lease_owner], args=args)
-        return [lease for lease, flag in zip(leases, flags) if flag]
+        return _kept(leases, self._renew(keys=[self.keys.leases, self.keys.lease_owner], args=args))
 
     @translated
     def release(self, leases: Sequence[Lease]) -> list:
         if not leases:
             return []
         args = [part for lease in leases for part in (lease.key, lease.token)]
-        flags = self._release(keys=[self.keys.leases, self.keys.lease_owner, self.keys.lease_since], args=args)
-        return [lease for lease, flag in zip(leases, flags) if flag]
+        return _kept(leases, self._release(keys=[self.keys.leases, self.keys.lease_owner, self.keys.lease_since],
+                                           args=args))
 
     @translated
     def hand_back(self, leases: Sequence[Lease]) -> list:
@@ -114,9 +113,8 @@ class RedisLeaseQueue(RedisPort):
             return []
         args = [part for lease in leases
                 for part in (lease.key, lease.token, encode_task(lease.key, lease.batch_id, lease.task_id, lease.task))]
-        flags = self._release(keys=[self.keys.leases, self.keys.lease_owner, self.keys.lease_since,
-                                    self.keys.pending, self.keys.queued], args=args)
-        return [lease for lease, flag in zip(leases, flags) if flag]
+        return _kept(leases, self._release(keys=[self.keys.leases, self.keys.lease_owner, self.keys.lease_since,
+                                                 self.keys.pending, self.keys.queued], args=args))
 
     @translated
     def give_back(self, leases: Sequence[Lease]) -> int:
@@ -196,3 +194,12 @@ class RedisLeaseQueue(RedisPort):
         with self.redis.pipeline(transaction=True) as pipe:     # GETDEL, on servers older than Redis 6.2 too
             request, _ = pipe.get(self.keys.open_request).delete(self.keys.open_request).execute()
         return request.decode() if isinstance(request, bytes) else request
+
+
+def _kept(leases: Sequence[Lease], lost: list) -> list:
+    """The leases a renew / release script found still ours: it answers the positions (from 1) of the others,
+    so that the usual answer, every lease kept, is an empty list."""
+    if not lost:
+        return list(leases)
+    gone = set(lost)
+    return [lease for n, lease in enumerate(leases, 1) if n not in gone]
