@@ -104,11 +104,12 @@ def soft_block(host: str, m: HostMeasures, baseline: Baseline, settings: Setting
     if host == OTHER:
         return []
     share, put_back = m.top_body_share(), m.put_back.get(BY_BODY, 0)
-    if not put_back and (m.bodies < settings.QUALITY_SOFT_BLOCK_PAGES or share < settings.QUALITY_SOFT_BLOCK_SHARE):
+    most = m.bodies >= settings.QUALITY_SOFT_BLOCK_PAGES and share >= settings.QUALITY_SOFT_BLOCK_SHARE
+    if not (most or put_back):
         return []
+    said = ": a block page served for every URL?" if most else ", most of its last pages for a while"
     return [_flag(host, "soft_block", None, share, None,
-                  f"{m.top_body} of {m.bodies} pages had one body ({share:.0%}): a block page served for every URL?"
-                  + _put_back(put_back))]
+                  f"{m.top_body} of {m.bodies} pages had one body ({share:.0%}){said}" + _put_back(put_back))]
 
 
 def block_marker(host: str, m: HostMeasures, baseline: Baseline, settings: Settings) -> list:
