@@ -25,6 +25,7 @@ from .backends.ports import Backend
 from .config import Settings
 from .download.chain import ChainContext, chain_from_settings, sleep_without_stop
 from .download.downloader import Downloader
+from .download.middlewares.breaker import HostBreakerMiddleware
 from .download.middlewares.stats import HostsInFlight
 from .hosts.counts import gauges_of
 from .hosts.paces import HostPaces
@@ -32,6 +33,7 @@ from .hosts.set_aside import SetAside
 from .hosts.terms import HostTerms
 from .master.patrol import Master
 from .model import ItemDestination, TaskLayout
+from .quality.measures import BY_BODY, BY_MARKER
 from .quality.tally import BlockMarkers, QualityTally
 from .quality.verdict import QualityJudge
 from .recrawl.page_memory import PageMemory
@@ -95,8 +97,12 @@ class Assembly:
 
         memory = PageMemory.for_worker(ports.store, settings, counted, type(spider))
         destination = ItemDestination(*self.layout.item_destination)
-        quality = QualityTally(stats.inc, BlockMarkers(settings.BLOCK_MARKERS), destination.table) \
-            if settings.QUALITY_CHECKS else None
+        quality, breaker = None, None
+        if settings.QUALITY_CHECKS:
+            breaker = block_hold_of(settings, downloader)
+            quality = QualityTally(stats.inc, BlockMarkers(settings.BLOCK_MARKERS), destination.table,
+                                   block_holds(settings) if breaker is not None else frozenset(),
+                                   settings.QUALITY_SOFT_BLOCK_PAGES, settings.QUALITY_SOFT_BLOCK_SHARE)
         pipeline = Pipeline(ports, ledger, settings, destination, watch,
                             Settler(ports.store, ports.tally, counted=lambda done, failed: ledger.count(done=done,
                                                                                                       failed=failed)),
@@ -108,13 +114,31 @@ class Assembly:
             set_aside=set_aside, watch=watch, downloader=downloader, pipeline=pipeline,
             prefetch=LeasePrefetch(ports.leases, settings.BATCH_LOST_TASK_STALE, tokens.next, ledger.free_slots),
             runner=TaskRunner(spider, settings, downloader, pipeline, ports.seen, ports.leases.namespace, name, memory,
-                              quality),
+                              quality, breaker),
             timeouts=TaskTimeouts(settings.TASK_TIMEOUT, name, time_out))
         return Worker(settings, self.layout, ports, held, parts, name=name, keep_alive=keep_alive)
 
     def downloader(self, threads: int, **collaborators: Any) -> Downloader:
         """A downloader and its chain, with this process's host terms (`collaborators`: see `downloader_for`)."""
         return downloader_for(self.settings, threads, host_terms=self.host_terms, **collaborators)
+
+
+def block_holds(settings: Settings) -> frozenset:
+    """What makes a page a block page that holds its host mid-batch: a block marker and the same-body rule,
+    each as long as its rule flags (QUALITY_RULES_OFF) and QUALITY_BLOCK_HOLD is on."""
+    if not settings.QUALITY_BLOCK_HOLD:
+        return frozenset()
+    off = set(settings.QUALITY_RULES_OFF or ())
+    return frozenset(cause for cause, rule in ((BY_MARKER, "block_marker"), (BY_BODY, "soft_block")) if rule not in off)
+
+
+def block_hold_of(settings: Settings, downloader: Downloader) -> Optional[HostBreakerMiddleware]:
+    """The chain's host breaker, judging pages, when block pages hold their hosts (None: the hold is off, or no
+    breaker holds hosts: HOST_BREAKER_FAILURES = 0, or its link left out of DOWNLOADER_MIDDLEWARES)."""
+    if not block_holds(settings):
+        return None
+    breaker = next((m for m in downloader.chain.middlewares if isinstance(m, HostBreakerMiddleware)), None)
+    return breaker.judge_pages() if breaker is not None else None
 
 
 def downloader_for(settings: Settings, threads: int, sleep=sleep_without_stop, *, host_terms: Optional[HostTerms] = None,

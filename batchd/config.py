@@ -250,6 +250,11 @@ class Settings:
                                                 "it", 2, 10 ** 9)
     QUALITY_SOFT_BLOCK_SHARE: float = setting(0.5, "the share of a host's pages serving one body that flags it as "
                                                    "soft-blocked", 0.05, 1)
+    QUALITY_BLOCK_HOLD: bool = setting(True, "a host found serving a block page mid-batch (a block marker, or "
+                                             "QUALITY_SOFT_BLOCK_SHARE of its last QUALITY_SOFT_BLOCK_PAGES pages one "
+                                             "body) is held behind its breaker: that page's task goes back to pending, "
+                                             "its items unstored (needs HOST_BREAKER_FAILURES; off: only flagged at the "
+                                             "close)")
     BLOCK_MARKERS: Optional[tuple] = setting(None, "texts that mark a block page (case ignored), beside the built-in "
                                                    "challenge and captcha markers", default_text="the built-in ones")
     # -- alerts (batchd/alerts.py)

@@ -80,7 +80,8 @@ ignored, before the route answers):
                      <span class="price">n.99 EUR</span>; n in site.relaid: the title moved to an
                      <h2 class="name"> (a changed layout); n in site.sold_out: a page with no product;
                      site.price_text (if set) in place of every price; site.captcha: one challenge page
-                     (CAPTCHA_PAGE) for every URL; site.shop_validators: an ETag per page and 304s.
+                     (CAPTCHA_PAGE) for every URL; n >= site.blocked_from (if set): site.block_page
+                     (CAPTCHA_PAGE unless set) instead; site.shop_validators: an ETag per page and 304s.
 
 HEAD reaches every route too, and is answered without a body.
 Anything else answers 404. The server speaks HTTP/1.1 with keep-alive and logs nothing.
@@ -423,6 +424,9 @@ class _Handler(BaseHTTPRequestHandler):
         if site.captcha:
             self.reply_html(CAPTCHA_PAGE)
             return
+        if site.blocked_from is not None and n >= site.blocked_from:
+            self.reply_html(site.block_page)
+            return
         etag = f'"shop-{n}"'
         if site.shop_validators and self.headers.get("If-None-Match") == etag:
             self.send_head(304, "text/html", headers=[("ETag", etag)])
@@ -636,6 +640,8 @@ class TestSite(_Served):
         self.sold_out = set()        # /shop/<n> with no product on it
         self.price_text = None       # what every /shop/<n> says its price is (None: "n.99 EUR")
         self.captcha = False         # every /shop/<n> answers CAPTCHA_PAGE
+        self.blocked_from = None     # /shop/<n> with n >= it answers block_page (None: none does)
+        self.block_page = CAPTCHA_PAGE
         self.shop_validators = False   # /shop/<n> sends an ETag and answers 304 when it holds
 
     def __enter__(self):

@@ -9,6 +9,8 @@ table is an identifier, so the first "." after it ends it; the rest is quoted):
     q_d.<digest>         pages of one body; a worker sends a digest once it has seen it twice, so a site of
                          distinct pages sends none (quality/tally.py bounds what it keeps per host)
     q_m.<marker>         pages matching a block marker
+    q_b.<cause>          tasks put back to pending for a block page found mid-batch (quality/tally.py), by what
+                         gave it away: `marker`, or `body` (one body for most of the host's last pages)
     q_s.<status>         requests by the status they ended with (`error`: no answer at all)
     q_tasks              tasks done whose callbacks ran
     q_noitem             of them, those that yielded no item
@@ -26,7 +28,9 @@ from typing import Mapping, Optional
 from urllib.parse import quote, unquote
 
 BODIES, TASKS, NO_ITEM, KEPT = "q_body", "q_tasks", "q_noitem", "q_kept"
-DIGEST, MARKER, STATUS, ITEMS, GOOD, REFUSED = "q_d.", "q_m.", "q_s.", "q_i.", "q_f.", "q_x."
+DIGEST, MARKER, STATUS, ITEMS, GOOD, REFUSED, PUT_BACK = "q_d.", "q_m.", "q_s.", "q_i.", "q_f.", "q_x.", "q_b."
+BY_MARKER, BY_BODY = "marker", "body"     # what gave a block page away (PUT_BACK's causes)
+BLOCK_REASONS = {BY_MARKER: "a block marker", BY_BODY: "one body for most of its host's last pages"}
 NO_ANSWER = "error"      # the status of a request that got no response
 
 
@@ -48,6 +52,7 @@ class HostMeasures:
     good: dict = field(default_factory=dict)       # table.field -> items with a good value there
     refused: dict = field(default_factory=dict)    # table.field -> items whose value the Field refused
     markers: dict = field(default_factory=dict)    # block marker -> pages matching it
+    put_back: dict = field(default_factory=dict)   # BY_MARKER or BY_BODY -> tasks put back for a block page
     statuses: dict = field(default_factory=dict)   # status -> requests
     bodies: int = 0
     top_body: int = 0         # pages of the body most pages had (among those a worker saw twice)
@@ -61,7 +66,7 @@ class HostMeasures:
         measures = cls()
         singles = {BODIES: "bodies", TASKS: "tasks", NO_ITEM: "no_item", KEPT: "kept"}
         tables = {ITEMS: measures.items, GOOD: measures.good, REFUSED: measures.refused,
-                  MARKER: measures.markers, STATUS: measures.statuses}
+                  MARKER: measures.markers, STATUS: measures.statuses, PUT_BACK: measures.put_back}
         for name, n in counts.items():
             if name in singles:
                 setattr(measures, singles[name], int(n))

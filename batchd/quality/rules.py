@@ -8,7 +8,9 @@
     block_marker     pages matching a challenge or captcha marker (built in, and BLOCK_MARKERS)
     coverage_floor   a field under its QUALITY_MIN_COVERAGE floor
 
-With no baseline (a first batch, a new host) only the last three can flag. A task done unchanged (a 304)
+With no baseline (a first batch, a new host) only the last three can flag. soft_block and block_marker also
+say how many of the host's tasks were put back to pending for a block page found mid-batch (QUALITY_BLOCK_HOLD),
+and soft_block flags a host whose tasks were put back for one body however few of its pages had it. A task done unchanged (a 304)
 keeps what its batch before measured: it counts the items per task of the baseline, and is neither a task
 with no item nor a body; so a host all of whose pages answer 304 is never flagged.
 
@@ -19,7 +21,7 @@ from typing import Mapping, Optional
 
 from ..config import Settings
 from ..hosts.counts import OTHER
-from .measures import Baseline, HostMeasures
+from .measures import BY_BODY, BY_MARKER, Baseline, HostMeasures
 
 MESSAGE_MOST = 280      # characters of a flag's message (a log line adds its batch: under 300 in all)
 TEXT_MOST = 80          # characters of one text from the crawl in a message
@@ -99,13 +101,15 @@ def no_items(host: str, m: HostMeasures, baseline: Baseline, settings: Settings)
 
 
 def soft_block(host: str, m: HostMeasures, baseline: Baseline, settings: Settings) -> list:
-    if host == OTHER or m.bodies < settings.QUALITY_SOFT_BLOCK_PAGES:
+    if host == OTHER:
         return []
-    share = m.top_body_share()
-    if share < settings.QUALITY_SOFT_BLOCK_SHARE:
+    share, put_back = m.top_body_share(), m.put_back.get(BY_BODY, 0)
+    most = m.bodies >= settings.QUALITY_SOFT_BLOCK_PAGES and share >= settings.QUALITY_SOFT_BLOCK_SHARE
+    if not (most or put_back):
         return []
+    said = ": a block page served for every URL?" if most else ", most of its last pages for a while"
     return [_flag(host, "soft_block", None, share, None,
-                  f"{m.top_body} of {m.bodies} pages had one body ({share:.0%}): a block page served for every URL?")]
+                  f"{m.top_body} of {m.bodies} pages had one body ({share:.0%}){said}" + _put_back(put_back))]
 
 
 def block_marker(host: str, m: HostMeasures, baseline: Baseline, settings: Settings) -> list:
@@ -114,7 +118,13 @@ def block_marker(host: str, m: HostMeasures, baseline: Baseline, settings: Setti
     pages = sum(m.markers.values())
     marker = max(sorted(m.markers), key=lambda found: m.markers[found])
     return [_flag(host, "block_marker", marker, pages, None,
-                  f"{pages} of {m.bodies} pages match a block marker (most: '{shown(marker)}')")]
+                  f"{pages} of {m.bodies} pages match a block marker (most: '{shown(marker)}')"
+                  + _put_back(m.put_back.get(BY_MARKER, 0)))]
+
+
+def _put_back(tasks: int) -> str:
+    """What a block rule's message adds of the tasks put back to pending for its block page mid-batch."""
+    return f"; {tasks} task{'' if tasks == 1 else 's'} put back to pending, the host held" if tasks else ""
 
 
 def coverage_floor(host: str, m: HostMeasures, baseline: Baseline, settings: Settings) -> list:

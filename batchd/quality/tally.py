@@ -11,11 +11,16 @@ Cost: a page's body is digested (CRC-32 and length: 5 us for 20 kB) as it comes;
 markers (about 100 us for 20 kB) only after its callback, and only when the callback yielded no item or an
 item with a field empty or refused: a challenge page yields nothing whole, and a good page is not searched.
 
+A block page found mid-batch (QUALITY_BLOCK_HOLD): `parsed` says what gave away a page that yielded no whole
+item, a block marker or the same-body rule over the host's recent pages (of its last QUALITY_SOFT_BLOCK_PAGES pages with a body in this
+worker, WINDOW_MOST at most, QUALITY_SOFT_BLOCK_SHARE had this page's body); the task run puts the task back
+(worker/task_run.py) and `put_back` counts it for the flag at the close.
+
 Bounds: the digests of bodies are the only counters that could grow with the pages. A worker keeps, per
 host and batch, DIGESTS_PER_HOST digests and how often it saw each; a digest is sent (and counted from then
 on) only once it was seen twice, and when the table is full a digest seen once gives its place to the new
 one. So the body a soft-blocked site serves again and again is counted, and a site of distinct pages sends
-no digest at all. At most HOSTS_KEPT hosts' tables are kept (the least recently seen go first), and only
+no digest at all. The recent pages are a window of digests per host beside that table. At most HOSTS_KEPT hosts' tables are kept (the least recently seen go first), and only
 for the two most recent batches.
 """
 import collections
@@ -27,11 +32,12 @@ from urllib.parse import urlsplit
 
 from ..hosts.counts import host_label, name
 from ..item import Item
-from .measures import (BODIES, DIGEST, GOOD, ITEMS, KEPT, MARKER, NO_ANSWER, NO_ITEM, REFUSED, STATUS, TASKS,
-                       quoted)
+from .measures import (BODIES, BY_BODY, BY_MARKER, DIGEST, GOOD, ITEMS, KEPT, MARKER, NO_ANSWER, NO_ITEM, PUT_BACK,
+                       REFUSED, STATUS, TASKS, quoted)
 
 DIGESTS_PER_HOST = 16
 HOSTS_KEPT = 10000
+WINDOW_MOST = 100           # a host's recent pages the same-body rule looks at mid-batch, at most
 MARKER_SCAN = 64 * 1024     # bytes of a body searched for block markers: challenge pages say so early
 # Challenge and captcha pages, as their bodies name them (lower case; BLOCK_MARKERS adds the spider's own).
 BUILT_IN_MARKERS = (
@@ -72,8 +78,14 @@ class BlockMarkers:
 class DigestTable:
     """How often a worker saw each body of a host in a batch, for the few bodies that may matter."""
 
-    def __init__(self):
+    def __init__(self, window: int = 10):
         self.seen: collections.OrderedDict = collections.OrderedDict()     # digest -> times, oldest first
+        self.recent: collections.deque = collections.deque(maxlen=window)   # the last pages' digests
+
+    def one_body(self, digest: str, share: float) -> bool:
+        """Add a page to the recent ones: whether the window is full and `share` of it had this page's body."""
+        self.recent.append(digest)
+        return len(self.recent) == self.recent.maxlen and self.recent.count(digest) >= share * len(self.recent)
 
     def add(self, digest: str) -> int:
         """What to add to the digest's counter: 0 while it was seen once, 2 the second time, then 1."""
@@ -97,10 +109,14 @@ class DigestTable:
 
 class QualityTally:
     """Counts a worker's quality figures into its batch counters (`count(name, n, batch id)`); thread-safe.
-    `spider_table`: where the spider's dicts go."""
+    `spider_table`: where the spider's dicts go; `holds`: what makes a page a block page mid-batch (BY_MARKER,
+    BY_BODY; none: the hold is off), the same-body rule over the last `pages` pages (WINDOW_MOST at most) of
+    which `share` had one body."""
 
-    def __init__(self, count: Count, markers: BlockMarkers, spider_table: str):
+    def __init__(self, count: Count, markers: BlockMarkers, spider_table: str, holds: frozenset = frozenset(),
+                 pages: int = 10, share: float = 0.5):
         self.count, self.markers, self.spider_table = count, markers, spider_table
+        self.holds, self.window, self.share = holds, min(pages, WINDOW_MOST), share
         self._lock = threading.Lock()
         self._digests: collections.OrderedDict = collections.OrderedDict()   # (batch id, host) -> DigestTable
         self._newest = 0        # the most recent batch whose pages were digested
@@ -113,24 +129,36 @@ class QualityTally:
         batch_id = run.lease.batch_id
         self.count(name(STATUS + str(response.status_code), host), 1, batch_id)
         body = response.content
-        run.page_items, run.page_gaps = run.items_yielded, False
+        run.page_items, run.page_gaps, run.page_one_body = run.items_yielded, False, False
         if response.status_code == 304:
             return
         self.count(name(BODIES, host), 1, batch_id)
         digest = f"{zlib.crc32(body):08x}{len(body):x}"
         with self._lock:
-            shared = self._table(batch_id, host).add(digest)
+            table = self._table(batch_id, host)
+            shared = table.add(digest)
+            run.page_one_body = BY_BODY in self.holds and table.one_body(digest, self.share)
         if shared:
             self.count(name(DIGEST + digest, host), shared, batch_id)
 
-    def parsed(self, run, response) -> None:
-        """A callback ran on the response: one that yielded no whole item may have met a block page."""
+    def parsed(self, run, response) -> Optional[str]:
+        """A callback ran on the response: one that yielded no whole item may have met a block page (its marker
+        is counted). What gives the page away as a block page to hold its host for (BY_MARKER, BY_BODY, of
+        `holds`), else None."""
         if response.status_code == 304 or (run.items_yielded > run.page_items and not run.page_gaps):
-            return
+            return None          # a page that yielded whole items is data, whatever its body
+        one_body = BY_BODY if run.page_one_body else None
         marker = self.markers.match(response.content)
-        if marker is not None:
-            host = host_label(urlsplit(response.url).netloc)
-            self.count(name(MARKER + quoted(marker), host), 1, run.lease.batch_id)
+        if marker is None:
+            return one_body
+        host = host_label(urlsplit(response.url).netloc)
+        self.count(name(MARKER + quoted(marker), host), 1, run.lease.batch_id)
+        return BY_MARKER if BY_MARKER in self.holds else one_body
+
+    def put_back(self, run, cause: str) -> None:
+        """The task goes back to pending for a block page (`cause`: what gave it away)."""
+        host = run.quality_host or _host_of(run.url)
+        self.count(name(PUT_BACK + cause, host), 1, run.lease.batch_id)
 
     def _table(self, batch_id: int, host: str) -> DigestTable:
         """The host's digests in the batch (called with the lock held). HOSTS_KEPT tables at most, the least
@@ -140,7 +168,7 @@ class QualityTally:
         if table is not None:
             self._digests.move_to_end(key)
             return table
-        table = self._digests[key] = DigestTable()
+        table = self._digests[key] = DigestTable(self.window)
         if batch_id > self._newest:
             self._newest = batch_id
             for old in [k for k in self._digests if k[0] < batch_id - 1]:

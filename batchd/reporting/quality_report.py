@@ -51,7 +51,8 @@ def host_row(host: str, measures: HostMeasures, baseline: dict) -> dict:
             "coverage": {key: round(share, 4) for key, share in sorted(coverage.items())},
             "coverage_before": {key: round(share, 4) for key, share in sorted(before.items())},
             "refused": measures.refused, "top_body_share": round(measures.top_body_share(), 4),
-            "bodies": measures.bodies, "markers": measures.markers, "statuses": measures.statuses}
+            "bodies": measures.bodies, "markers": measures.markers, "statuses": measures.statuses,
+            "put_back": sum(measures.put_back.values())}
 
 
 def _sum_or_none(items: Optional[dict]) -> Optional[float]:

@@ -186,6 +186,13 @@ class Pipeline:
                 self._settle_if_landed(run)
             self._free_slot_if_empty(run)
 
+    def put_back(self, run: TaskRun) -> None:
+        """Its page was a block page (task_run.py): the task goes back to pending once its requests end, whatever
+        the spider said of it (a failure is written at once: it stays)."""
+        with self._cond:
+            if run.outcome != TaskState.FAILED and not run.settled:
+                run.outcome = TaskState.PENDING
+
     def ask_flush(self) -> None:
         with self._cond:
             self._flush_now = True

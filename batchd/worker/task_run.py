@@ -4,6 +4,11 @@ in turn, the items they yield handed to the pipeline. A request that may not go 
 stops the run where it stands: the worker sets the task aside (set_aside.py), and the next thread to
 take it goes on from that request, with its sequence number and its attempts so far.
 
+A page the quality tally finds to be a block page (QUALITY_BLOCK_HOLD: a block marker, or one body for most of
+its host's last pages; quality/tally.py) is not data: the items its callback yielded are dropped, the task
+goes back to pending (whatever the spider said of it, but a failure already written), and its host's breaker
+opens (download/middlewares/breaker.py), so that its other tasks wait for a probe as behind a host that fails.
+
 What the spider's code raises fails the task, not the worker (its traceback logged once per task and
 error); an Item class its table cannot take stops the worker (ConfigError: no task of it could
 succeed). The spider's code runs under TASK_TIMEOUT's watch (timeout.py).
@@ -28,6 +33,7 @@ from ..http import Request, RequestFailed
 from ..model import Lease, TaskFailure, task_key
 from ..recrawl.page_memory import PageMemory
 from ..recrawl.pages import ITEMS_UNCHANGED, UNCHANGED, items_signature, settled_unchanged
+from ..quality.measures import BLOCK_REASONS
 from ..quality.tally import QualityTally
 from ..settle import failures
 from ..task import TaskState
@@ -71,6 +77,7 @@ class TaskRun:
     items_yielded: int = 0        # by its callbacks (counted only with the quality tally)
     page_items: int = 0           # items_yielded when the last response came (quality/tally.py)
     page_gaps: bool = False       # an item of that response lacks a good value somewhere
+    page_one_body: bool = False   # that response had the body of most of its host's last pages
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -142,6 +149,16 @@ class Gate(Protocol):
 
     def finish_requests(self, run: TaskRun) -> None: ...
 
+    def put_back(self, run: TaskRun) -> None: ...
+
+
+class BlockPage(Exception):
+    """A callback's page was a block page (`cause`: what gave it away, quality/measures.py BY_MARKER or BY_BODY)."""
+
+    def __init__(self, cause: str):
+        super().__init__(f"a block page ({BLOCK_REASONS[cause]})")
+        self.cause = cause
+
 
 def overridden_hooks(spider) -> frozenset:
     """The SPIDER_HOOKS the spider's class overrides (BatchSpider marks its defaults `does_nothing`)."""
@@ -153,12 +170,15 @@ class TaskRunner:
     """Runs the tasks of one worker through its spider."""
 
     def __init__(self, spider, settings: Settings, downloader, gate: Gate, seen: SeenFilter, namespace: str,
-                 worker_name: str, memory: Optional[PageMemory] = None, quality: Optional[QualityTally] = None):
+                 worker_name: str, memory: Optional[PageMemory] = None, quality: Optional[QualityTally] = None,
+                 breaker=None):
         """`memory`: what re-crawls remember of pages (None: nothing, every page is fetched and parsed);
-        `quality`: the worker's quality counters (None: QUALITY_CHECKS off, nothing counted)."""
+        `quality`: the worker's quality counters (None: QUALITY_CHECKS off, nothing counted); `breaker`: the
+        chain's HostBreakerMiddleware that holds a host found serving a block page (None: the hold is off)."""
         self.spider, self.settings, self.downloader, self.gate, self.seen = spider, settings, downloader, gate, seen
         self.namespace, self.worker_name = namespace, worker_name
-        self.memory, self.quality = memory, quality
+        self.memory, self.quality, self.breaker = memory, quality, breaker
+        self.judges_pages = breaker is not None and quality is not None and bool(quality.holds)
         self._overridden_hooks = overridden_hooks(spider)
 
     def process(self, run: TaskRun, stop) -> Optional[NotYet]:
@@ -171,6 +191,10 @@ class TaskRunner:
             wait = self._advance(run, stop)
         except TaskTimedOut:
             pass                      # failed and logged by the watching thread already
+        except BlockPage as page:
+            log.info("task %s goes back to pending: %s", run.task_id, page)
+            self.quality.put_back(run, page.cause)
+            self.gate.put_back(run)
         except BadItem as e:
             log.error("task %s failed: %s", run.task_id, e)
             self._fail_with(run, e)
@@ -241,9 +265,18 @@ class TaskRunner:
                 return self._run_errback(run, request, request_seq, failure, task)
             finally:
                 run.last_failure = None
-        if self.memory is not None and request.method == "GET":
-            return self._run_remembered(run, request, request_seq, response, page, task)
-        return self._run_callback(run, request, request.callback or self.spider.parse, request_seq, response, task)
+        block = None
+        try:
+            if self.memory is not None and request.method == "GET":
+                return self._run_remembered(run, request, request_seq, response, page, task)
+            return self._run_callback(run, request, request.callback or self.spider.parse, request_seq, response,
+                                      task)
+        except BlockPage as found:
+            block = BLOCK_REASONS[found.cause]
+            raise
+        finally:
+            if self.judges_pages:
+                self.breaker.page_judged(response, block)
 
     def _fetch(self, run: TaskRun, sent: Request, attempts: int):
         return self.downloader.fetch(sent, *self._spider_hooks(run), park=True, attempts=attempts)
@@ -253,9 +286,15 @@ class TaskRunner:
         callback = self._spider_method(callback)
         with user_code(run):
             produced = callback(request, response, task, **request.cb_kwargs)
-        follow_ups = self._take(run, request_seq, callback, produced, held)
+        judged = self.judges_pages and held is None      # its items wait for the page's judgement
+        page_items: Optional[list] = [] if judged else held
+        follow_ups = self._take(run, request_seq, callback, produced, page_items)
         if self.quality is not None:
-            self.quality.parsed(run, response)
+            block = self.quality.parsed(run, response)
+            if block is not None and self.judges_pages:
+                raise BlockPage(block)
+        for item_seq, item in page_items if judged else ():
+            self.gate.add_item(run, request_seq, item_seq, item)
         return follow_ups
 
     def _run_remembered(self, run: TaskRun, request: Request, request_seq: int, response, page, task: dict) -> list:

@@ -121,6 +121,35 @@ def test_probes_one_at_a_time_double_their_wait_up_to_the_cap_and_an_answer_clos
     assert fetch(other_worker, url) == "ok" and fetch(downloader, url) == "ok"
 
 
+def test_a_block_page_opens_the_breaker_and_a_probes_page_is_judged_before_it_closes(site, breakers, made):
+    """QUALITY_BLOCK_HOLD (worker/task_run.py judges each page after its callback): a block page holds its host as
+    failures would; a probe's 2xx page keeps the breaker probing until judged, a block page again fails the probe
+    (the wait doubles, `since` stays for HOST_DOWN_GIVE_UP), a good one closes it."""
+    clock = Clock()
+    breaker = breaker_of(breakers, clock).judge_pages()
+    downloader = downloader_with(made, breaker, clock)
+    url, host = site.url("/page/1"), host_of(Request(site.url("/")))
+    page = downloader.fetch(Request(url), park=True)
+    breaker.page_judged(page, None)
+    assert breakers.look(host) is None, "a page that is no block page changes nothing"
+    breaker.page_judged(page, "a block marker")
+    state = breakers.look(host)
+    assert (state.phase, state.since, state.failures, state.next_probe) == (BreakerPhase.OPEN, START, 1, START + 1)
+    assert fetch(downloader, url) == 1.0, "the host's requests wait for the probe"
+    clock.now += 1.0
+    probe = downloader.fetch(Request(url), park=True)
+    assert breakers.look(host).phase is BreakerPhase.PROBING, "answered, but not judged yet"
+    assert fetch(downloader, url) == 1.0
+    breaker.page_judged(probe, "a block marker")
+    state = breakers.look(host)
+    assert (state.phase, state.since, state.failures, state.next_probe) == (BreakerPhase.OPEN, START, 2,
+                                                                            START + 1 + 2)
+    clock.now = state.next_probe
+    probe = downloader.fetch(Request(url), park=True)
+    breaker.page_judged(probe, None)
+    assert breakers.look(host) is None and fetch(downloader, url) == "ok", "a good probe's page closes it"
+
+
 def test_failures_while_the_breaker_opens_or_is_open_charge_no_retry(site, breakers, made):
     clock, stats = Clock(), Counter()
     downloader = downloader_with(made, breaker_of(breakers, clock, failures=2), clock, retries=5, stats=stats)

@@ -38,12 +38,13 @@ def flags(record) -> set:
 
 
 def test_a_first_batch_is_measured_per_host_and_flagged_only_by_markers_soft_blocks_and_floors(backend, site, caplog):
+    """With QUALITY_BLOCK_HOLD off, the captcha site's tasks are done with its page (test_block_pages.py holds it)."""
     with TestSite() as captcha, TestSite() as odd:
         captcha.captcha, odd.price_text = True, "N/A"
         site.relaid.update({1, 2, 3})
         shop_pages(backend, site, captcha, odd)
         with caplog.at_level(logging.INFO, logger="batchd"):
-            record = crawl(backend, QUALITY_MIN_COVERAGE={"price": 0.9})
+            record = crawl(backend, QUALITY_MIN_COVERAGE={"price": 0.9}, QUALITY_BLOCK_HOLD=False)
     hosts = record["quality"]["hosts"]
     good = hosts[host(site)]
     assert good["items"] == {"crawl_task_item": PAGES} and good["tasks"] == PAGES and good["no_item"] == 0

@@ -90,3 +90,18 @@ def test_measures_read_back_from_counters_and_json():
         {"items": 3}, {"items.title": 2, "items.a/b": 1}, {"items.price": 1}, 3, {"please verify": 1})
     assert HostMeasures.from_json(m.to_json()) == m
     assert Baseline(**baselines([{"h": m}])["h"].to_json()) == baselines([{"h": m}])["h"]
+
+
+def test_the_block_rules_say_how_many_tasks_were_put_back_and_one_body_put_back_flags_however_few_pages():
+    few = measures(bodies=30, top_body=6)
+    few.put_back = {"body": 3}
+    blocked = measures(items=0, bodies=12, markers={"g-recaptcha": 12})
+    blocked.put_back = {"marker": 1}
+    found = flags_of({"few": few, "blocked": blocked}, {}, load_settings({}, environ={}))
+    messages = {(f.host, f.kind): f.message for f in found}
+    assert messages[("few", "soft_block")] == ("few: 6 of 30 pages had one body (20%), most of its last pages for a "
+                                               "while; 3 tasks put back to pending, the host held")
+    assert messages[("blocked", "block_marker")].endswith("(most: 'g-recaptcha'); 1 task put back to pending, "
+                                                          "the host held")
+    assert kinds({"few": measures(bodies=30, top_body=6)}) == set(), "no task put back: 20 % is no soft block"
+    assert HostMeasures.from_counts({"q_b.marker": 2, "q_b.body": 1}).put_back == {"marker": 2, "body": 1}

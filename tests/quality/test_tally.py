@@ -103,3 +103,30 @@ def test_markers_are_searched_after_a_callback_that_yielded_nothing_whole():
         quality.parsed(r, page(body))
     assert {name: n for name, n in counted(stats).items() if "q_m." in name} == {
         "host/q_m.g-recaptcha/shop.example": 1, "host/q_m.unusual%20traffic/shop.example": 1}
+
+
+def test_a_block_page_mid_batch_is_told_by_its_marker_or_by_one_body_for_most_of_its_hosts_last_pages():
+    stats = BatchStats()
+    quality = QualityTally(stats.inc, BlockMarkers(), "crawl_task_item", frozenset({"marker", "body"}), pages=10,
+                           share=0.5)
+
+    def judged(body, whole=False):
+        r = run()
+        quality.answered(r, page(body))
+        if whole:
+            quality.item(r, {"title": "x"})
+        return quality.parsed(r, page(body))
+
+    assert [judged(f"<h1>{n}</h1>".encode()) for n in range(6)] == [None] * 6
+    down = b"<p>down for maintenance</p>"
+    assert [judged(down) for _ in range(4)] == [None] * 4, "4 of the last 10 pages: not most of them yet"
+    assert judged(down) == "body" and judged(down, whole=True) is None, "a page with a whole item is data"
+    assert judged(b"<h1>new</h1>") is None, "another body is no block page, whatever the last pages had"
+    assert judged(b"<div class='g-recaptcha'></div>") == "marker"
+    r = run()
+    quality.put_back(r, "marker")
+    assert counted(stats)["host/q_b.marker/shop.example"] == 1
+    off = QualityTally(stats.inc, BlockMarkers(), "crawl_task_item")       # the hold off: counted, never told
+    r = run()
+    off.answered(r, page(b"<div class='g-recaptcha'></div>"))
+    assert off.parsed(r, page(b"<div class='g-recaptcha'></div>")) is None

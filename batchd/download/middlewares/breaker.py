@@ -9,6 +9,12 @@ retry. When the probe's time comes, one request claims it (one at a time across 
 sent: an answer closes the breaker, a failure doubles the wait, up to HOST_BREAKER_PROBE_MAX. A 429 or
 503 with Retry-After holds the whole host off that long (at most HOST_BREAKER_PROBE_MAX).
 
+A host found serving a block page (QUALITY_BLOCK_HOLD: the worker's task run judges each page after its
+callback, quality/tally.py) is held the same way: `page_judged` opens its breaker as HOST_BREAKER_FAILURES
+failures would. Its probe's page answered 2xx leaves the breaker probing until that page too is judged: no
+block page closes it, a block page again counts as a failed probe (the wait doubles, HOST_DOWN_GIVE_UP counts
+on). A probe's page that is never judged (its worker died) is claimed again once its claim lapses.
+
 A host whose breaker has been open HOST_DOWN_GIVE_UP seconds is down: its requests fail at once, all
 with one reason, `host X down since <time> (HOST_DOWN_GIVE_UP=1800 s)`, so that `batchd failed` shows
 them as one group; the first worker to say so for a batch logs one WARNING line and raises one alert
@@ -34,6 +40,7 @@ from .retry import RETRY_AFTER_STATUSES, retry_after_seconds
 log = logging.getLogger("batchd")
 
 PROBE = "_batchd_breaker_probe"    # the meta key of the request that is its host's probe
+PROBE_PAGE = "_batchd_breaker_probe_page"    # the meta key of a probe's 2xx page, until page_judged
 PROBE_SLACK = 5.0                  # s beyond DOWNLOAD_TIMEOUT that a probe's claim lasts (its worker may die)
 
 
@@ -63,6 +70,7 @@ class HostBreakerMiddleware(DownloaderMiddleware):
         self.probe_max = max(probe, probe_max)
         self.probe, self.probe_seconds = min(probe, self.probe_max), probe_seconds
         self.batch_id = None
+        self.pages_judged = False      # block pages hold hosts: a probe's 2xx page waits for its judgement
 
     @classmethod
     def from_context(cls, context: ChainContext) -> Optional["HostBreakerMiddleware"]:
@@ -74,6 +82,29 @@ class HostBreakerMiddleware(DownloaderMiddleware):
 
     def batch_started(self, batch_id) -> None:
         self.batch_id = batch_id
+
+    def judge_pages(self) -> "HostBreakerMiddleware":
+        """From now on the task run judges every page it gets (page_judged): block pages hold their hosts."""
+        self.pages_judged = True
+        return self
+
+    def page_judged(self, response: Response, block: Optional[str]) -> None:
+        """The task run judged a page: a block page (`block`: what gave it away) opens its host's breaker for
+        every worker; a probe's page closes it, or, a block page again, fails the probe."""
+        probe = response.meta.pop(PROBE_PAGE, None)
+        if block is None and not probe:
+            return
+        host, now = host_of(response.request), self.clock()
+        if block is None:
+            self._close(host)
+        elif probe:
+            self.view.step(host, "probe_failed", now, self.probe_max)
+        else:
+            self.view.start_over(host)
+            _, opened = self.view.step(host, "trip", now, (1, self.probe))     # (one failure: the block page)
+            if opened:
+                log.info("host %s served a block page (%s): its breaker opens, first probe in %g s", host, block,
+                         self.probe)
 
     def process_request(self, request: Request) -> None:
         host = host_of(request)
@@ -105,7 +136,7 @@ class HostBreakerMiddleware(DownloaderMiddleware):
             self._hold_off(request, response)
         if status >= 500 or status == 429:
             return self._failed(request) or response
-        self._answered(request)
+        self._answered(request, response)
         return response
 
     def process_exception(self, request: Request, exception) -> Optional[Request]:
@@ -137,17 +168,24 @@ class HostBreakerMiddleware(DownloaderMiddleware):
             return _again(request)
         return None
 
-    def _answered(self, request: Request) -> None:
-        """The host answered: its count starts again, and a probe's answer closes its breaker."""
+    def _answered(self, request: Request, response: Optional[Response] = None) -> None:
+        """The host answered: its count starts again, and a probe's answer closes its breaker (a 2xx page,
+        with pages judged: once the task run found it no block page)."""
         host = host_of(request)
         if not self.view.watches(host):
             return
         self.view.start_over(host)
         if request.meta.pop(PROBE, None):
-            if self.view.close(host):
-                log.info("host %s answered its probe: its breaker closes", host)
+            if self.pages_judged and response is not None and 200 <= response.status_code < 300:
+                response.meta[PROBE_PAGE] = True
+            else:
+                self._close(host)
             return
         self.view.forget_if_closed(host)
+
+    def _close(self, host: str) -> None:
+        if self.view.close(host):
+            log.info("host %s answered its probe: its breaker closes", host)
 
     def _hold_off(self, request: Request, response: Response) -> None:
         """A Retry-After on a 429 or 503 holds the whole host off, for every worker."""
