@@ -193,7 +193,8 @@ class TaskRunner:
             pass                      # failed and logged by the watching thread already
         except BlockPage as page:
             log.info("task %s goes back to pending: %s", run.task_id, page)
-            self.quality.put_back(run, page.cause)
+            if self.quality is not None:       # (always: only a judging runner, which has a tally, raises it)
+                self.quality.put_back(run, page.cause)
             self.gate.put_back(run)
         except BadItem as e:
             log.error("task %s failed: %s", run.task_id, e)
@@ -293,8 +294,9 @@ class TaskRunner:
             block = self.quality.parsed(run, response)
             if block is not None and self.judges_pages:
                 raise BlockPage(block)
-        for item_seq, item in page_items if judged else ():
-            self.gate.add_item(run, request_seq, item_seq, item)
+        if judged:
+            for item_seq, item in page_items or ():
+                self.gate.add_item(run, request_seq, item_seq, item)
         return follow_ups
 
     def _run_remembered(self, run: TaskRun, request: Request, request_seq: int, response, page, task: dict) -> list:
