@@ -15,7 +15,7 @@ walk of the table is under way):
    one WARNING line per flag and the counters in one line.
 
 Alerts (batchd/alerts/alerts.py): a stall and the failure ratio at each progress check, the failure ratio
-again at the close, an overdue batch at the patrol that finds it.
+again at the close and a flagged batch's quality, an overdue batch at the patrol that finds it.
 
 Only the holder of the namespace's master lock patrols; the lock is renewed by a
 thread of its own so that a long reset or a slow query never lets it lapse.
@@ -570,6 +570,8 @@ class Master:
             log.warning("batch %d quality: %s", batch.id, flag.message)
         log.info("%s", report(batch.id, counters, 0 if quality is None else len(quality.flags)))
         self.alerts.check_failures(batch.id, done, failed)
+        if quality is not None and quality.flags:
+            self.alerts.quality_flagged(batch.id, [flag.to_json() for flag in quality.flags])
         self.outcome = outcome
         return True
 
