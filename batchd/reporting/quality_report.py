@@ -58,6 +58,23 @@ def _sum_or_none(items: Optional[dict]) -> Optional[float]:
     return round(sum(items.values()), 1) if items else None
 
 
+def outcome_line(report: dict) -> str:
+    """The first line of a report: the outcome, the flags, the batches of the baseline."""
+    if not report["judged"]:
+        return (f"batch {report['batch']}: {report['outcome'] or 'closed'}; its data was not judged (QUALITY_CHECKS "
+                "off, or closed by a batchd without quality checks)")
+    compared = ", ".join(map(str, report["compared"]))
+    flags = len(report["flags"])
+    return (f"batch {report['batch']}: {report['outcome']}, {flags} flag{'' if flags == 1 else 's'} "
+            + (f"(baseline: the median of batches {compared})" if compared else "(no baseline: a first batch)"))
+
+
+def against(now: Optional[float], before: Optional[float], shape: str) -> str:
+    """A figure beside its baseline's, "70% (100%)"; "-" for one the batch did not measure."""
+    shown = "-" if now is None else shape.format(now)
+    return shown if before is None else f"{shown} ({shape.format(before)})"
+
+
 def quality_line(store) -> Optional[dict]:
     """{batch, outcome, flags} of the last closed batch that was judged (None: none yet): `batchd status`."""
     for record in store.recent_batches(2):
