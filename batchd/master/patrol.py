@@ -103,6 +103,9 @@ class Master:
         `judge`: the quality checks at a batch's close (None: QUALITY_CHECKS off)."""
         self.judge = judge
         self.outcome: Optional[str] = None     # how the last batch this master closed ended (quality/verdict.py)
+        # Told each judged batch's id and quality JSON at its close: under a supervisor with METRICS_PORT, its
+        # /metrics (supervisor/child.py sets it); a failure here is logged and never fails the close.
+        self.judged: Optional[Callable[[int, dict], None]] = None
         self.settings, self.layout, self.store, self.leases = settings, layout, ports.store, ports.leases
         self.spider, self.refetch = spider, refetch
         self.locks, self.wake, self.namespaces = ports.locks, ports.wake, ports.namespaces
@@ -570,10 +573,20 @@ class Master:
             log.warning("batch %d quality: %s", batch.id, flag.message)
         log.info("%s", report(batch.id, counters, 0 if quality is None else len(quality.flags)))
         self.alerts.check_failures(batch.id, done, failed)
+        if quality is not None:
+            self._tell_judged(batch.id, quality.to_json())
         if quality is not None and quality.flags:
             self.alerts.quality_flagged(batch.id, [flag.to_json() for flag in quality.flags])
         self.outcome = outcome
         return True
+
+    def _tell_judged(self, batch_id: int, quality: dict) -> None:
+        if self.judged is None:
+            return
+        try:
+            self.judged(batch_id, quality)
+        except Exception as e:    # the metrics are told what they can; the batch is closed whatever they say
+            log.warning("batch %d: its quality could not be handed to /metrics: %s: %s", batch_id, type(e).__name__, e)
 
     def once_exit_code(self) -> ExitCode:
         """What a once-mode run ends with (docs/architecture.md, Exit codes): 65 when the batch it closed was
