@@ -135,12 +135,15 @@ class Dashboard:
         runtime = self.runtime(namespace)
         return self.store.ask(("quality", runtime.namespace, batch), lambda: gather_quality(runtime, batch))
 
-    def last_quality(self, namespace: Optional[str]) -> Optional[dict]:
-        """The last closed batch's quality, for the batch page; None before a batch closed."""
+    def last_quality(self, namespace: Optional[str]) -> dict:
+        """For the batch page: {"quality": the last closed batch's, None before one closed}, or {"unread": why
+        it cannot be read now} (in an outage the page shows what it can, as `batchd status` does)."""
         try:
-            return self.quality(namespace)
+            return {"quality": self.quality(namespace)}
         except NoSuchBatch:
-            return None
+            return {"quality": None}
+        except (BatchdError, StoreBusy) as e:
+            return {"unread": outage_words(e)}
 
     # -- the actions (the server has checked the token)
     def act(self, action: str, namespace: Optional[str], arguments: dict) -> str:

@@ -78,7 +78,7 @@ def index_page(entries: list) -> str:
 
 # -- the open batch
 def batch_page(status: dict, why: dict, namespaces: list, actions: bool, quality: Optional[dict] = None) -> str:
-    """`quality`: the last closed batch's (None: none closed yet)."""
+    """`quality`: Dashboard.last_quality's answer (the last closed batch's, or why it cannot be read)."""
     batch, tasks, queue = status["batch"], status["tasks"], status["queue"]
     parts = [f'<p class="missing">MISSING {esc(reason)}</p>' for reason in status["unreachable"]]
     if status["paused_since"] is not None:
@@ -99,7 +99,8 @@ def batch_page(status: dict, why: dict, namespaces: list, actions: bool, quality
                  f'<tr><td id="queue-waiting">{_figure(queue["waiting"])}</td>'
                  f'<td id="queue-leased">{_figure(queue["leased"])}</td></tr></table></section>')
     parts.append(_workers(status))
-    parts.append(_quality_summary(status["namespace"], quality))
+    if quality is not None:
+        parts.append(_quality_summary(status["namespace"], quality))
     if actions:
         parts.append(_actions())
     return page(f"Batch {batch['id']}" if batch else "No batch yet", status["namespace"], "", "".join(parts),
@@ -165,11 +166,13 @@ def _workers(status: dict) -> str:
             f'<th>unflushed</th><th>done</th><th>failed</th><th>outage</th></tr>{"".join(rows)}</table></section>')
 
 
-def _quality_summary(namespace: str, quality: Optional[dict]) -> str:
+def _quality_summary(namespace: str, answer: dict) -> str:
     """The last closed batch's flags, the first FLAGS_ON_BATCH_PAGE of them, and a link to its table."""
+    quality = answer.get("quality")
     if quality is None:
-        return ('<section id="quality"><h2>Quality</h2><p id="quality-outcome">No batch has closed yet: a batch\'s '
-                'data is judged at its close.</p></section>')
+        said = (f'<p class="missing">MISSING {esc(answer["unread"])}</p>' if "unread" in answer else
+                "<p id=\"quality-outcome\">No batch has closed yet: a batch's data is judged at its close.</p>")
+        return f'<section id="quality"><h2>Quality</h2>{said}</section>'
     link = f'/ns/{quote(namespace, safe="")}/quality?batch={quality["batch"]}'
     flags = quality["flags"]
     items = "".join(f'<li class="flag" data-kind="{esc(f["kind"])}">{esc(f["message"])}</li>'
