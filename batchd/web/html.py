@@ -314,4 +314,3 @@ def _flag_marks(flags: list) -> dict:
         key = (f["host"], where, f["field"] if where == "field" else "")
         marks[key] = f"{marks[key]}; {f['message']}" if key in marks else f["message"]
     return marks
-

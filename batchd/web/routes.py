@@ -8,8 +8,9 @@
     GET  /static/app.css | app.js
 
 A backend that cannot be read answers 503 with its words, a page as HTML and the API as JSON; an unknown
-namespace 404, and a batch not closed yet (its quality is judged at its close); a batch that is no number 400;
-open-batch while a batch is open (without force=1) 409.
+namespace 404, and /api/quality for a batch not closed yet (its quality is judged at its close; the quality
+page says so beside its tabs); a batch that is no number 400; open-batch while a batch is open (without force=1)
+409.
 """
 import logging
 import re
