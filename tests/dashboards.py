@@ -7,6 +7,7 @@ from harness import wait_for
 from supervised import free_port, start_batchd
 
 TELLING = "spiders/faulty.py:TellingCrawlTask"
+NAMING_SHOP = "spiders/shop.py:NamingShopTask"
 SCRIPT = "<script>alert(1)</script>"
 TOKEN = "s3cret-token-for-the-test"
 
@@ -48,6 +49,23 @@ def failing_urls(site) -> list:
     """3 pages that answer 404 under a URL with a password, 2 that fail their tasks with crawled text."""
     locked = site.url("/status/404").replace("http://", "http://crawler:hunter2@")
     return [f"{locked}?n={n}" for n in range(3)] + [site.url(f"/text?body={SCRIPT}&n={n}") for n in range(2)]
+
+
+def shop_tasks(backend, site, captcha) -> None:
+    """The tasks of a batch `flagged_batch` runs: `site`'s 12 shop pages and a /text page whose dict item names its
+    one field <script>..., and `captcha`'s 12 (a challenge page for each)."""
+    captcha.captcha = True
+    backend.create_tasks([s.url(f"/shop/{n}") for s in (site, captcha) for n in range(1, 13)]
+                         + [site.url(f"/text?body={SCRIPT}")])
+
+
+def flagged_batch(procs, backend) -> None:
+    """One `batchd run --once` of the shop spider over `shop_tasks` to its close: flagged for the captcha site's
+    soft block and marker, and for the other site's titles under a floor of 95 % (12 of 13 items)."""
+    # the captcha site's pages are flagged at the close, not held (QUALITY_BLOCK_HOLD: tests/quality/test_block_pages.py)
+    proc = start_batchd(procs, backend, "run", "--once", "--workers", "1", spider=NAMING_SHOP,
+                        QUALITY_MIN_COVERAGE='{"title": 0.95}', QUALITY_BLOCK_HOLD="false")
+    assert proc.wait(90) == 65, proc.output()[-3000:]
 
 
 def answers(base: str) -> bool:

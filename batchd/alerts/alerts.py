@@ -10,6 +10,8 @@
     items_dumped  items went to FAILED_ITEMS_PATH instead of the database (a worker's lander)
     host_down     a host's breaker stayed open HOST_DOWN_GIVE_UP seconds: its tasks fail at once (the first
                   worker of the namespace to see it, once per host and batch: download/middlewares/breaker.py)
+    quality       the batch closed flagged (batchd/quality/rules.py): one alert per flagged batch, naming the
+                  batch, how many flags, and the first FLAGS_NAMED of them (the master, at the close)
 
 Each alert is one WARNING line (what, which batch, the figures) and, with ALERT_WEBHOOK set, a POST:
 batchd's JSON {"namespace", "kind", "batch", "message", "host", "time", ...figures}, or a chat's text
@@ -18,6 +20,7 @@ condition that holds at every patrol is said once, then again only if it lasts. 
 sender thread with a small queue, so a patrol or a flush never waits for a webhook; a webhook that fails
 or answers no is logged once per distinct error, not per alert, and tried again with the next alert.
 """
+import collections
 import logging
 import socket
 import threading
@@ -27,11 +30,14 @@ from typing import Optional
 
 from ..config import Settings
 from ..model import Progress
+from ..service.systemd import escape_controls
 from .webhooks import WebhookSender
 
 log = logging.getLogger("batchd.alerts")
 
 FAILURES_CHECKED_FROM = 100   # settled tasks before the failure ratio means something (the close checks it anyway)
+FLAGS_NAMED = 3               # flags a quality alert names: a chat message stays a few lines, however many there are
+FLAG_TEXT_MOST = 200          # characters of one flag's message in it (the crawl's text: a host, a field)
 
 
 class Alerts:
@@ -114,6 +120,20 @@ class Alerts:
                              left=left, rate=round(rate, 3), eta=eta.isoformat(sep=" ", timespec="seconds"),
                              due=due.isoformat(sep=" "))
 
+    def quality_flagged(self, batch_id: int, flags: list) -> None:
+        """The batch closed flagged: `flags` as its record keeps them ({"host", "kind", "field", "message", ...}).
+        Their messages come from the crawl: control characters are escaped and each is cut, so a chat gets a
+        few bounded lines whatever a site called itself."""
+        named = [_bounded(flag["message"]) for flag in flags[:FLAGS_NAMED]]
+        more = f" (+{len(flags) - FLAGS_NAMED} more: batchd quality --batch {batch_id})" \
+            if len(flags) > FLAGS_NAMED else ""
+        self.raise_alert("quality", batch_id, f"batch {batch_id} closed with {len(flags)} quality "
+                         f"flag{'' if len(flags) == 1 else 's'}: {'; '.join(named)}{more}",
+                         flags=len(flags), kinds=dict(collections.Counter(f["kind"] for f in flags)),
+                         first=[{"host": _bounded(f["host"]), "kind": f["kind"],
+                                 "field": None if f["field"] is None else _bounded(f["field"]), "message": text}
+                                for f, text in zip(flags, named)])
+
     def overdue(self, batch_id: int, due: datetime) -> None:
         self.raise_alert("overdue", batch_id, f"batch {batch_id} is overdue: the next was due at {due}, it opens "
                          "once this one finishes", due=due.isoformat(sep=" "))
@@ -122,3 +142,9 @@ class Alerts:
     def items_dumped(self, batch_id: int, items: int, path: str, reason: str) -> None:
         self.raise_alert("items_dumped", batch_id, f"batch {batch_id}: {items} items written to {path} instead of "
                          f"the database ({reason})", items=items, path=path)
+
+
+def _bounded(text: str) -> str:
+    """Text from the crawl in an alert: control characters escaped, FLAG_TEXT_MOST characters at most."""
+    shown = escape_controls(str(text))
+    return shown if len(shown) <= FLAG_TEXT_MOST else shown[:FLAG_TEXT_MOST - 1] + "…"

@@ -8,10 +8,9 @@ The exit code says what the batch was, as `batchd run --once` does: 0 clean, 65 
 """
 import argparse
 import json
-from typing import Optional
 
 from ..errors import ExitCode
-from ..reporting.quality_report import gather_quality
+from ..reporting.quality_report import against, gather_quality, outcome_line
 from ..service.systemd import escape_controls
 from .arguments import VerbGroup, positive, runtime_from_args, spider_and_config
 from .status_text import render_table
@@ -44,23 +43,16 @@ def render_json(report: dict) -> str:
 
 def render_quality(report: dict) -> str:
     if not report["judged"]:
-        return (f"batch {report['batch']}: {report['outcome'] or 'closed'}; its data was not judged (QUALITY_CHECKS "
-                "off, or closed by a batchd without quality checks)")
-    compared = ", ".join(map(str, report["compared"])) or "none: a first batch"
-    flags = len(report["flags"])
-    lines = [f"batch {report['batch']}: {report['outcome']}, {flags} flag{'' if flags == 1 else 's'} "
-             f"(baseline: the median of batches {compared})"]
+        return outcome_line(report)
+    lines = [outcome_line(report)]
     lines += [f"FLAG  {f['kind']}  {escape_controls(f['message'])}" for f in report["flags"]]
-    rows = [[escape_controls(row["host"]), _against(row["items"], row["items_before"], "{:.0f}"),
-             _against(row["top_body_share"], None, "{:.0%}"), str(row["kept"]),
+    rows = [[escape_controls(row["host"]), against(row["items"], row["items_before"], "{:.0f}"),
+             against(row["top_body_share"], None, "{:.0%}"), str(row["kept"]),
              "; ".join(f"{escape_controls(key.partition('.')[2])} "
-                       f"{_against(share, row['coverage_before'].get(key), '{:.0%}')}"
+                       f"{against(share, row['coverage_before'].get(key), '{:.0%}')}"
                        for key, share in row["coverage"].items())] for row in report["hosts"]]
     if rows:
         lines += ["", render_table(("host", "items (before)", "top body", "unchanged", "coverage (before)"), rows,
                                    (0, 4))]
     return "\n".join(lines)
 
-
-def _against(now: float, before: Optional[float], shape: str) -> str:
-    return shape.format(now) if before is None else f"{shape.format(now)} ({shape.format(before)})"

@@ -15,7 +15,7 @@ walk of the table is under way):
    one WARNING line per flag and the counters in one line.
 
 Alerts (batchd/alerts/alerts.py): a stall and the failure ratio at each progress check, the failure ratio
-again at the close, an overdue batch at the patrol that finds it.
+again at the close and a flagged batch's quality, an overdue batch at the patrol that finds it.
 
 Only the holder of the namespace's master lock patrols; the lock is renewed by a
 thread of its own so that a long reset or a slow query never lets it lapse.
@@ -71,6 +71,9 @@ class Master:
         `judge`: the quality checks at a batch's close (None: QUALITY_CHECKS off)."""
         self.judge = judge
         self.outcome: Optional[str] = None     # how the last batch this master closed ended (quality/verdict.py)
+        # Told each judged batch's id and quality JSON at its close: under a supervisor with METRICS_PORT, its
+        # /metrics (supervisor/child.py sets it); a failure here is logged and never fails the close.
+        self.judged: Optional[Callable[[int, dict], None]] = None
         self.settings, self.layout, self.store, self.leases = settings, layout, ports.store, ports.leases
         self.spider, self.refetch = spider, refetch
         self.locks, self.wake, self.namespaces = ports.locks, ports.wake, ports.namespaces
@@ -538,8 +541,20 @@ class Master:
             log.warning("batch %d quality: %s", batch.id, flag.message)
         log.info("%s", report(batch.id, counters, 0 if quality is None else len(quality.flags)))
         self.alerts.check_failures(batch.id, done, failed)
+        if quality is not None:
+            self._tell_judged(batch.id, quality.to_json())
+        if quality is not None and quality.flags:
+            self.alerts.quality_flagged(batch.id, [flag.to_json() for flag in quality.flags])
         self.outcome = outcome
         return True
+
+    def _tell_judged(self, batch_id: int, quality: dict) -> None:
+        if self.judged is None:
+            return
+        try:
+            self.judged(batch_id, quality)
+        except Exception as e:    # the metrics are told what they can; the batch is closed whatever they say
+            log.warning("batch %d: its quality could not be handed to /metrics: %s: %s", batch_id, type(e).__name__, e)
 
     def once_exit_code(self) -> ExitCode:
         """What a once-mode run ends with (docs/architecture.md, Exit codes): 65 when the batch it closed was

@@ -32,9 +32,22 @@ takes at most HOST_STATS_TOP values and "(other)": the busiest hosts, the rest s
     batchd_host_attempts{host,outcome=done|failed}   the batch's attempts at the host (a new batch starts at 0)
     batchd_host_latency_seconds{host,quantile=0.5|0.95}  the top of the latency bucket the quantile falls in
     batchd_host_breaker{host,state=open|probing|down}    1 for a host whose breaker is not closed
+
+The data quality of the last batch its master judged, from the supervisor that runs the master only (docs/
+quality.md). The master hands each judged batch's figures (quality_report.py's metric_figures, from the JSON
+its record keeps) to its supervisor in QUALITY_FILE of the metrics directory, written whole and renamed at
+the close (`keep_quality`); a scrape reads that file. The label `host` takes the flagged hosts and the hosts
+with the most items, HOSTS_LABELLED (10) of each at most; `field` at most FIELDS_LABELLED values:
+    batchd_quality_batch_id                      the batch the figures below are of
+    batchd_quality_coverage{table,field}         the share of the batch's items (every host's) with a good value
+    batchd_quality_host_coverage{host,table,field}   the same, for one labelled host
+    batchd_quality_batch_flags{kind}             the batch's flags by rule (quality/rules.py: each rule, 0 or more)
+    batchd_quality_flags_total{kind}             flags of the batches its master closed since this supervisor
+                                                 started, by rule (a close done again is not counted twice)
 """
 import glob
 import http.server
+import json
 import logging
 import os
 import shutil
@@ -42,9 +55,11 @@ import socket
 import socketserver
 import struct
 import tempfile
+from collections import Counter
 from typing import Any, Callable, Optional
 
 from ..errors import ConfigError
+from ..quality.rules import RULES
 from ..service.threads import start_thread
 from ..service.prometheus import prometheus_client
 
@@ -55,6 +70,8 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 FILE_HEADER = struct.Struct("i")
 FILE_HEADER_BYTES = 8
 EMPTY_FILE = "empty (a worker that has just started)"
+QUALITY_FILE = "quality.json"     # the master's last judged batch (not *.db: the files' merge never reads it)
+KINDS = tuple(kind for kind, _ in RULES)
 
 
 def metrics_directory(instance_key: str, environ=os.environ) -> tuple:
@@ -202,6 +219,75 @@ def host_families(namespace: str, rows: list):
     return waiting, in_flight, attempts, latency, breaker
 
 
+def keep_quality(directory: str, figures: dict) -> None:
+    """The master's side, at a batch's close: its figures (quality_report.metric_figures) with the flags counted
+    so far, the batch's added unless the file already holds that batch (a close done again after an outage)."""
+    path = os.path.join(directory, QUALITY_FILE)
+    before = read_quality(directory) or {}
+    totals = Counter(before.get("flags_total", {}))
+    if before.get("batch") != figures["batch"]:
+        totals.update(figures["flags"])
+    with open(path + ".new", "w") as f:
+        json.dump({**figures, "flags_total": dict(totals)}, f)
+    os.replace(path + ".new", path)       # a scrape reads the former figures or these, never half of them
+
+
+def read_quality(directory: str) -> Optional[dict]:
+    """The figures `keep_quality` left; None before the master judged a batch."""
+    try:
+        with open(os.path.join(directory, QUALITY_FILE)) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+
+
+class QualityCollector:
+    """The quality gauges and the flag counter as a scrape asks: read from the master's file each time, so a
+    host or a field the last batch no longer labels leaves no series behind."""
+
+    def __init__(self, directory: str, figures: Callable[[], dict]):
+        self.directory, self.figures = directory, figures
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily
+
+        namespace = self.figures()["namespace"]
+        try:
+            kept = read_quality(self.directory) or {}
+        except (OSError, ValueError) as e:    # no failure here may fail a scrape
+            log.warning("/metrics: %s cannot be read: %s", QUALITY_FILE, e)
+            kept = {}
+        total = CounterMetricFamily("batchd_quality_flags", "flags of the batches the master closed, by rule",
+                                    labels=["namespace", "kind"])
+        for kind in KINDS:         # each at 0 from the start: the first flag is an increase
+            total.add_metric([namespace, kind], kept.get("flags_total", {}).get(kind, 0))
+        yield total
+        if "batch" not in kept:
+            return
+        yield from _judged_families(namespace, kept)
+
+
+def _judged_families(namespace: str, kept: dict):
+    from prometheus_client.core import GaugeMetricFamily
+
+    batch = GaugeMetricFamily("batchd_quality_batch_id", "the batch the quality figures are of", labels=["namespace"])
+    batch.add_metric([namespace], kept["batch"])
+    flags = GaugeMetricFamily("batchd_quality_batch_flags", "the batch's flags, by rule", labels=["namespace", "kind"])
+    for kind in KINDS:
+        flags.add_metric([namespace, kind], kept["flags"].get(kind, 0))
+    coverage = GaugeMetricFamily("batchd_quality_coverage", "the share of the batch's items with a good value in "
+                                 "the field", labels=["namespace", "table", "field"])
+    for key, share in sorted(kept["coverage"].items()):
+        coverage.add_metric([namespace, *key.split(".", 1)], share)
+    per_host = GaugeMetricFamily("batchd_quality_host_coverage", "the share of the host's items in the batch with a "
+                                 "good value in the field (the flagged hosts and the busiest)",
+                                 labels=["namespace", "host", "table", "field"])
+    for host, shares in sorted(kept["hosts"].items()):
+        for key, share in sorted(shares.items()):
+            per_host.add_metric([namespace, host, *key.split(".", 1)], share)
+    return batch, flags, coverage, per_host
+
+
 class _Server(socketserver.ThreadingMixIn, socketserver.TCPServer):
     # Not http.server's HTTPServer: its bind looks the address's name up (a DNS wait for 0.0.0.0).
     allow_reuse_address = True
@@ -236,7 +322,9 @@ class _MetricsHandler(http.server.BaseHTTPRequestHandler):
 class MetricsServer:
     """/metrics of one supervisor: its children's files merged, and its own gauges."""
 
-    def __init__(self, address: str, port: int, instance_key: str, figures: Callable[[], dict]):
+    def __init__(self, address: str, port: int, instance_key: str, figures: Callable[[], dict],
+                 runs_master: bool = False):
+        """`runs_master`: its master hands it each judged batch's quality (QualityCollector)."""
         self.directory, self._private = metrics_directory(instance_key)
         # The client picks its multiprocess mode as it is imported, and each child names its files from this
         # variable as it counts: set before both (the supervisor's modules import it nowhere else).
@@ -246,6 +334,8 @@ class MetricsServer:
             registry = client.CollectorRegistry()
             registry.register(WorkerFilesCollector(self.directory))
             registry.register(SupervisorCollector(figures))
+            if runs_master:
+                registry.register(QualityCollector(self.directory, figures))
             self.server = _bind(address, port)
         except BaseException:
             self._remove_directory()

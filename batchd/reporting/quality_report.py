@@ -1,15 +1,20 @@
 """A closed batch's data quality, gathered as plain data from its record (quality/verdict.py wrote it at the
-close): `batchd quality` lays it out (cli/quality_verb.py), `batchd status` says how many flags.
+close): `batchd quality` lays it out (cli/quality_verb.py), the dashboard's quality page too (web/html.py),
+`batchd status` says how many flags, and /metrics shows `metric_figures` of the same JSON (reporting/metrics.py).
 
 Nothing is measured or judged again here: the flags, each host's figures and its baseline are what the
 master kept, so the report of an old batch reads as its close did.
 """
-from typing import Optional
+from collections import Counter
+from typing import Iterable, Optional
 
 from ..model import BatchRecord
 from ..quality.measures import HostMeasures
 from ..quality.verdict import kept_quality
 from .failed_tasks import NoSuchBatch, chosen_batch
+
+HOSTS_LABELLED = 10      # /metrics: the flagged hosts and the hosts with the most items, this many of each at most
+FIELDS_LABELLED = 100    # /metrics: the fields (table.field) shown at most, a dict item's keys being the crawl's
 
 
 def gather_quality(runtime, batch_id: Optional[int] = None, host: Optional[str] = None) -> dict:
@@ -59,6 +64,23 @@ def _sum_or_none(items: Optional[dict]) -> Optional[float]:
     return round(sum(items.values()), 1) if items else None
 
 
+def outcome_line(report: dict) -> str:
+    """The first line of a report: the outcome, the flags, the batches of the baseline."""
+    if not report["judged"]:
+        return (f"batch {report['batch']}: {report['outcome'] or 'closed'}; its data was not judged (QUALITY_CHECKS "
+                "off, or closed by a batchd without quality checks)")
+    compared = ", ".join(map(str, report["compared"]))
+    flags = len(report["flags"])
+    return (f"batch {report['batch']}: {report['outcome']}, {flags} flag{'' if flags == 1 else 's'} "
+            + (f"(baseline: the median of batches {compared})" if compared else "(no baseline: a first batch)"))
+
+
+def against(now: Optional[float], before: Optional[float], shape: str) -> str:
+    """A figure beside its baseline's, "70% (100%)"; "-" for one the batch did not measure."""
+    shown = "-" if now is None else shape.format(now)
+    return shown if before is None else f"{shown} ({shape.format(before)})"
+
+
 def quality_line(store) -> Optional[dict]:
     """{batch, outcome, flags} of the last closed batch that was judged (None: none yet): `batchd status`."""
     for record in store.recent_batches(2):
@@ -67,3 +89,31 @@ def quality_line(store) -> Optional[dict]:
             return None if kept is None else {"batch": record.id, "outcome": record.outcome,
                                                "flags": len(kept.get("flags", []))}
     return None
+
+
+def metric_figures(batch_id: int, kept: dict, labelled: int = HOSTS_LABELLED) -> dict:
+    """What /metrics shows of a judged batch, from the JSON its record keeps: {"batch", "flags": {kind: n},
+    "coverage": {table.field: the share of every host's items with a good value}, "hosts": {host: {table.field:
+    share}}}. The hosts are the flagged ones and those with the most items, `labelled` of each at most: a label's
+    values stay within 2 × labelled however many hosts the batch met."""
+    measures = {host: HostMeasures.from_json(data) for host, data in kept.get("hosts", {}).items()}
+    flags = kept.get("flags", [])
+    busiest = sorted(measures, key=lambda host: (-sum(measures[host].items.values()), host))
+    flagged = {flag["host"] for flag in flags}
+    shown = dict.fromkeys([host for host in busiest if host in flagged][:labelled] + busiest[:labelled])
+    coverage = _coverage_of_all(measures.values())
+    keys = sorted(coverage)[:FIELDS_LABELLED]
+    return {"batch": batch_id, "flags": dict(Counter(flag["kind"] for flag in flags)),
+            "coverage": {key: coverage[key] for key in keys},
+            "hosts": {host: {key: round(share, 4) for key, share in measures[host].coverage().items() if key in keys}
+                      for host in shown}}
+
+
+def _coverage_of_all(measures: Iterable[HostMeasures]) -> dict:
+    """table.field -> the share of the batch's items of the table, every host's, with a good value there."""
+    items: Counter = Counter()
+    good: Counter = Counter()
+    for host in measures:
+        items.update(host.items)
+        good.update(host.good)
+    return {key: round(n / items[key.partition(".")[0]], 4) for key, n in good.items() if items[key.partition(".")[0]]}

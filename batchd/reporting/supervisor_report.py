@@ -156,7 +156,8 @@ class SupervisorReport:
 
     def serve_metrics(self, address: str, port: int) -> None:
         """/metrics, from before the first fork: the children count into its directory."""
-        self.metrics = MetricsServer(address, port, self.reporter.instance, self.metric_figures)
+        self.metrics = MetricsServer(address, port, self.reporter.instance, self.metric_figures,
+                                     self.reporter.runs_master)
 
     def child_ended(self, pid: int) -> None:
         """A reaped child's live gauge goes from /metrics; its counters stay in the sums."""

@@ -1,5 +1,6 @@
 """What each route of `batchd web` answers: the JSON API under /api/ (docs/web.md), and the data the pages
-draw, read from the sources `batchd status` reads (reporting/status.py, reporting/why.py, reporting/failed_tasks.py).
+draw, read from the sources `batchd status` reads (reporting/status.py, reporting/why.py, reporting/failed_tasks.py), and a
+closed batch's data quality from the one `batchd quality` reads (reporting/quality_report.py).
 
 Every read and every action runs on one guarded thread, the store thread (StoreThread): whatever the
 number of browsers, the dashboard holds one connection per store (the MySQL store keeps one per thread),
@@ -23,7 +24,8 @@ from ..errors import BatchdError
 from ..service.threads import start_thread
 from ..control.actions import ask_open_batch, pause, resume
 from ..control.requeue import requeue_failed
-from ..reporting.failed_tasks import failed_tasks
+from ..reporting.failed_tasks import NoSuchBatch, failed_tasks
+from ..reporting.quality_report import gather_quality
 from ..reporting.status import gather_history, gather_hosts, gather_status
 from ..reporting.why import gather_why
 
@@ -126,6 +128,22 @@ class Dashboard:
                                 lambda: failed_tasks(runtime, reason=reason or None, limit=FAILURES_SHOWN))
         return {**report, "failures": [{**record, "url": redact_url(record.get("url")) if record.get("url") else
                                         record.get("url")} for record in report["failures"]]}
+
+    def quality(self, namespace: Optional[str], batch: Optional[int] = None) -> dict:
+        """A closed batch's quality (None: the last one closed), the figures `batchd quality --json` prints;
+        NoSuchBatch for a batch not closed yet."""
+        runtime = self.runtime(namespace)
+        return self.store.ask(("quality", runtime.namespace, batch), lambda: gather_quality(runtime, batch))
+
+    def last_quality(self, namespace: Optional[str]) -> dict:
+        """For the batch page: {"quality": the last closed batch's, None before one closed}, or {"unread": why
+        it cannot be read now} (in an outage the page shows what it can, as `batchd status` does)."""
+        try:
+            return {"quality": self.quality(namespace)}
+        except NoSuchBatch:
+            return {"quality": None}
+        except (BatchdError, StoreBusy) as e:
+            return {"unread": outage_words(e)}
 
     # -- the actions (the server has checked the token)
     def act(self, action: str, namespace: Optional[str], arguments: dict) -> str:

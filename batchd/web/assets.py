@@ -22,6 +22,7 @@ td.url, td.reason { font-family: monospace; word-break: break-all; max-width: 40
 table.figures td { font-size: 1.3em; font-variant-numeric: tabular-nums; }
 .missing, .error { color: #a11; font-weight: 600; } .paused { color: #a60; font-weight: 600; }
 .verdict { font-size: 1.1em; font-weight: 600; }
+td.flagged { background: #f8d7d3; color: #a11; font-weight: 600; } li.flag { color: #a11; }
 .breaker-open, .breaker-down { color: #a11; font-weight: 600; } .breaker-probing { color: #a60; }
 footer { color: #6b7385; padding: 1em 1.2em; font-size: .9em; }
 button { margin-right: .4em; } #action-result { font-family: monospace; }

@@ -9,18 +9,27 @@ Policy forbids both); /static/app.js refreshes a page every REFRESH seconds and 
     /ns/NS/hosts       the busiest hosts: waiting, in flight, done, failed, latency, breaker
     /ns/NS/failures    failures by reason, and the tasks behind a reason (URL, reason, attempts, time)
     /ns/NS/history     the last batches: charts of tasks, duration and items, and a table
+    /ns/NS/quality     a closed batch's data quality (?batch=N, else the last one closed): its flags, and a
+                       host × field table of coverage against the baseline, the flagged cells marked; the
+                       batch page shows the last closed batch's flags. The figures are `batchd quality`'s
+                       (reporting/quality_report.py): the dashboard and the command say the same.
 """
 import html
 import time
 from typing import Optional
 from urllib.parse import quote
 
+from ..reporting.quality_report import against, outcome_line
 from ..reporting.snapshots import duration, rate_text
 from ..reporting.status import supervisor_name
 from . import charts
 
 REFRESH = 5          # seconds between a page's reloads
-TABS = (("", "Batch"), ("hosts", "Hosts"), ("failures", "Failures"), ("history", "History"))
+TABS = (("", "Batch"), ("hosts", "Hosts"), ("failures", "Failures"), ("history", "History"), ("quality", "Quality"))
+FLAGS_ON_BATCH_PAGE = 10     # the rest are on the quality page
+# Where a flag of each kind is marked in the host × field table: its field's cell, or one of the host's.
+FLAG_CELLS = {"coverage_drop": "field", "coverage_floor": "field", "items_drop": "items", "no_items": "items",
+              "soft_block": "top-body", "block_marker": "host"}
 
 
 def esc(value) -> str:
@@ -68,7 +77,8 @@ def index_page(entries: list) -> str:
 
 
 # -- the open batch
-def batch_page(status: dict, why: dict, namespaces: list, actions: bool) -> str:
+def batch_page(status: dict, why: dict, namespaces: list, actions: bool, quality: Optional[dict] = None) -> str:
+    """`quality`: Dashboard.last_quality's answer (the last closed batch's, or why it cannot be read)."""
     batch, tasks, queue = status["batch"], status["tasks"], status["queue"]
     parts = [f'<p class="missing">MISSING {esc(reason)}</p>' for reason in status["unreachable"]]
     if status["paused_since"] is not None:
@@ -89,6 +99,8 @@ def batch_page(status: dict, why: dict, namespaces: list, actions: bool) -> str:
                  f'<tr><td id="queue-waiting">{_figure(queue["waiting"])}</td>'
                  f'<td id="queue-leased">{_figure(queue["leased"])}</td></tr></table></section>')
     parts.append(_workers(status))
+    if quality is not None:
+        parts.append(_quality_summary(status["namespace"], quality))
     if actions:
         parts.append(_actions())
     return page(f"Batch {batch['id']}" if batch else "No batch yet", status["namespace"], "", "".join(parts),
@@ -152,6 +164,23 @@ def _workers(status: dict) -> str:
             f'{esc(status["workers_wanted"])} wanted; {esc(status["unflushed"])} items unflushed</p>'
             '<table id="workers"><tr><th>host</th><th>supervisor</th><th>worker</th><th>pid</th><th>tasks in hand</th>'
             f'<th>unflushed</th><th>done</th><th>failed</th><th>outage</th></tr>{"".join(rows)}</table></section>')
+
+
+def _quality_summary(namespace: str, answer: dict) -> str:
+    """The last closed batch's flags, the first FLAGS_ON_BATCH_PAGE of them, and a link to its table."""
+    quality = answer.get("quality")
+    if quality is None:
+        said = (f'<p class="missing">MISSING {esc(answer["unread"])}</p>' if "unread" in answer else
+                "<p id=\"quality-outcome\">No batch has closed yet: a batch's data is judged at its close.</p>")
+        return f'<section id="quality"><h2>Quality</h2>{said}</section>'
+    link = f'/ns/{quote(namespace, safe="")}/quality?batch={quality["batch"]}'
+    flags = quality["flags"]
+    items = "".join(f'<li class="flag" data-kind="{esc(f["kind"])}">{esc(f["message"])}</li>'
+                    for f in flags[:FLAGS_ON_BATCH_PAGE])
+    more = f'<p>… and {len(flags) - FLAGS_ON_BATCH_PAGE} more.</p>' if len(flags) > FLAGS_ON_BATCH_PAGE else ""
+    return (f'<section id="quality"><h2>Quality of batch {esc(quality["batch"])}</h2>'
+            f'<p id="quality-outcome">{esc(outcome_line(quality))} · <a href="{link}">per host and field</a></p>'
+            f'<ul id="batch-flags">{items}</ul>{more}</section>')
 
 
 def _actions() -> str:
@@ -226,3 +255,62 @@ def history_page(namespace: str, entries: list, namespaces: list) -> str:
     body = (charts_html + '<table id="history"><tr><th>batch</th><th>mode</th><th>opened</th><th>closed</th>'
             f'<th>duration</th><th>done</th><th>failed</th><th>total</th><th>items</th></tr>{rows}</table>')
     return page("History", namespace, "history", body, namespaces)
+
+
+# -- a closed batch's quality
+def quality_page(namespace: str, quality: Optional[dict], namespaces: list, words: str = "") -> str:
+    """`quality` as reporting/quality_report.py gathers it; None: `words` say why there is none."""
+    if quality is None:
+        return page("Quality", namespace, "quality", f'<p id="quality-outcome">{esc(words)}</p>', namespaces)
+    flags = "".join(f'<tr class="flag"><td>{esc(f["host"])}</td><td>{esc(f["kind"])}</td><td>{_figure(f["field"])}'
+                    f'</td><td>{_share(f["now"], f["kind"])}</td><td>{_share(f["before"], f["kind"])}</td>'
+                    f'<td class="reason">{esc(f["message"])}</td></tr>' for f in quality["flags"])
+    earlier = (f' · <a id="earlier" href="/ns/{quote(namespace, safe="")}/quality?batch={quality["batch"] - 1}">'
+               'the batch before</a>' if quality["batch"] > 1 else "")
+    body = (f'<p id="quality-outcome">{esc(outcome_line(quality))}{earlier}</p>'
+            '<section><h2>Flags</h2><table id="flags"><tr><th>host</th><th>rule</th><th>field</th><th>now</th>'
+            f'<th>before</th><th>message</th></tr>{flags}</table></section>'
+            f'<section><h2>Hosts × fields</h2><p>Each figure against its baseline (in brackets); a flagged '
+            f'cell is marked, its flag in its tooltip.</p>{_host_field_table(quality)}</section>')
+    return page(f"Quality of batch {quality['batch']}", namespace, "quality", body, namespaces)
+
+
+def _share(value, kind: str) -> str:
+    """A flag's figure: a share as a percentage, a count (items, marked pages) as it is."""
+    if value is None:
+        return "-"
+    return esc(f"{value:.0f}") if kind in ("items_drop", "block_marker") else esc(f"{value:.0%}")
+
+
+def _host_field_table(quality: dict) -> str:
+    keys = sorted({key for row in quality["hosts"] for key in (*row["coverage"], *row["coverage_before"])})
+    one_table = len({key.partition(".")[0] for key in keys}) <= 1
+    head = "".join(f'<th title="{esc(key)}">{esc(key.partition(".")[2] if one_table else key)}</th>' for key in keys)
+    marks = _flag_marks(quality["flags"])
+    rows = []
+    for row in quality["hosts"]:
+        host = row["host"]
+
+        def cell(where: str, text: str, field: str = "") -> str:
+            said = marks.get((host, where, field))
+            mark = f' class="flagged" title="{esc(said)}"' if said else ""
+            return f'<td data-cell="{esc(where)}" data-field="{esc(field)}"{mark}>{text}</td>'
+
+        coverage = "".join(cell("field", esc(against(row["coverage"].get(key), row["coverage_before"].get(key),
+                                                     "{:.0%}")), key) for key in keys)
+        rows.append(f'<tr data-host="{esc(host)}">{cell("host", esc(host))}'
+                    f'{cell("items", esc(against(row["items"], row["items_before"], "{:.0f}")))}'
+                    f'{cell("top-body", esc(against(row["top_body_share"], None, "{:.0%}")))}'
+                    f'<td>{esc(row["kept"])}</td>{coverage}</tr>')
+    return ('<table id="quality-hosts"><tr><th>host</th><th>items</th><th>top body</th><th>unchanged</th>'
+            f'{head}</tr>{"".join(rows)}</table>')
+
+
+def _flag_marks(flags: list) -> dict:
+    """(host, cell, field) -> the messages of the flags marked there."""
+    marks: dict = {}
+    for f in flags:
+        where = FLAG_CELLS.get(f["kind"], "host")
+        key = (f["host"], where, f["field"] if where == "field" else "")
+        marks[key] = f"{marks[key]}; {f['message']}" if key in marks else f["message"]
+    return marks

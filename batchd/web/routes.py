@@ -1,20 +1,25 @@
 """The dashboard's routes: a path to an answer (docs/web.md lists them).
 
     GET  /                      the namespaces (one: its batch page)
-    GET  /ns/NS/[hosts|failures|history]      the pages (html.py)
-    GET  /api/namespaces | status | why | hosts | history | failures     ?namespace=NS (the first by default)
+    GET  /ns/NS/[hosts|failures|history|quality]      the pages (html.py); quality takes ?batch=N
+    GET  /api/namespaces | status | why | hosts | history | failures | quality
+                                ?namespace=NS (the first by default); quality takes ?batch=N (the last closed)
     POST /api/pause | resume | open-batch | requeue                      only with a token (server.py)
     GET  /static/app.css | app.js
 
 A backend that cannot be read answers 503 with its words, a page as HTML and the API as JSON; an unknown
-namespace 404; open-batch while a batch is open (without force=1) 409.
+namespace 404, and /api/quality for a batch not closed yet (its quality is judged at its close; the quality
+page says so beside its tabs); a batch that is no number 400; open-batch while a batch is open (without force=1)
+409.
 """
 import logging
+import re
 from typing import Callable, Optional
 from urllib.parse import unquote
 
 from ..errors import BatchdError
 from ..control.actions import BatchStillOpen
+from ..reporting.failed_tasks import NoSuchBatch
 from . import assets, html
 from .api import ACTIONS, Dashboard, StoreBusy, action_arguments, outage_words
 from .server import Answer, Request
@@ -22,6 +27,7 @@ from .server import Answer, Request
 log = logging.getLogger("batchd.web")
 
 HTML = "text/html; charset=utf-8"
+BATCH_NUMBER = re.compile(r"[1-9][0-9]{0,17}")
 STATIC = {"/static/app.css": (assets.STYLE, "text/css; charset=utf-8"),
           "/static/app.js": (assets.SCRIPT, "text/javascript; charset=utf-8")}
 
@@ -32,7 +38,8 @@ def make_router(dashboard: Dashboard) -> Callable[[Request], Answer]:
            "why": lambda q: dashboard.why(q.get("namespace")),
            "hosts": lambda q: dashboard.hosts(q.get("namespace")),
            "history": lambda q: dashboard.history(q.get("namespace")),
-           "failures": lambda q: dashboard.failures(q.get("namespace"), q.get("reason"))}
+           "failures": lambda q: dashboard.failures(q.get("namespace"), q.get("reason")),
+           "quality": lambda q: dashboard.quality(q.get("namespace"), _batch_asked(q))}
 
     def route(request: Request) -> Answer:
         path = request.path
@@ -47,12 +54,30 @@ def make_router(dashboard: Dashboard) -> Callable[[Request], Answer]:
             return _page(dashboard, request)
         except KeyError as e:
             return _failed(path, 404, f"no namespace {e.args[0]!r} is shown here")
+        except BadQuery as e:
+            return _failed(path, 400, str(e))
+        except NoSuchBatch as e:
+            return _failed(path, 404, str(e))
         except BatchStillOpen as e:
             return _failed(path, 409, str(e))
         except (BatchdError, StoreBusy) as e:
             return _failed(path, 503, outage_words(e))
 
     return route
+
+
+class BadQuery(ValueError):
+    """A query string's value the route cannot take."""
+
+
+def _batch_asked(query: dict) -> Optional[int]:
+    """?batch=N: a batch number, or None when none is asked."""
+    text = query.get("batch")
+    if text is None:
+        return None
+    if not BATCH_NUMBER.fullmatch(text):
+        raise BadQuery(f"batch={text[:40]!r}: a batch is a number, 1 or more")
+    return int(text)
 
 
 def _failed(path: str, status: int, words: str) -> Answer:
@@ -88,21 +113,28 @@ def _page(dashboard: Dashboard, request: Request) -> Answer:
         return Answer(404, html.error_page(f"no page at {path}").encode(), HTML)
     namespace, tab = unquote(parts[2]), parts[3]
     dashboard.runtime(namespace)                         # KeyError: 404
-    page = _tab(dashboard, namespace, tab, namespaces, request.query.get("reason"))
+    page = _tab(dashboard, namespace, tab, namespaces, request.query)
     if page is None:
         return Answer(404, html.error_page(f"no page at {path}").encode(), HTML)
     return Answer(200, page.encode(), HTML)
 
 
-def _tab(dashboard: Dashboard, namespace: str, tab: str, namespaces: list, reason: Optional[str]) -> Optional[str]:
+def _tab(dashboard: Dashboard, namespace: str, tab: str, namespaces: list, query: dict) -> Optional[str]:
     if tab == "":
-        return html.batch_page(dashboard.status(namespace), dashboard.why(namespace), namespaces, dashboard.actions)
+        return html.batch_page(dashboard.status(namespace), dashboard.why(namespace), namespaces, dashboard.actions,
+                               dashboard.last_quality(namespace))
     if tab == "hosts":
         return html.hosts_page(dashboard.hosts(namespace), namespaces)
     if tab == "failures":
-        return html.failures_page(namespace, dashboard.failures(namespace, reason), namespaces, dashboard.actions)
+        return html.failures_page(namespace, dashboard.failures(namespace, query.get("reason")), namespaces,
+                                  dashboard.actions)
     if tab == "history":
         return html.history_page(namespace, dashboard.history(namespace), namespaces)
+    if tab == "quality":         # (a batch not closed yet is said on the page, beside its tabs)
+        try:
+            return html.quality_page(namespace, dashboard.quality(namespace, _batch_asked(query)), namespaces)
+        except NoSuchBatch as e:
+            return html.quality_page(namespace, None, namespaces, str(e))
     return None
 
 

@@ -1,7 +1,7 @@
 """Alerts (batchd/alerts.py) received on a local webhook (tests/httpserver.py's /hook): a stall once the
 workers are stopped mid-batch, the failure ratio of a batch of failing URLs, an overdue batch (once per
-ALERT_REPEAT_SECONDS, not at every patrol), items dumped to FAILED_ITEMS_PATH; the failure ratio judged
-from 100 settled tasks, and no stall while paused; a webhook nobody answers holds no patrol up and is
+ALERT_REPEAT_SECONDS, not at every patrol), items dumped to FAILED_ITEMS_PATH, a batch closed with quality
+flags (one alert naming the first few); the failure ratio judged from 100 settled tasks, and no stall while paused; a webhook nobody answers holds no patrol up and is
 logged once; ALERT_WEBHOOK is checked like every setting."""
 import logging
 import socket
@@ -15,10 +15,12 @@ from batchd.errors import ConfigError
 from batchd.service.lifecycle import StopFlag
 from batchd.model import Progress
 from batchd.task import TaskState
-from harness import (InProcessBatch, RefusingMemoryStore, batch_done, make_master, spider_factory, stays_true,
-                     wait_for)
+from harness import (InProcessBatch, RefusingMemoryStore, batch_done, make_master, next_batch, spider_factory,
+                     stays_true, wait_for)
+from httpserver import TestSite
 from servers import spare_port
 from spiders.seed import CrawlTask
+from spiders.shop import ShopTask
 from supervised import slow_urls
 from taskdb import MemoryBackend
 
@@ -61,6 +63,43 @@ def test_a_batch_of_failing_urls_raises_the_failure_alert_at_its_close(backend, 
     assert (failures["batch"], failures["done"], failures["failed"], failures["ratio"]) == (1, 1, 4, 0.8)
     assert alert_lines(caplog, "failures") == [
         "batch 1: 4 of 5 settled tasks failed (80%, above FAILURE_ALERT_RATIO=0.2)"]
+
+
+def test_a_flagged_batch_raises_one_quality_alert_naming_its_first_flags(backend, site, caplog):
+    with TestSite() as captcha, TestSite() as odd:
+        captcha.captcha, odd.price_text = True, "N/A"
+        backend.create_tasks([s.url(f"/shop/{n}") for s in (site, captcha, odd) for n in range(1, 13)])
+        with caplog.at_level(logging.WARNING, logger="batchd"):
+            # the captcha site's pages are flagged at the close, not held (QUALITY_BLOCK_HOLD: tests/quality/test_block_pages.py)
+            record = next_batch(backend, spider_factory(backend, ShopTask, ALERT_WEBHOOK=site.url("/hook"),
+                                                        QUALITY_MIN_COVERAGE={"price": 0.9}, QUALITY_BLOCK_HOLD=False))
+        assert record["outcome"] == "flagged"
+        alert, = wait_for(lambda: alerts_of(site, "quality"), message="the quality alert on the webhook")
+        captcha_host, odd_host = (s.url("/").split("/")[2] for s in (captcha, odd))
+    # Three flags (the captcha site's soft block and marker, the odd site's price floor): each named.
+    assert (alert["batch"], alert["flags"], alert["kinds"]) == (1, 3, {"soft_block": 1, "block_marker": 1,
+                                                                       "coverage_floor": 1})
+    assert {(f["host"], f["kind"]) for f in alert["first"]} == {(captcha_host, "soft_block"),
+                                                                (captcha_host, "block_marker"),
+                                                                (odd_host, "coverage_floor")}
+    assert alert["message"].startswith("batch 1 closed with 3 quality flags: ") and "more" not in alert["message"]
+    assert alert_lines(caplog, "quality") == [alert["message"]]
+    assert alerts_of(site, "failures") == []
+
+
+def test_a_quality_alert_names_three_flags_escaped_and_cut(site):
+    hostile = "evil\x1b[2J\n" + "x" * 500
+    flags = [{"host": hostile, "kind": "coverage_drop", "field": "t.title\r", "now": 0.1, "before": 0.9,
+              "message": f"{hostile}: t.title has a value in 10% of its items"} for _ in range(5)]
+    alerts = Alerts(Settings(ALERT_WEBHOOK=site.url("/hook"), ALERT_WEBHOOK_FORMAT="dingtalk"), "ns")
+    alerts.quality_flagged(7, flags)
+    alerts.close()
+    body, = wait_for(lambda: site.received(), message="the chat message")
+    text = body["text"]["content"]
+    assert text.startswith("batchd ns@") and "ALERT quality: batch 7 closed with 5 quality flags: " in text
+    assert text.endswith("(+2 more: batchd quality --batch 7)")
+    assert "\x1b" not in text and "\n" not in text and "\r" not in text and text.count("\\x1b") == 3
+    assert len(text) < 3 * 200 + 200
 
 
 def test_an_overdue_batch_alerts_once_not_at_every_patrol(backend, site, caplog):

@@ -122,9 +122,10 @@ def test_every_metric_the_dashboard_queries_is_exported_by_a_real_run(mysql_back
     proc = start_batchd(procs, mysql_backend, "run", "--workers", "1", METRICS_PORT=port,
                         BATCH_MONITOR_INTERVAL=0.2, SPIDER_MAX_RETRY_TIMES=0)
 
-    def settled(samples: dict) -> float:
-        return sum(value(samples, "batchd_batch_settled_tasks", outcome=outcome) for outcome in ("done", "failed"))
-    wait_for(lambda: settled(try_scrape(port)) == 4, timeout=60, message="the four tasks settled")
+    def judged(samples: dict) -> bool:
+        settled = sum(value(samples, "batchd_batch_settled_tasks", outcome=outcome) for outcome in ("done", "failed"))
+        return settled == 4 and value(samples, "batchd_quality_batch_id") == 1
+    wait_for(lambda: judged(try_scrape(port)), timeout=60, message="the four tasks settled, the batch judged")
     families = exposed_families(port)
     proc.send(signal.SIGTERM)
     assert proc.wait(30) == 0, proc.output()
@@ -132,5 +133,6 @@ def test_every_metric_the_dashboard_queries_is_exported_by_a_real_run(mysql_back
     queried = queried_metrics(load())
     assert {"batchd_tasks_total", "batchd_fetch_latency_seconds_bucket", "batchd_request_errors_total",
             "batchd_host_attempts", "batchd_backend_outage", "batchd_child_restarts_total",
-            "batchd_recrawl_tasks_total"} <= queried
+            "batchd_recrawl_tasks_total", "batchd_quality_coverage", "batchd_quality_host_coverage",
+            "batchd_quality_flags_total"} <= queried
     assert not [name for name in queried if not exported(name, families)], sorted(families)

@@ -1,6 +1,8 @@
 """Prometheus metrics (METRICS_PORT) of a real `batchd run`, scraped over HTTP as Prometheus would, checked
 against the database; a worker killed mid-batch (its counters stay, its live gauge goes); prometheus-client
-missing (exit 78). And the journal fields a real worker's records carry (BATCHD_TASK_ID...)."""
+missing (exit 78); a flagged batch's quality (coverage per field, per host for the flagged and busiest hosts only,
+flags by rule) as `batchd quality` tells it. And the journal fields a real worker's records carry
+(BATCHD_TASK_ID...)."""
 import json
 import logging
 import os
@@ -12,7 +14,8 @@ import pytest
 import requests
 
 from batchd.download.middlewares.latency import FetchLatencyMiddleware
-from batchd.reporting.metrics import SupervisorCollector
+from batchd.reporting.metrics import QualityCollector, SupervisorCollector, keep_quality
+from batchd.reporting.quality_report import HOSTS_LABELLED, metric_figures
 from batchd.worker.worker_metrics import WorkerMetrics
 from batchd.assembly import chain_context
 from batchd.download.chain import chain_from_settings
@@ -21,8 +24,10 @@ from batchd.config import Settings
 from batchd.service.systemd import JournalFields
 from batchd.task import TaskState
 from harness import InProcessBatch, spider_factory, wait_for
+from httpserver import TestSite
 from procs import HERE, ROOT
-from supervised import free_port, lines_with, scrape, slow_urls, start_batchd, try_scrape, value, workers_of
+from supervised import (batchd, free_port, lines_with, scrape, slow_urls, start_batchd, try_scrape, value,
+                        workers_of)
 
 pytest.importorskip("prometheus_client")
 
@@ -114,6 +119,59 @@ def test_a_killed_worker_keeps_its_counters_and_loses_its_gauges(mysql_backend, 
     wait_for(lambda: value(try_scrape(port), "batchd_workers_alive") == 2, message="two workers again")
     proc.send(signal.SIGTERM)
     assert proc.wait(30) == 0, proc.output()
+
+
+def test_a_flagged_batch_shows_its_coverage_and_flags_as_batchd_quality_tells_them(mysql_backend, site, procs):
+    shop = "spiders/shop.py:ShopTask"
+    with TestSite() as captcha:
+        captcha.captcha = True
+        site.relaid.update({1, 2, 3})                # 9 of 12 titles: under a floor of 90 %
+        mysql_backend.create_tasks([s.url(f"/shop/{n}") for s in (site, captcha) for n in range(1, 13)])
+        port = free_port()
+        # the captcha site's pages are flagged at the close, not held (QUALITY_BLOCK_HOLD: tests/quality/test_block_pages.py)
+        proc = start_batchd(procs, mysql_backend, "run", "--workers", "1", spider=shop, METRICS_PORT=port,
+                            QUALITY_MIN_COVERAGE='{"title": 0.9}', QUALITY_BLOCK_HOLD="false")
+        wait_for(lambda: try_scrape(port), message="/metrics answering")
+        assert value(scrape(port), "batchd_quality_flags_total", kind="soft_block") == 0    # there from the start
+        samples = wait_for(lambda: (lambda s: s if value(s, "batchd_quality_batch_id") == 1 else None)(
+            try_scrape(port)), timeout=60, message="batch 1 judged on /metrics")
+        site_host, captcha_host = (s.url("/").split("/")[2] for s in (site, captcha))
+    report = json.loads(batchd("quality", shop, "--json", backend=mysql_backend).stdout)
+    by_rule = {kind: sum(f["kind"] == kind for f in report["flags"]) for kind in ("soft_block", "block_marker",
+                                                                                  "coverage_floor", "items_drop")}
+    assert by_rule == {"soft_block": 1, "block_marker": 1, "coverage_floor": 1, "items_drop": 0}
+    for kind, n in by_rule.items():
+        assert value(samples, "batchd_quality_batch_flags", kind=kind) == n
+        assert value(samples, "batchd_quality_flags_total", kind=kind) == n
+    assert value(samples, "batchd_quality_coverage", table="crawl_task_item", field="title") == 0.75
+    assert value(samples, "batchd_quality_coverage", table="crawl_task_item", field="price") == 1.0
+    rows = {row["host"]: row for row in report["hosts"]}
+    assert value(samples, "batchd_quality_host_coverage", host=site_host, table="crawl_task_item",
+                 field="title") == rows[site_host]["coverage"]["crawl_task_item.title"] == 0.75
+    assert {dict(labels)["host"] for name, labels in samples if name == "batchd_quality_host_coverage"} == {site_host}
+    assert captcha_host in rows           # flagged, labelled, but it has no item: no coverage to show
+    proc.send(signal.SIGTERM)
+    assert proc.wait(30) == 0, proc.output()
+
+
+def test_the_coverage_gauge_labels_the_flagged_and_the_busiest_hosts_only(tmp_path):
+    """10,000 hosts' worth of a batch (the store keeps HOST_STATS_TOP of them, but a label must stay smaller
+    still): the flagged hosts and the busiest, HOSTS_LABELLED of each; the rest are in the batch's coverage."""
+    hosts = {f"h{n:05d}": {"items": {"t": n}, "good": {"t.title": n // 2}} for n in range(1, 10001)}
+    flags = [{"host": f"h{n:05d}", "kind": "coverage_drop", "field": "t.title", "now": 0.5, "before": 1.0,
+              "message": "m"} for n in range(1, 31)]
+    figures = metric_figures(4, {"hosts": hosts, "flags": flags})
+    assert len(figures["hosts"]) == 2 * HOSTS_LABELLED
+    assert set(figures["hosts"]) == {f"h{n:05d}" for n in [*range(21, 31), *range(9991, 10001)]}
+    assert figures["flags"] == {"coverage_drop": 30} and 0.49 < figures["coverage"]["t.title"] <= 0.5
+
+    keep_quality(str(tmp_path), figures)
+    keep_quality(str(tmp_path), figures)           # the same close told again: not counted twice
+    keep_quality(str(tmp_path), {**figures, "batch": 5, "flags": {"soft_block": 1}})
+    families = {f.name: f for f in QualityCollector(str(tmp_path), lambda: {"namespace": "ns"}).collect()}
+    totals = {s.labels["kind"]: s.value for s in families["batchd_quality_flags"].samples if s.name.endswith("_total")}
+    assert (totals["coverage_drop"], totals["soft_block"], totals["no_items"]) == (30, 1, 0)
+    assert families["batchd_quality_batch_id"].samples[0].value == 5
 
 
 NO_PID = 2 ** 22 + 1      # above the kernel's largest pid: the files the test puts down are no real worker's

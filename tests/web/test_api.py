@@ -1,6 +1,6 @@
 """`batchd web`: the dashboard's JSON API and pages over a real `batchd run` on MySQL + Redis and on SQLite
 (the figures the database holds, failures with crawled text escaped and passwords redacted, the actions and
-their token), and its server's bounds (a slow, huge or crowding client, a foreign Host) in-process.
+their token, a flagged batch's quality as `batchd quality` gives it), and its server's bounds (a slow, huge or crowding client, a foreign Host) in-process.
 
 The browser's view of the same pages is tests/web/test_browser.py."""
 import json
@@ -17,7 +17,9 @@ from harness import wait_for
 from procs import Proc
 from supervised import SEED, batchd, batchd_command, free_port, one_error_line, slow_urls, start_batchd
 from taskdb import SqliteBackend
-from dashboards import SCRIPT, TELLING, TOKEN, Web, answers, failing_urls, table_counts
+from dashboards import (NAMING_SHOP, SCRIPT, TELLING, TOKEN, Web, answers, failing_urls, flagged_batch, shop_tasks,
+                        table_counts)
+from httpserver import TestSite
 
 
 
@@ -56,6 +58,36 @@ def test_the_api_and_the_pages_show_what_the_database_holds(shared_backend, site
         "Content-Security-Policy"]
     assert web.get("/").headers["Location"] == f"/ns/{namespace}/"
     assert web.get("/ns/nowhere/").status_code == 404 and web.get("/api/status?namespace=nowhere").status_code == 404
+
+
+def test_the_quality_api_and_page_say_what_batchd_quality_says(shared_backend, site, procs):
+    with TestSite() as captcha:
+        shop_tasks(shared_backend, site, captcha)
+        web = Web(procs, shared_backend, spider=NAMING_SHOP)
+        namespace = web.api("namespaces")[0]["namespace"]
+        none_yet = web.get("/api/quality")
+        assert none_yet.status_code == 404 and "no batch has been opened yet" in none_yet.json()["error"]
+        assert "No batch has closed yet" in web.get(f"/ns/{namespace}/").text
+        flagged_batch(procs, shared_backend)
+        site_host, captcha_host = (s.url("/").split("/")[2] for s in (site, captcha))
+    shown = batchd("quality", NAMING_SHOP, "--json", backend=shared_backend)
+    assert shown.returncode == 65, shown.stderr
+    report = web.api("quality")
+    assert {k: report[k] for k in ("batch", "outcome", "flags", "hosts", "compared")} == json.loads(shown.stdout)
+    assert web.api("quality", batch="1") == report
+    assert {(f["host"], f["kind"], f["field"]) for f in report["flags"]} == {
+        (captcha_host, "soft_block", None), (captcha_host, "block_marker", "g-recaptcha"),
+        (site_host, "coverage_floor", "crawl_task_item.title")}
+    assert web.get("/api/quality?batch=2").status_code == 404
+    assert web.get("/api/quality?batch=x%3Cb%3E").status_code == 400
+
+    page = web.get(f"/ns/{namespace}/quality").text
+    assert page.count('class="flagged"') == 3 and page.count('<tr class="flag">') == 3
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and SCRIPT not in page      # the crawl's field name
+    batch_page = web.get(f"/ns/{namespace}/").text
+    assert 'id="batch-flags"' in batch_page and batch_page.count('<li class="flag"') == 3
+    assert f'href="/ns/{namespace}/quality?batch=1"' in batch_page
+    assert "no such batch (the last is 1)" in web.get(f"/ns/{namespace}/quality?batch=2").text
 
 
 def test_the_actions_take_the_token_and_nothing_else(mysql_backend, site, procs):

@@ -2,7 +2,8 @@
 chromedriver) against a real `batchd run` and `batchd web`, on MySQL + Redis and on SQLite. The page shows
 the figures the database holds and follows the batch as it moves; the charts are drawn (a screenshot with
 the line's colour in it); an action without the token is refused and with it takes effect; a crawled
-<script> stays text; and nothing the pages load comes from anywhere but the dashboard."""
+<script> stays text; a flagged batch's quality page marks its flagged cells (their colour drawn) and the
+batch page lists its flags; and nothing the pages load comes from anywhere but the dashboard."""
 import json
 import os
 
@@ -11,7 +12,8 @@ import pytest
 from harness import wait_for
 from pngs import colours
 from supervised import batchd, gated_urls, slow_urls, start_batchd
-from dashboards import SCRIPT, TELLING, TOKEN, Web, failing_urls, table_counts
+from dashboards import NAMING_SHOP, SCRIPT, TELLING, TOKEN, Web, failing_urls, flagged_batch, shop_tasks, table_counts
+from httpserver import TestSite
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="pip install selenium (the test extra)")
 from selenium.common.exceptions import (NoAlertPresentException, NoSuchElementException,  # noqa: E402
@@ -21,6 +23,7 @@ from selenium.webdriver.common.by import By  # noqa: E402
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 LINE_COLOUR = (0x2B, 0x6C, 0xD4)          # svg .line in assets.py
 DONE_COLOUR = (0x2F, 0x9E, 0x5B)          # svg .done
+FLAGGED_COLOUR = (0xF8, 0xD7, 0xD3)       # td.flagged
 SCREENSHOTS = os.environ.get("BATCHD_TEST_SCREENSHOTS")     # a folder to keep the pages' screenshots in
 
 
@@ -172,3 +175,34 @@ def test_actions_in_the_browser_take_the_token_and_crawled_script_stays_text(sha
         browser.switch_to.alert.text
     keep(browser, f"failures-{shared_backend.__class__.__name__}")
     assert "hunter2" not in browser.page_source
+
+
+def test_the_quality_page_marks_the_flagged_cells_and_the_batch_page_lists_the_flags(mysql_backend, site, procs,
+                                                                                     browser):
+    with TestSite() as captcha:
+        shop_tasks(mysql_backend, site, captcha)
+        flagged_batch(procs, mysql_backend)
+        site_host, captcha_host = (s.url("/").split("/")[2] for s in (site, captcha))
+    web = Web(procs, mysql_backend, spider=NAMING_SHOP)
+    namespace = web.api("namespaces")[0]["namespace"]
+    browser.get(f"{web.base}/ns/{namespace}/")
+    flags = [item.text for item in browser.find_elements(By.CSS_SELECTOR, "#batch-flags li.flag")]
+    assert len(flags) == 3 and sum(text.startswith(captcha_host) for text in flags) == 2, flags
+    assert text_of(browser, "quality-outcome").startswith("batch 1: flagged, 3 flags")
+
+    browser.find_element(By.LINK_TEXT, "per host and field").click()
+    wait_for(lambda: browser.find_elements(By.ID, "quality-hosts"), timeout=10, message="the quality page")
+    keep(browser, "quality")
+    marked = {(cell.find_element(By.XPATH, "..").get_attribute("data-host"), cell.get_attribute("data-cell"),
+               cell.get_attribute("data-field")) for cell in browser.find_elements(By.CSS_SELECTOR, "td.flagged")}
+    assert marked == {(captcha_host, "top-body", ""), (captcha_host, "host", ""),
+                      (site_host, "field", "crawl_task_item.title")}
+    title = browser.find_element(By.CSS_SELECTOR, f'tr[data-host="{site_host}"] td[data-field="crawl_task_item.title"]')
+    assert title.text == "92%" and "under its floor of 95%" in title.get_attribute("title")
+    assert FLAGGED_COLOUR in colours(title.screenshot_as_png), "a flagged cell is drawn marked"
+    headers = [th.text for th in browser.find_elements(By.CSS_SELECTOR, "#quality-hosts th")]
+    assert SCRIPT in headers, headers          # the crawl's field name, shown as text
+    assert not browser.find_elements(By.CSS_SELECTOR, "main script")
+    with pytest.raises(NoAlertPresentException):
+        browser.switch_to.alert.text
+    assert loaded_from(browser) == {web.base.split("/")[2]}, "nothing loaded from elsewhere"
