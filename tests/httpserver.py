@@ -427,7 +427,7 @@ class _Handler(BaseHTTPRequestHandler):
         if site.blocked_from is not None and n >= site.blocked_from:
             self.reply_html(site.block_page)
             return
-        etag = f'"shop-{n}"'
+        etag = f'"shop-{n}-relaid"' if n in site.relaid else f'"shop-{n}"'     # a page laid out anew is a new page
         if site.shop_validators and self.headers.get("If-None-Match") == etag:
             self.send_head(304, "text/html", headers=[("ETag", etag)])
             return

@@ -59,6 +59,9 @@ class HostMeasures:
     tasks: int = 0
     no_item: int = 0
     kept: int = 0
+    # What its pages kept unchanged (304s) stand for, from the baseline it was judged against (stand_for_kept):
+    kept_items: dict = field(default_factory=dict)   # table -> items
+    kept_good: dict = field(default_factory=dict)    # table.field -> of them, items with a good value
 
     @classmethod
     def from_counts(cls, counts: Mapping[str, int]) -> "HostMeasures":
@@ -85,10 +88,22 @@ class HostMeasures:
     def to_json(self) -> dict:
         return asdict(self)
 
+    def stand_for_kept(self, baseline: "Baseline") -> None:
+        """Count its pages kept unchanged as what they had in the batches before: as many items a page, with
+        the coverage they had. A site that laid out anew 3 pages of 60 (the rest 304s) is judged on 60 pages,
+        not on its 3 new ones alone."""
+        self.kept_items = {table: self.kept * per_task for table, per_task in baseline.items_per_task.items()
+                           if self.kept}
+        self.kept_good = {key: self.kept_items.get(key.partition(".")[0], 0.0) * share
+                          for key, share in baseline.coverage.items() if self.kept}
+
     def coverage(self) -> dict:
-        """table.field -> the share of the table's items with a good value there (tables with items only)."""
-        return {key: n / self.items[key.partition(".")[0]] for key, n in self.good.items()
-                if self.items.get(key.partition(".")[0])}
+        """table.field -> the share of the table's items with a good value there (tables with items only), the
+        items its unchanged pages stand for included."""
+        items = {table: self.items.get(table, 0) + self.kept_items.get(table, 0.0)
+                 for table in {*self.items, *self.kept_items}}
+        good = {key: self.good.get(key, 0) + self.kept_good.get(key, 0.0) for key in {*self.good, *self.kept_good}}
+        return {key: n / items[key.partition(".")[0]] for key, n in good.items() if items.get(key.partition(".")[0])}
 
     def no_item_share(self) -> Optional[float]:
         """The share of the tasks done (callbacks run) that yielded no item; None when none was."""

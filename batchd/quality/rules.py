@@ -11,8 +11,9 @@
 With no baseline (a first batch, a new host) only the last three can flag. soft_block and block_marker also
 say how many of the host's tasks were put back to pending for a block page found mid-batch (QUALITY_BLOCK_HOLD),
 and soft_block flags a host whose tasks were put back for one body however few of its pages had it. A task done unchanged (a 304)
-keeps what its batch before measured: it counts the items per task of the baseline, and is neither a task
-with no item nor a body; so a host all of whose pages answer 304 is never flagged.
+keeps what its batch before measured: it counts the items per task of the baseline, with their coverage
+(HostMeasures.stand_for_kept), and is neither a task with no item nor a body; so a host all of whose pages
+answer 304 is never flagged, and one that changed a few pages is judged on all of them.
 
 The crawl's text (a host, a field, a marker) reaches a log line and a terminal: `shown` escapes and cuts it.
 """
@@ -83,8 +84,7 @@ def items_drop(host: str, m: HostMeasures, baseline: Baseline, settings: Setting
         return []
     flags = []
     for table, before in sorted(baseline.items.items()):
-        kept = m.kept * baseline.items_per_task.get(table, 0.0)     # the items unchanged pages stand for
-        now = m.items.get(table, 0) + kept
+        now = m.items.get(table, 0) + m.kept_items.get(table, 0.0)
         if before and now < before * (1 - settings.QUALITY_DROP):
             flags.append(_flag(host, "items_drop", table, now, before,
                                f"{now:.0f} items for {shown(table)}, {before:.0f} before "

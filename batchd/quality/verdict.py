@@ -76,6 +76,8 @@ class QualityJudge:
         hosts = {host: measures for host, measures in hosts.items() if _measured(measures)}
         before = self.batches_before(batch)
         base = baselines([measures for _, measures in before])
+        for host, measures in hosts.items():
+            measures.stand_for_kept(base.get(host, Baseline()))
         flags = flags_of(hosts, base, self.settings)
         return BatchQuality(outcome_of(len(flags), failed), flags, hosts,
                             {host: base.get(host, Baseline()) for host in hosts}, [b for b, _ in before])

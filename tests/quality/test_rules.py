@@ -17,6 +17,8 @@ def measures(items=10, title=10, tasks=10, no_item=0, kept=0, bodies=10, top_bod
 
 def kinds(hosts, before=(), **settings) -> set:
     base = baselines([{host: m for host, m in batch.items()} for batch in before])
+    for host, m in hosts.items():            # as the judge does (quality/verdict.py)
+        m.stand_for_kept(base.get(host, Baseline()))
     return {(f.host, f.kind, f.field) for f in flags_of(hosts, base, load_settings(settings, environ={}))}
 
 
@@ -55,6 +57,18 @@ def test_a_host_all_of_whose_pages_answer_304_keeps_what_it_measured_and_is_neve
     assert kinds({"h": unchanged}, before) == set()
     half = HostMeasures(items={T: 10}, good={f"{T}.title": 10}, tasks=5, kept=5, bodies=5, statuses={"200": 5})
     assert kinds({"h": half}, before) == set()         # 10 items and 5 tasks kept at 2 a task: 20
+
+
+def test_a_host_that_laid_out_anew_a_few_pages_is_judged_on_all_of_them():
+    """3 of 60 pages changed (their title gone), 57 answered 304: 57 of 60 items keep their title, 95 %. Judged on
+    the 3 new pages alone it would read 0 % and flag a site that is fine."""
+    before = [{"h": measures(items=60, title=60, tasks=60)}]
+    few = HostMeasures(items={T: 3}, good={}, tasks=3, kept=57, bodies=3, statuses={"200": 3, "304": 57})
+    assert kinds({"h": few}, before) == set()
+    assert few.coverage() == {f"{T}.title": 0.95}
+    many = HostMeasures(items={T: 18}, good={}, tasks=18, kept=42, bodies=18, statuses={"200": 18, "304": 42})
+    assert kinds({"h": many}, before) == {("h", "coverage_drop", f"{T}.title")}      # 70 %: the issue's 30 %
+    assert round(many.coverage()[f"{T}.title"], 4) == 0.7
 
 
 def test_the_others_entry_is_not_judged_for_its_items_nor_its_bodies():

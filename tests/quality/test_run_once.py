@@ -4,7 +4,7 @@ for every URL in batch 2. The captcha site is held behind its breaker from its f
 tasks of its captcha pages go back to pending, and its probes meet the captcha page again) until it is down
 (HOST_DOWN_GIVE_UP, short here), and its tasks fail. Batch 2 is flagged (one WARNING line per flag, counted on
 the `batch 2 done:` line), `run --once` ends 65, and `batchd quality` and `batchd status` say so; a batch with failed tasks and no flag
-ends 3."""
+ends 1."""
 import json
 
 from harness import batch_done, wait_for
@@ -77,7 +77,7 @@ def test_a_changed_layout_and_a_captcha_site_flag_batch_2_and_run_once_ends_65(m
 
 
 
-def test_a_batch_with_failed_tasks_and_no_flag_ends_3(mysql_backend, site, procs):
+def test_a_batch_with_failed_tasks_and_no_flag_ends_1(mysql_backend, site, procs):
     mysql_backend.create_tasks([site.url(f"/shop/{n}") for n in range(1, 6)] + [site.url("/status/404")])
     code, output = run_once(procs, mysql_backend)
     assert code == 1, output[-3000:]
