@@ -16,7 +16,6 @@ the default 50 keeps the judgement small whatever the hosts; a user may raise it
 """
 import argparse
 import json
-import os
 import resource
 import subprocess
 import sys
@@ -122,10 +121,11 @@ def judge_alone(place_settings: str, batch_id: int, top: int) -> dict:
     settings = settings_of(place, top)
     ports = open_backend(settings, place.settings["NAMESPACE"]).master_ports()
     ports.store.open(LAYOUT)
-    record = [r for r in ports.store.recent_batches(10) if r.id == batch_id][0]
-    judge = QualityJudge(settings, ports.store, ports.counters)
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     tracemalloc.start()
+    record = ports.store.last_batch()       # the batch closing: the newest, its quality not kept yet
+    assert record.id == batch_id
+    judge = QualityJudge(settings, ports.store, ports.counters)
     started = time.process_time()
     quality = judge.judge(record, 0)
     text = json.dumps(quality.to_json())
