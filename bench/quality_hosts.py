@@ -9,14 +9,13 @@ the other, each of `--hosts` hosts of `--pages` pages: the pages go through the 
 (a distinct body per page, one item of bench/fields.py's shape) into two workers' BatchStats, flushed by the
 real StatsFlusher every `--flush-every` pages per worker, as workers would, into the batch's per-host table in
 Redis. The first 3 batches are judged and closed as the master does (their records are the baseline); the
-4th is judged in a fresh process (`--judge`), which reports its peak RSS before and after the judgement and
-the tracemalloc peak of the judgement itself: QualityJudge.judge and the record's JSON, which the master
-writes. HOST_STATS_TOP bounds the hosts a batch's table keeps by name (the rest are summed as "(other)"), so
+4th is judged in a fresh process (`--judge`), which reports its peak RSS (VmHWM) before and after the
+judgement, then in another the tracemalloc peak of the judgement itself (QualityJudge.judge and the record's
+JSON, which the master writes). HOST_STATS_TOP bounds the hosts a batch's table keeps by name (the rest are summed as "(other)"), so
 the default 50 keeps the judgement small whatever the hosts; a user may raise it, hence both.
 """
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import time
@@ -106,23 +105,35 @@ def sitting(hosts: int, pages: int, top: int, flush_every: int) -> dict:
         fill(ports.counters, settings, record.id, hosts, pages, flush_every)
         filled = time.monotonic() - started
         backend.close()
-        judged = subprocess.run([sys.executable, "-m", "bench.quality_hosts", "--judge", json.dumps(place.settings),
-                                 "--batch", str(record.id), "--top", str(top)],
-                                capture_output=True, text=True, check=True)
-        figures = json.loads(judged.stdout)
+        figures = {}
+        for trace in (False, True):     # RSS untraced (tracemalloc's own records would swell it), then traced
+            judged = subprocess.run([sys.executable, "-m", "bench.quality_hosts", "--judge", json.dumps(place.settings),
+                                     "--batch", str(record.id), "--top", str(top), *(["--trace"] if trace else [])],
+                                    capture_output=True, text=True, check=True)
+            figures.update(json.loads(judged.stdout))
         return dict(figures, hosts=hosts, pages=pages, top=top, fill_s=round(filled, 1))
     finally:
         place.remove()
 
 
-def judge_alone(place_settings: str, batch_id: int, top: int) -> dict:
+def high_water_mb() -> float:
+    """This process's peak RSS (VmHWM: getrusage's ru_maxrss would count the parent's from before exec)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def judge_alone(place_settings: str, batch_id: int, top: int, trace: bool) -> dict:
     """The 4th batch judged in this fresh process, as the master's close does (`place_settings`: the Place's, JSON)."""
     place = types.SimpleNamespace(settings=json.loads(place_settings))
     settings = settings_of(place, top)
     ports = open_backend(settings, place.settings["NAMESPACE"]).master_ports()
     ports.store.open(LAYOUT)
-    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    tracemalloc.start()
+    rss_before = high_water_mb()
+    if trace:
+        tracemalloc.start()
     record = ports.store.last_batch()       # the batch closing: the newest, its quality not kept yet
     assert record.id == batch_id
     judge = QualityJudge(settings, ports.store, ports.counters)
@@ -130,12 +141,12 @@ def judge_alone(place_settings: str, batch_id: int, top: int) -> dict:
     quality = judge.judge(record, 0)
     text = json.dumps(quality.to_json())
     cpu = time.process_time() - started
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
+    if trace:
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        return {"tracemalloc_peak_mb": round(peak / 2**20, 1)}
     return {"hosts_judged": len(quality.hosts), "flags": len(quality.flags), "record_kb": round(len(text) / 1024, 1),
-            "tracemalloc_peak_mb": round(peak / 2**20, 1), "rss_before_mb": round(rss_before, 1),
-            "rss_peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-            "judge_cpu_s": round(cpu, 2)}
+            "rss_before_mb": round(rss_before, 1), "rss_peak_mb": round(high_water_mb(), 1), "judge_cpu_s": round(cpu, 2)}
 
 
 def main(argv=None) -> int:
@@ -146,10 +157,11 @@ def main(argv=None) -> int:
     parser.add_argument("--flush-every", type=int, default=500, help="pages a worker counts between flushes (500)")
     parser.add_argument("--judge", help=argparse.SUPPRESS)
     parser.add_argument("--batch", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--trace", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if args.judge:
-        print(json.dumps(judge_alone(args.judge, args.batch, int(args.top))))
+        print(json.dumps(judge_alone(args.judge, args.batch, int(args.top), args.trace)))
         return 0
     rows = [sitting(args.hosts, args.pages, int(top), args.flush_every) for top in args.top.split(",")]
     if args.json:
