@@ -86,7 +86,7 @@ def close(store, record, total: int, quality: dict) -> None:
     store.update_batch(record.id, Progress(total=total, done=total, failed=0, pending=0, processing=0), is_done=True)
 
 
-def sitting(hosts: int, pages: int, top: int, flush_every: int) -> dict:
+def sitting(hosts: int, pages: int, top: int, flush_every: int, closed: int = BASELINE_BATCHES) -> dict:
     place = Place("mysql")
     try:
         load_urls(place, ["http://h0.example/page/0"])      # the task table; the batch table comes with the store
@@ -97,7 +97,7 @@ def sitting(hosts: int, pages: int, top: int, flush_every: int) -> dict:
         judge = QualityJudge(settings, ports.store, ports.counters)
         total = hosts * pages
         started = time.monotonic()
-        for _ in range(BASELINE_BATCHES):
+        for _ in range(closed):
             record = open_batch(ports.store, total)
             fill(ports.counters, settings, record.id, hosts, pages, flush_every)
             close(ports.store, record, total, judge.judge(record, 0).to_json())
@@ -111,7 +111,7 @@ def sitting(hosts: int, pages: int, top: int, flush_every: int) -> dict:
                                      "--batch", str(record.id), "--top", str(top), *(["--trace"] if trace else [])],
                                     capture_output=True, text=True, check=True)
             figures.update(json.loads(judged.stdout))
-        return dict(figures, hosts=hosts, pages=pages, top=top, fill_s=round(filled, 1))
+        return dict(figures, hosts=hosts, pages=pages, top=top, closed_before=closed, fill_s=round(filled, 1))
     finally:
         place.remove()
 
@@ -158,12 +158,14 @@ def main(argv=None) -> int:
     parser.add_argument("--judge", help=argparse.SUPPRESS)
     parser.add_argument("--batch", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--trace", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--closed", type=int, default=BASELINE_BATCHES,
+                        help="batches closed before the one judged (3: the baseline; the master reads up to 30 records)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if args.judge:
         print(json.dumps(judge_alone(args.judge, args.batch, int(args.top), args.trace)))
         return 0
-    rows = [sitting(args.hosts, args.pages, int(top), args.flush_every) for top in args.top.split(",")]
+    rows = [sitting(args.hosts, args.pages, int(top), args.flush_every, args.closed) for top in args.top.split(",")]
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
