@@ -13,6 +13,9 @@ site and the same task list, and prints one table (markdown; with --json one JSO
   the same useful work as a framework, without a queue, a lease or a guarantee;
 - `mysql`, batchd on MySQL + Redis: `batchd run bench.spider:CompareSpider --once --workers P` with
   SPIDER_THREAD_COUNT=T, on the private MariaDB and a private Redis;
+- `mysql-noquality`, `mysql` with the quality checks off (QUALITY_CHECKS and QUALITY_BLOCK_HOLD false):
+  beside `mysql`, what the checks cost (compare the rows' worker CPU ms per task, which load moves
+  far less than the rates);
 - `sqlite`, the same on one SQLite file (STORE=sqlite:///...);
 - `tree`, with `--tree PATH`: `mysql` importing batchd from PATH (a `git worktree add` of an older
   commit, say; the bench and its spider stay this checkout's), so that a change is judged against the
@@ -94,7 +97,7 @@ def main(argv=None) -> int:
     compare.add_argument("--rounds", type=int, default=3, help="rounds (3)")
     compare.add_argument("--configs", default="1x4,1x8,2x8", help="PROCESSESxTHREADS,... (1x4,1x8,2x8)")
     compare.add_argument("--small", type=int, default=500, help="tasks of the small batch at 2x8 (500; 0: none)")
-    compare.add_argument("--contenders", default="baseline,mysql,sqlite", help="baseline,mysql,sqlite")
+    compare.add_argument("--contenders", default="baseline,mysql,sqlite", help="baseline,mysql,sqlite (also mysql-noquality, tree)")
     compare.add_argument("--site", choices=("auto", "nginx", "builtin"), default="auto",
                          help="who serves the pages (auto: nginx when installed)")
     compare.add_argument("--monitor-interval", type=float, default=1.0, help="batchd's BATCH_MONITOR_INTERVAL (1)")

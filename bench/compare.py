@@ -22,8 +22,9 @@ from batchd.backends import store_from_url
 from servers import PrivateMariaDB, PrivateRedis
 
 REPOSITORY = os.path.dirname(TESTS)
-CONTENDERS = ("baseline", "mysql", "sqlite", "tree")
+CONTENDERS = ("baseline", "mysql", "mysql-noquality", "sqlite", "tree")
 TITLES = {"baseline": "bare loop (MySQL)", "mysql": "batchd MySQL+Redis", "sqlite": "batchd SQLite",
+          "mysql-noquality": "batchd MySQL+Redis, quality checks off",
           "tree": "batchd MySQL+Redis from --tree"}
 OPENED = re.compile(r"\bbatch \d+ opened at ")              # the master's line opening the batch
 FINISHED = re.compile(r"\bbatch \d+ finished: ")            # the master's line closing the batch
@@ -76,7 +77,7 @@ class Servers:
     MariaDB even for the bare loop alone: bench/batch.py's Place cleans its namespace there."""
 
     def __init__(self, contenders: list):
-        self.needed = any(c in ("baseline", "mysql", "tree") for c in contenders)
+        self.needed = any(c in ("baseline", "mysql", "mysql-noquality", "tree") for c in contenders)
         self.db: Optional[BenchMariaDB] = None
         self.redis: Optional[PrivateRedis] = None
         self._started: Optional[contextlib.ExitStack] = None
@@ -150,6 +151,18 @@ class Contender:
 class BatchdMysql(Contender):
     name = "mysql"
     uses_redis = True
+
+
+class BatchdMysqlNoQuality(BatchdMysql):
+    """batchd on MySQL + Redis with the quality checks off (QUALITY_CHECKS, QUALITY_BLOCK_HOLD), beside
+    `mysql` in one sitting: what the checks cost a worker is the difference of the two. The two settings
+    come last, over any --setting."""
+
+    name = "mysql-noquality"
+
+    def __init__(self, servers: Servers, workdir: str, monitor_interval: float, settings: Optional[dict] = None):
+        super().__init__(servers, workdir, monitor_interval,
+                         dict(settings or {}, QUALITY_CHECKS="false", QUALITY_BLOCK_HOLD="false"))
 
 
 class BatchdSqlite(Contender):
@@ -412,7 +425,8 @@ def compare(args) -> dict:
             say(f"site: {site.describe()}")
             settings = batchd_settings(args.setting)
             made = {name: kind(servers, workdir, args.monitor_interval, settings)
-                    for name, kind in (("baseline", Baseline), ("mysql", BatchdMysql), ("sqlite", BatchdSqlite))
+                    for name, kind in (("baseline", Baseline), ("mysql", BatchdMysql),
+                                       ("mysql-noquality", BatchdMysqlNoQuality), ("sqlite", BatchdSqlite))
                     if name in contenders}
             if args.tree:
                 made["tree"] = BatchdTree(servers, workdir, args.monitor_interval, settings, args.tree)
@@ -421,7 +435,7 @@ def compare(args) -> dict:
                     for name in rotated(contenders, round_no):
                         figures = run_once(made[name], config, site, timeout=run_timeout(config.tasks))
                         results.setdefault((name, config), []).append(figures)
-                        say(f"round {round_no + 1}/{args.rounds} {config.label:>9} {name:>8}: {config.tasks} tasks in "
+                        say(f"round {round_no + 1}/{args.rounds} {config.label:>9} {name:>15}: {config.tasks} tasks in "
                             f"{figures['elapsed_s']:.1f} s, {figures['tasks_per_s']:.0f} tasks/s, "
                             f"{figures['cpu_ms_per_task']:.1f} CPU ms/task")
             report = {"site": site.describe(), "site_kind": site.kind,

@@ -76,3 +76,26 @@ def test_the_contender_tree_and_its_path_go_together_and_name_a_batchd(tmp_path)
     assert "--tree PATH and the contender `tree` go together" in compare("--tree", str(tmp_path)).stderr
     refused = compare("--contenders", "baseline,tree", "--tree", str(tmp_path))
     assert refused.returncode != 0 and f"--tree {tmp_path}: no batchd package there" in refused.stderr
+
+
+def test_the_contender_mysql_noquality_runs_batchd_with_the_quality_checks_off():
+    from bench.batch import Place
+    from bench.compare import BatchdMysqlNoQuality, Config
+    place = Place.__new__(Place)
+    place.name, place.settings = "bench_x", {"MYSQL_URL": "mysql://root@127.0.0.1/bench_x"}
+    contender = BatchdMysqlNoQuality(None, "/tmp", 1.0, {"QUALITY_CHECKS": "true", "HOST_STATS_TOP": "7"})
+    env = contender.environment(place, Config(1, 2, 10))
+    assert env["BATCHD_QUALITY_CHECKS"] == env["BATCHD_QUALITY_BLOCK_HOLD"] == "false"
+    assert env["BATCHD_HOST_STATS_TOP"] == "7" and contender.uses_redis
+
+
+@pytest.mark.once
+def test_the_comparison_runs_mysql_beside_mysql_noquality():
+    done = compare("--tasks", str(TASKS), "--rounds", "1", "--configs", "1x2", "--small", "0",
+                   "--contenders", "mysql,mysql-noquality", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = {row["contender"]: row for row in json.loads(done.stdout)["rows"]}
+    assert sorted(rows) == ["mysql", "mysql-noquality"]
+    for name, row in rows.items():
+        assert row["every_task_done_and_stored"] and row["cpu_worker_ms_per_task"] > 0, name
+    assert rows["mysql-noquality"]["title"].endswith("quality checks off")
