@@ -45,7 +45,7 @@ from ..alerts.alerts import Alerts
 from .dumps import FailedItemsFile
 from ..item import Item
 from .item_checks import InvalidItems, check_item, check_item_table, item_document
-from .task_run import TaskRun
+from .task_run import CheckedItem, TaskRun
 from ..service.lifecycle import Backoff
 from ..model import COLUMNS_ITEM_KIND, ItemDestination, ItemRow, TaskFailure
 from ..service.outages import OutageWatch, retry_through_outages
@@ -124,23 +124,34 @@ class Pipeline:
     def add_item(self, run: TaskRun, request_seq: int, item_seq: int, item: Mapping) -> None:
         """Buffer a copy of an item (a dict, or an Item); BadItem (nothing buffered) when its destination
         could not store it. An Item without a required field is dropped and counted, its task unharmed."""
+        checked = self.check_item(run, item)
+        if checked is not None:
+            self.buffer_item(run, request_seq, item_seq, checked)
+
+    def check_item(self, run: TaskRun, item: Mapping) -> Optional[CheckedItem]:
+        """add_item's checks, where the item is yielded, for an item the run holds a while (its page judged, or
+        compared with the page's items before): BadItem or ConfigError as add_item; None for an Item without a
+        required field (dropped and counted)."""
         destination, columns = self.spider_destination, self._columns
         if isinstance(item, Item):
             missing = item.missing_required()
             if missing is not None:
                 self.invalid.report(run.task_id, type(item).__name__, missing, present=missing in item)
                 self.count("item/invalid", 1, run.lease.batch_id)
-                return
+                return None
             destination = type(item).destination(self.spider_destination)
             if destination is not self.spider_destination:
                 self._check_class(type(item))
                 columns = frozenset(type(item).__fields__)    # (checked to be columns of the table)
         data = dict(item)
         if columns is None:     # a JSON document: checked as it is made, here, not again in the flush
-            document: Optional[str] = item_document(data)
-        else:
-            check_item(data, columns, destination.table)
-            document = None
+            return CheckedItem(data, item_document(data), destination)
+        check_item(data, columns, destination.table)
+        return CheckedItem(data, None, destination)
+
+    def buffer_item(self, run: TaskRun, request_seq: int, item_seq: int, checked: CheckedItem) -> None:
+        """Buffer an item check_item passed."""
+        data, document, destination = checked
         row = ItemRow(batch_id=run.lease.batch_id, task_id=run.task_id, request_seq=request_seq,
                       item_seq=item_seq, data=data, document=document)
         self.ledger.add(run.slot, 1)

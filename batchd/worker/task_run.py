@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Optional, Protocol
+from typing import Any, NamedTuple, Optional, Protocol
 
 from requests.cookies import RequestsCookieJar
 
@@ -140,10 +140,21 @@ class HeldTasks:
         return True
 
 
+class CheckedItem(NamedTuple):
+    """An item the pipeline checked where it was yielded (Gate.check_item), held until its page is judged."""
+    data: dict
+    document: Optional[str]        # its JSON, for a table of JSON documents
+    destination: Any               # model.ItemDestination
+
+
 class Gate(Protocol):
     """What a run hands to the worker's pipeline (pipeline.py)."""
 
     def add_item(self, run: TaskRun, request_seq: int, item_seq: int, item: Mapping) -> None: ...
+
+    def check_item(self, run: TaskRun, item: Mapping) -> Optional[CheckedItem]: ...
+
+    def buffer_item(self, run: TaskRun, request_seq: int, item_seq: int, checked: CheckedItem) -> None: ...
 
     def record_outcome(self, run: TaskRun, ok: bool, failure: Optional[TaskFailure] = None) -> None: ...
 
@@ -295,8 +306,8 @@ class TaskRunner:
             if block is not None and self.judges_pages:
                 raise BlockPage(block)
         if judged:
-            for item_seq, item in page_items or ():
-                self.gate.add_item(run, request_seq, item_seq, item)
+            for item_seq, checked in page_items or ():
+                self.gate.buffer_item(run, request_seq, item_seq, checked)
         return follow_ups
 
     def _run_remembered(self, run: TaskRun, request: Request, request_seq: int, response, page, task: dict) -> list:
@@ -317,12 +328,13 @@ class TaskRunner:
             return self._run_callback(run, request, callback, request_seq, response, task)
         held: list = []
         follow_ups = self._run_callback(run, request, callback, request_seq, response, task, held)
-        visit = self.memory.visit(run, request, response, page, items_signature([item for _, item in held]))
+        visit = self.memory.visit(run, request, response, page,
+                                  items_signature([checked.data for _, checked in held]))
         if visit.verdict == UNCHANGED:
             self.memory.count(ITEMS_UNCHANGED, len(held), run.lease.batch_id)
         else:
-            for item_seq, item in held:
-                self.gate.add_item(run, request_seq, item_seq, item)
+            for item_seq, checked in held:
+                self.gate.buffer_item(run, request_seq, item_seq, checked)
         return follow_ups
 
     def _run_errback(self, run: TaskRun, request: Request, request_seq: int, failure: RequestFailed,
@@ -351,8 +363,9 @@ class TaskRunner:
                      for name in SPIDER_HOOKS)
 
     def _take(self, run: TaskRun, request_seq: int, callback, produced, held: Optional[list]) -> list:
-        """What a callback or errback produced: its items to the pipeline (or, `held`, into that list as
-        (item_seq, item)), its Requests returned."""
+        """What a callback or errback produced: its items to the pipeline (or, `held`, checked at once and into
+        that list as (item_seq, CheckedItem): an item its table cannot take stops the run before the callback's
+        next line, as it would unheld), its Requests returned."""
         follow_ups, item_seq = [], 0
         for result in _each(run, produced):
             if isinstance(result, Request):
@@ -362,8 +375,8 @@ class TaskRunner:
                     self.quality.item(run, result)
                 if held is None:
                     self.gate.add_item(run, request_seq, item_seq, result)
-                else:
-                    held.append((item_seq, result))
+                elif (checked := self.gate.check_item(run, result)) is not None:
+                    held.append((item_seq, checked))
                 item_seq += 1
             elif result is not None:
                 raise TypeError(f"{getattr(callback, '__name__', callback)} yielded a {type(result).__name__}; "
