@@ -94,8 +94,8 @@ class BatchRecord:
     # How it ended, written at its close before is_done: clean, flagged (its data, batchd/quality/) or failed
     # (some task); None while open, and for a batch closed by an older batchd or by `open-batch --force`.
     outcome: Optional[str] = None
-    # Its quality figures and flags as JSON (quality/verdict.py); None with QUALITY_CHECKS off.
-    quality: Optional[str] = None
+    # (Its quality figures and flags, quality/verdict.py, are read on their own: BatchStore.batch_quality. A batch
+    # of 10,000 hosts keeps MBs there, which no one who reads the record for its state should fetch.)
 
     @property
     def how_opened(self) -> "BatchOpening":

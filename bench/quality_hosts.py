@@ -10,8 +10,8 @@ the other, each of `--hosts` hosts of `--pages` pages: the pages go through the 
 real StatsFlusher every `--flush-every` pages per worker, as workers would, into the batch's per-host table in
 Redis. The first 3 batches are judged and closed as the master does (their records are the baseline); the
 4th is judged in a fresh process (`--judge`), which reports its peak RSS (VmHWM) before and after the
-judgement, then in another the tracemalloc peak of the judgement itself (QualityJudge.judge and the record's
-JSON, which the master writes). HOST_STATS_TOP bounds the hosts a batch's table keeps by name (the rest are summed as "(other)"), so
+judgement, then in another the tracemalloc peak of the judgement itself (QualityJudge.judge, and the record's
+JSON written to the store). HOST_STATS_TOP bounds the hosts a batch's table keeps by name (the rest are summed as "(other)"), so
 the default 50 keeps the judgement small whatever the hosts; a user may raise it, hence both.
 """
 import argparse
@@ -81,8 +81,8 @@ def open_batch(store, total: int):
     return [r for r in store.recent_batches(1) if r.id == record.id][0]
 
 
-def close(store, record, total: int, quality: dict) -> None:
-    store.record_outcome(record.id, quality["outcome"], quality)
+def close(store, record, total: int, quality) -> None:
+    store.record_outcome(record.id, quality.outcome, quality.record)
     store.update_batch(record.id, Progress(total=total, done=total, failed=0, pending=0, processing=0), is_done=True)
 
 
@@ -100,7 +100,7 @@ def sitting(hosts: int, pages: int, top: int, flush_every: int, closed: int = BA
         for _ in range(closed):
             record = open_batch(ports.store, total)
             fill(ports.counters, settings, record.id, hosts, pages, flush_every)
-            close(ports.store, record, total, judge.judge(record, 0).to_json())
+            close(ports.store, record, total, judge.judge(record, 0))
         record = open_batch(ports.store, total)
         fill(ports.counters, settings, record.id, hosts, pages, flush_every)
         filled = time.monotonic() - started
@@ -139,14 +139,16 @@ def judge_alone(place_settings: str, batch_id: int, top: int, trace: bool) -> di
     judge = QualityJudge(settings, ports.store, ports.counters)
     started = time.process_time()
     quality = judge.judge(record, 0)
-    text = json.dumps(quality.to_json())
+    ports.store.record_outcome(record.id, quality.outcome, quality.record)
     cpu = time.process_time() - started
     if trace:
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
         return {"tracemalloc_peak_mb": round(peak / 2**20, 1)}
-    return {"hosts_judged": len(quality.hosts), "flags": len(quality.flags), "record_kb": round(len(text) / 1024, 1),
-            "rss_before_mb": round(rss_before, 1), "rss_peak_mb": round(high_water_mb(), 1), "judge_cpu_s": round(cpu, 2)}
+    peak = high_water_mb()
+    return {"hosts_judged": len(json.loads(quality.record)["hosts"]), "flags": len(quality.flags),
+            "record_kb": round(len(quality.record) / 1024, 1), "rss_before_mb": round(rss_before, 1),
+            "rss_peak_mb": round(peak, 1), "judge_cpu_s": round(cpu, 2)}
 
 
 def main(argv=None) -> int:

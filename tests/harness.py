@@ -10,12 +10,16 @@ write-backs (tally included) without crawling.
 import threading
 import time
 
+from dataclasses import asdict
+
 import batchd
 from batchd.errors import BackendUnavailable, BatchdError
 from batchd.download.downloader import Downloader
 from batchd.service.lifecycle import StopFlag
 from batchd.download.middlewares.retry import RetryMiddleware
 from batchd.http import Request
+from batchd.quality.measures import HostMeasures
+from batchd.quality.record_json import kept_quality
 from batchd.task import TaskState, settling_move
 
 
@@ -129,6 +133,15 @@ def next_batch(backend, factory, **master_options) -> dict:
         wait_for(lambda: len(backend.records()) == before + 1 and backend.records()[-1]["is_done"],
                  message=f"batch {before + 1} closed")
     return dict(backend.records()[-1])
+
+
+def quality_in_full(record: dict):
+    """The quality JSON a batch record (a row of backend.records()) keeps, every host's figures in full (the
+    record leaves out those at their default); None when it keeps none."""
+    kept = kept_quality(record["quality"])
+    if kept is not None:
+        kept["hosts"] = {host: asdict(HostMeasures.from_json(data)) for host, data in kept.get("hosts", {}).items()}
+    return kept
 
 
 def settle(backend, spider_cls, timeout=30, **settings):

@@ -65,7 +65,7 @@ class MemoryBackend:
         return sorted(tuple(item.get(c) for c in columns) for item in self._store.items_in(table))
 
     def records(self):
-        return [vars(b) for b in self._store.batches]
+        return [dict(vars(b), quality=self._store.batch_quality(b.id)) for b in self._store.batches]
 
     def failures(self):
         """The failure records, {(batch id, task id): row as a dict}."""

@@ -180,6 +180,11 @@ class SqlBatchStore(SqlResults):
                           f"ORDER BY {self.quote('id')} DESC LIMIT {self.placeholder}", [count], dicts=True)
         return [self._record(row) for row in rows]
 
+    def batch_quality(self, batch_id: int) -> Optional[str]:
+        rows = self.fetch(f"SELECT {self.quote(QUALITY)} FROM {self.quote(self.opened_layout.record_table)} "
+                          f"WHERE {self.quote('id')} = {self.placeholder}", [batch_id])
+        return rows[0][0] if rows else None
+
     def _record(self, row: dict) -> BatchRecord:
         row["batch_date"] = self.time_from_db(row["batch_date"])
         row["update_time"] = self.time_from_db(row["update_time"]) if row["update_time"] is not None else None
@@ -224,11 +229,10 @@ class SqlBatchStore(SqlResults):
         self.execute(f"UPDATE {self.quote(self.opened_layout.record_table)} SET {self.quote(column)} = {p} "
                      f"WHERE {self.quote('id')} = {p}", [value, batch_id])
 
-    def record_outcome(self, batch_id: int, outcome: str, quality: Optional[dict]) -> None:
+    def record_outcome(self, batch_id: int, outcome: str, quality: Optional[str]) -> None:
         p = self.placeholder
         self.execute(f"UPDATE {self.quote(self.opened_layout.record_table)} SET {self.quote(OUTCOME)} = {p}, "
-                     f"{self.quote(QUALITY)} = {p} WHERE {self.quote('id')} = {p}",
-                     [outcome, None if quality is None else plain_json(quality), batch_id])
+                     f"{self.quote(QUALITY)} = {p} WHERE {self.quote('id')} = {p}", [outcome, quality, batch_id])
 
     def update_batch(self, batch_id: int, progress: Progress, is_done: bool) -> None:
         now, now_values = self.now_term()

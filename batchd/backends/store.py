@@ -75,6 +75,11 @@ class BatchStore(abc.ABC):
         last = self.last_batch()
         return [last] if last is not None else []
 
+    def batch_quality(self, batch_id: int) -> Optional[str]:
+        """The quality JSON of one batch (what record_outcome kept), None when it keeps none. A store that
+        has nowhere to keep it gives None: its batches' baselines are empty."""
+        return None
+
     @abc.abstractmethod
     def insert_batch(self, interval: int, interval_unit: str, total: int) -> BatchRecord:
         """Open a batch record dated now(), its reset still to walk (reset_cursor [null, 0]); `total` is the
@@ -89,8 +94,8 @@ class BatchStore(abc.ABC):
         before any of its tasks is claimed: workers read it to know whether the batch trusts validators. A store
         that has nowhere to keep it does nothing: its batches never know that their spider changed."""
 
-    def record_outcome(self, batch_id: int, outcome: str, quality: Optional[dict]) -> None:
-        """Keep how the batch ended (clean, flagged, failed) and its quality figures (JSON-able, or None) in its
+    def record_outcome(self, batch_id: int, outcome: str, quality: Optional[str]) -> None:
+        """Keep how the batch ended (clean, flagged, failed) and its quality figures (JSON text, or None) in its
         record, as the master closes it and before is_done. A store that has nowhere to keep them does
         nothing: the master logs the flags anyway."""
 

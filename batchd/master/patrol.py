@@ -71,7 +71,7 @@ class Master:
         `judge`: the quality checks at a batch's close (None: QUALITY_CHECKS off)."""
         self.judge = judge
         self.outcome: Optional[str] = None     # how the last batch this master closed ended (quality/verdict.py)
-        # Told each judged batch's id and quality JSON at its close: under a supervisor with METRICS_PORT, its
+        # Told each judged batch's id and metric figures (quality/metric_figures.py) at its close: under a supervisor with METRICS_PORT, its
         # /metrics (supervisor/child.py sets it); a failure here is logged and never fails the close.
         self.judged: Optional[Callable[[int, dict], None]] = None
         self.settings, self.layout, self.store, self.leases = settings, layout, ports.store, ports.leases
@@ -528,7 +528,7 @@ class Master:
         self.store.record_stats(batch.id, counters)
         quality = self.judge.judge(batch, failed) if self.judge is not None else None
         outcome = quality.outcome if quality is not None else outcome_of(0, failed)
-        self.store.record_outcome(batch.id, outcome, None if quality is None else quality.to_json())
+        self.store.record_outcome(batch.id, outcome, None if quality is None else quality.record)
         self.store.update_batch(batch.id, progress, is_done=True)
         self.tally.set_settled(batch.id, done, failed)
         self._log_progress(batch, progress)
@@ -542,17 +542,17 @@ class Master:
         log.info("%s", report(batch.id, counters, 0 if quality is None else len(quality.flags)))
         self.alerts.check_failures(batch.id, done, failed)
         if quality is not None:
-            self._tell_judged(batch.id, quality.to_json())
+            self._tell_judged(batch.id, quality.figures)
         if quality is not None and quality.flags:
             self.alerts.quality_flagged(batch.id, [flag.to_json() for flag in quality.flags])
         self.outcome = outcome
         return True
 
-    def _tell_judged(self, batch_id: int, quality: dict) -> None:
+    def _tell_judged(self, batch_id: int, figures: dict) -> None:
         if self.judged is None:
             return
         try:
-            self.judged(batch_id, quality)
+            self.judged(batch_id, figures)
         except Exception as e:    # the metrics are told what they can; the batch is closed whatever they say
             log.warning("batch %d: its quality could not be handed to /metrics: %s: %s", batch_id, type(e).__name__, e)
 

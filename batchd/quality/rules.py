@@ -47,16 +47,15 @@ def shown(text: str, most: int = TEXT_MOST) -> str:
     return escaped if len(escaped) <= most else escaped[:most - 1] + "…"
 
 
-def flags_of(hosts: Mapping[str, HostMeasures], baselines: Mapping[str, Baseline], settings: Settings) -> list:
-    """Every flag of a batch: host by host (the others' entry last), rule by rule."""
-    off = set(settings.QUALITY_RULES_OFF or ())
-    found: list = []
-    for host in sorted(hosts, key=lambda h: (h == OTHER, h)):
-        measures, baseline = hosts[host], baselines.get(host, Baseline())
-        for kind, rule in RULES:
-            if kind not in off:
-                found += rule(host, measures, baseline, settings)
-    return found
+def host_flags(host: str, measures: HostMeasures, baseline: Baseline, settings: Settings) -> list:
+    """One host's flags, rule by rule (those of QUALITY_RULES_OFF left out)."""
+    off = settings.QUALITY_RULES_OFF or ()
+    return [flag for kind, rule in RULES if kind not in off for flag in rule(host, measures, baseline, settings)]
+
+
+def in_order(flags: list) -> list:
+    """A batch's flags host by host, the others' entry last; each host's in the order of its rules."""
+    return sorted(flags, key=lambda flag: (flag.host == OTHER, flag.host))
 
 
 def _flag(host: str, kind: str, field: Optional[str], now: float, before: Optional[float], text: str) -> Flag:

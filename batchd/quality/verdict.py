@@ -6,26 +6,30 @@ clean, flagged (some flag) or failed (no flag, some task failed), so a downstrea
 that is done and clean; `quality` is JSON
 
     {"outcome": ..., "flags": [{"host", "kind", "field", "now", "before", "message"}],
-     "hosts": {host: HostMeasures}, "baseline": {host: Baseline}, "compared": [batch ids]}
+     "hosts": {host: HostMeasures}, "compared": [batch ids]}
 
-which `batchd quality` and the next batches' baselines read back.
+which `batchd quality` and the next batches' baselines read back (a host's figures leave out those at their
+default: measures.lean). The baseline is not kept: it is the batches `compared`'s hosts, which `batchd quality`
+folds again as the judge did. A record holds a line of figures per host, and a batch of 10,000 hosts makes
+a few MB of it, which the master writes and the next closes read.
 """
-import json
 import logging
 from dataclasses import dataclass, field
-from typing import Optional
 
 from ..backends.ports import BatchCounters
 from ..backends.store import BatchStore
+from ..codec import plain_json
 from ..config import Settings
 from ..model import BatchRecord
-from .measures import Baseline, HostMeasures, baselines
-from .rules import flags_of
+from .measures import BaselineTable, HostMeasures
+from .metric_figures import MetricFigures
+from .record_json import kept_measures
+from .rules import host_flags, in_order
 
 log = logging.getLogger("batchd.quality")
 
 CLEAN, FLAGGED, FAILED = "clean", "flagged", "failed"
-RECORDS_SEARCHED = 30      # the most recent records read for the baseline's batches of the same mode
+RECORDS_SEARCHED = 30      # the most recent records searched for the baseline's batches of the same mode
 
 
 def outcome_of(flags: int, failed: int) -> str:
@@ -34,68 +38,63 @@ def outcome_of(flags: int, failed: int) -> str:
 
 @dataclass
 class BatchQuality:
-    """A closed batch's judgement, as its record keeps it."""
+    """A closed batch's judgement: what the master logs and tells, and the JSON its record keeps."""
 
     outcome: str = CLEAN
-    flags: list = field(default_factory=list)          # rules.Flag
-    hosts: dict = field(default_factory=dict)          # host -> HostMeasures
-    baseline: dict = field(default_factory=dict)       # host -> Baseline
+    flags: list = field(default_factory=list)          # rules.Flag, in the order of their hosts
     compared: list = field(default_factory=list)       # the batches of the baseline, newest first
-
-    def to_json(self) -> dict:
-        return {"outcome": self.outcome, "flags": [f.to_json() for f in self.flags],
-                "hosts": {h: m.to_json() for h, m in self.hosts.items()},
-                "baseline": {h: b.to_json() for h, b in self.baseline.items()}, "compared": self.compared}
-
-
-def kept_quality(record: BatchRecord) -> Optional[dict]:
-    """The JSON a closed batch's record keeps (None: judged by no batchd, or QUALITY_CHECKS off)."""
-    if not record.quality:
-        return None
-    kept = json.loads(record.quality) if isinstance(record.quality, str) else record.quality
-    return kept if isinstance(kept, dict) else None
-
-
-def kept_measures(record: BatchRecord) -> Optional[dict]:
-    """host -> HostMeasures of a closed batch, from its record; None when it keeps none."""
-    kept = kept_quality(record)
-    if kept is None:
-        return None
-    return {host: HostMeasures.from_json(data) for host, data in kept.get("hosts", {}).items()}
+    record: str = "{}"                                 # the record's JSON (the module's doc)
+    figures: dict = field(default_factory=dict)        # what /metrics shows of it (metric_figures.py)
 
 
 class QualityJudge:
     """Judges a batch at its close (master/patrol.py): built by assembly.py with the master's store and
-    counters."""
+    counters. It goes host by host and keeps no host's figures once written into the record's JSON: the
+    baseline's batches are folded into a BaselineTable one record at a time, so 10,000 hosts against 3 batches
+    cost the master a few tens of MB for a moment (docs/quality.md, Cost)."""
 
     def __init__(self, settings: Settings, store: BatchStore, counters: BatchCounters):
         self.settings, self.store, self.counters = settings, store, counters
 
     def judge(self, batch: BatchRecord, failed: int) -> BatchQuality:
-        hosts = {host: HostMeasures.from_counts(fields) for host, fields in self.counters.host_counts(batch.id).items()}
-        hosts = {host: measures for host, measures in hosts.items() if _measured(measures)}
-        before = self.batches_before(batch)
-        base = baselines([measures for _, measures in before])
-        for host, measures in hosts.items():
-            measures.stand_for_kept(base.get(host, Baseline()))
-        flags = flags_of(hosts, base, self.settings)
-        return BatchQuality(outcome_of(len(flags), failed), flags, hosts,
-                            {host: base.get(host, Baseline()) for host in hosts}, [b for b, _ in before])
+        compared, before = self.baseline_before(batch)
+        flags: list = []
+        hosts = []          # "host": {...} of the record's JSON
+        figures = MetricFigures()
+        for host, counts in self.counters.host_counts(batch.id):
+            measures = HostMeasures.from_counts(counts)
+            if not _measured(measures):
+                continue
+            baseline = before.of(host)
+            measures.stand_for_kept(baseline)
+            found = host_flags(host, measures, baseline, self.settings)
+            flags += found
+            figures.add(host, measures, flagged=bool(found))
+            hosts.append(f"{plain_json(host)}:{plain_json(measures.to_json())}")
+        flags = in_order(flags)
+        outcome = outcome_of(len(flags), failed)
+        record = (f'{{"outcome":{plain_json(outcome)},"flags":{plain_json([f.to_json() for f in flags])},'
+                  f'"hosts":{{{",".join(hosts)}}},"compared":{plain_json(compared)}}}')
+        return BatchQuality(outcome, flags, compared, record, figures.figures(batch.id, flags))
 
-    def batches_before(self, batch: BatchRecord) -> list:
-        """[(batch id, {host: HostMeasures})] of the QUALITY_BASELINE closed batches before `batch` opened
-        in its BATCH_MODE and judged, newest first."""
+    def baseline_before(self, batch: BatchRecord) -> tuple:
+        """([batch id], BaselineTable) of the QUALITY_BASELINE closed batches before `batch` opened in its
+        BATCH_MODE and judged, newest first: the records are searched without their quality, then the
+        chosen ones' read one at a time."""
         mode = batch.how_opened.mode
-        found = []
+        compared: list = []
+        table = BaselineTable()
         for record in self.store.recent_batches(RECORDS_SEARCHED):
             if record.id >= batch.id or not record.is_done or record.how_opened.mode != mode:
                 continue
-            measures = kept_measures(record)
-            if measures is not None:
-                found.append((record.id, measures))
-            if len(found) == self.settings.QUALITY_BASELINE:
+            kept = self.store.batch_quality(record.id)
+            if not kept:
+                continue
+            table.add(kept_measures(kept))
+            compared.append(record.id)
+            if len(compared) == self.settings.QUALITY_BASELINE:
                 break
-        return found
+        return compared, table
 
 
 def _measured(measures: HostMeasures) -> bool:

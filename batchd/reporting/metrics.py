@@ -34,8 +34,8 @@ takes at most HOST_STATS_TOP values and "(other)": the busiest hosts, the rest s
     batchd_host_breaker{host,state=open|probing|down}    1 for a host whose breaker is not closed
 
 The data quality of the last batch its master judged, from the supervisor that runs the master only (docs/
-quality.md). The master hands each judged batch's figures (quality_report.py's metric_figures, from the JSON
-its record keeps) to its supervisor in QUALITY_FILE of the metrics directory, written whole and renamed at
+quality.md). The master hands each judged batch's figures (quality/metric_figures.py, gathered as it judged
+the batch) to its supervisor in QUALITY_FILE of the metrics directory, written whole and renamed at
 the close (`keep_quality`); a scrape reads that file. The label `host` takes the flagged hosts and the hosts
 with the most items, HOSTS_LABELLED (10) of each at most; `field` at most FIELDS_LABELLED values:
     batchd_quality_batch_id                      the batch the figures below are of
@@ -220,7 +220,7 @@ def host_families(namespace: str, rows: list):
 
 
 def keep_quality(directory: str, figures: dict) -> None:
-    """The master's side, at a batch's close: its figures (quality_report.metric_figures) with the flags counted
+    """The master's side, at a batch's close: its figures (quality/metric_figures.py) with the flags counted
     so far, the batch's added unless the file already holds that batch (a close done again after an outage)."""
     path = os.path.join(directory, QUALITY_FILE)
     before = read_quality(directory) or {}

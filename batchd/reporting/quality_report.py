@@ -1,21 +1,16 @@
 """A closed batch's data quality, gathered as plain data from its record (quality/verdict.py wrote it at the
-close): `batchd quality` lays it out (cli/quality_verb.py), the dashboard's quality page too (web/html.py),
-`batchd status` says how many flags, and /metrics shows `metric_figures` of the same JSON (reporting/metrics.py).
+close): `batchd quality` lays it out (cli/quality_verb.py), the dashboard's quality page too (web/html.py), and
+`batchd status` says how many flags. (/metrics shows what the judge gathered as it went: quality/metric_figures.py.)
 
 Nothing is measured or judged again here: the flags, each host's figures and its baseline are what the
 master kept, so the report of an old batch reads as its close did.
 """
-from collections import Counter
-from typing import Iterable, Optional
+from typing import Optional
 
 from ..model import BatchRecord
-from ..quality.measures import HostMeasures
-from ..quality.verdict import kept_quality
+from ..quality.measures import Baseline, BaselineTable, HostMeasures
+from ..quality.record_json import kept_flags, kept_measures, kept_quality
 from .failed_tasks import NoSuchBatch, chosen_batch
-
-HOSTS_LABELLED = 10      # /metrics: the flagged hosts and the hosts with the most items, this many of each at most
-FIELDS_LABELLED = 100    # /metrics: the fields (table.field) shown at most, a dict item's keys being the crawl's
-
 
 def gather_quality(runtime, batch_id: Optional[int] = None, host: Optional[str] = None) -> dict:
     """`batchd quality`: the batch's flags, then a row per host (items, coverage of each field, the top body's
@@ -23,10 +18,12 @@ def gather_quality(runtime, batch_id: Optional[int] = None, host: Optional[str] 
     store = runtime.store
     store.open(runtime.layout)
     record = _closed_record(store, batch_id)
-    kept = kept_quality(record) or {}
+    kept = kept_quality(store.batch_quality(record.id)) or {}
     flags = [f for f in kept.get("flags", []) if host is None or f["host"] == host]
-    baseline = kept.get("baseline", {})
-    hosts = [host_row(name, HostMeasures.from_json(data), baseline.get(name, {}))
+    before = BaselineTable()            # folded again from the batches compared, as the judge did
+    for compared in kept.get("compared", []):
+        before.add(kept_measures(store.batch_quality(compared) or "{}"))
+    hosts = [host_row(name, HostMeasures.from_json(data), before.of(name))
              for name, data in sorted(kept.get("hosts", {}).items()) if host is None or name == host]
     return {"batch": record.id, "outcome": record.outcome, "judged": bool(kept), "flags": flags, "hosts": hosts,
             "compared": kept.get("compared", [])}
@@ -47,11 +44,11 @@ def _closed_record(store, batch_id: Optional[int]) -> BatchRecord:
     return record
 
 
-def host_row(host: str, measures: HostMeasures, baseline: dict) -> dict:
+def host_row(host: str, measures: HostMeasures, baseline: Baseline) -> dict:
     """One host's figures beside its baseline's (None where the batches before had none)."""
     coverage = measures.coverage()
-    before = baseline.get("coverage", {})
-    return {"host": host, "items": sum(measures.items.values()), "items_before": _sum_or_none(baseline.get("items")),
+    before = baseline.coverage
+    return {"host": host, "items": sum(measures.items.values()), "items_before": _sum_or_none(baseline.items),
             "tasks": measures.tasks, "no_item": measures.no_item, "kept": measures.kept,
             "coverage": {key: round(share, 4) for key, share in sorted(coverage.items())},
             "coverage_before": {key: round(share, 4) for key, share in sorted(before.items())},
@@ -60,7 +57,7 @@ def host_row(host: str, measures: HostMeasures, baseline: dict) -> dict:
             "put_back": sum(measures.put_back.values())}
 
 
-def _sum_or_none(items: Optional[dict]) -> Optional[float]:
+def _sum_or_none(items: dict) -> Optional[float]:
     return round(sum(items.values()), 1) if items else None
 
 
@@ -85,35 +82,6 @@ def quality_line(store) -> Optional[dict]:
     """{batch, outcome, flags} of the last closed batch that was judged (None: none yet): `batchd status`."""
     for record in store.recent_batches(2):
         if record.is_done:
-            kept = kept_quality(record)
-            return None if kept is None else {"batch": record.id, "outcome": record.outcome,
-                                               "flags": len(kept.get("flags", []))}
+            flags = kept_flags(store.batch_quality(record.id))
+            return None if flags is None else {"batch": record.id, "outcome": record.outcome, "flags": len(flags)}
     return None
-
-
-def metric_figures(batch_id: int, kept: dict, labelled: int = HOSTS_LABELLED) -> dict:
-    """What /metrics shows of a judged batch, from the JSON its record keeps: {"batch", "flags": {kind: n},
-    "coverage": {table.field: the share of every host's items with a good value}, "hosts": {host: {table.field:
-    share}}}. The hosts are the flagged ones and those with the most items, `labelled` of each at most: a label's
-    values stay within 2 × labelled however many hosts the batch met."""
-    measures = {host: HostMeasures.from_json(data) for host, data in kept.get("hosts", {}).items()}
-    flags = kept.get("flags", [])
-    busiest = sorted(measures, key=lambda host: (-sum(measures[host].items.values()), host))
-    flagged = {flag["host"] for flag in flags}
-    shown = dict.fromkeys([host for host in busiest if host in flagged][:labelled] + busiest[:labelled])
-    coverage = _coverage_of_all(measures.values())
-    keys = sorted(coverage)[:FIELDS_LABELLED]
-    return {"batch": batch_id, "flags": dict(Counter(flag["kind"] for flag in flags)),
-            "coverage": {key: coverage[key] for key in keys},
-            "hosts": {host: {key: round(share, 4) for key, share in measures[host].coverage().items() if key in keys}
-                      for host in shown}}
-
-
-def _coverage_of_all(measures: Iterable[HostMeasures]) -> dict:
-    """table.field -> the share of the batch's items of the table, every host's, with a good value there."""
-    items: Counter = Counter()
-    good: Counter = Counter()
-    for host in measures:
-        items.update(host.items)
-        good.update(host.good)
-    return {key: round(n / items[key.partition(".")[0]], 4) for key, n in good.items() if items[key.partition(".")[0]]}

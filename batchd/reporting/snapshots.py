@@ -195,7 +195,7 @@ class SnapshotPublisher:
         ports = self.ports
         try:
             breakers = breaker_phases(ports.breakers) if ports.breakers is not None else {}
-            rows = host_rows(ports.counters.host_counts(batch_id), ports.counters.host_gauges(), breakers)
+            rows = host_rows(dict(ports.counters.host_counts(batch_id)), ports.counters.host_gauges(), breakers)
         except Exception as e:    # /metrics shows what it can: no failure here may fail a scrape
             if not self._hosts_failing:
                 log.warning("cannot read the counters per host for /metrics: %s", e)

@@ -177,7 +177,7 @@ def gather_hosts(runtime) -> dict:
     reached = read_or_note(unreachable, lambda: (store.open(layout), store.last_batch()))
     record = reached[1] if reached else None
     seen = read_or_note(unreachable,
-                        lambda: (counters.host_counts(record.id) if record else {}, counters.host_gauges()))
+                        lambda: (dict(counters.host_counts(record.id)) if record else {}, counters.host_gauges()))
     counts, gauges = seen or ({}, {})
     breakers = read_or_note(unreachable, lambda: breaker_phases(runtime.backend.host_breakers(runtime.namespace))) or {}
     return {"namespace": runtime.namespace, "batch": record.id if record else None, "unreachable": unreachable,

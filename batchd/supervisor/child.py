@@ -40,7 +40,6 @@ from ..errors import BatchdError, ConfigError, ExitCode
 from ..service.lifecycle import Backoff, StopFlag
 from .loader import SpiderSource, build_runtime
 from ..reporting.metrics import MULTIPROC_ENV, keep_quality
-from ..reporting.quality_report import metric_figures
 from ..worker.worker_metrics import MeteredLedger, WorkerMetrics
 from ..service.systemd import set_log_namespace, set_process_role, set_process_title, setup_logging
 from ..service.threads import guard
@@ -139,7 +138,7 @@ def _run_role(spec: ChildSpec, source: SpiderSource, block, stop: StopFlag) -> O
         master = runtime.master(refetch=spec.refetch)
         if spec.metered:       # its supervisor's /metrics shows each batch it judges
             directory = os.environ[MULTIPROC_ENV]
-            master.judged = lambda batch_id, quality: keep_quality(directory, metric_figures(batch_id, quality))
+            master.judged = lambda batch_id, figures: keep_quality(directory, figures)
         block.mark_running(spec.row)
         master.run(stop, lambda: block.master_beat(spec.row, master), once=spec.once,
                    on_outages=lambda outages: block.set_outages(spec.row, outages))

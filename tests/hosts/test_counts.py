@@ -103,7 +103,7 @@ def test_the_store_keeps_the_cap_counts_a_flush_once_and_sums_the_live_gauges(ba
     counters.add_counts(1, {}, "w1", 1, flush, 2)
     counters.add_counts(1, {}, "w1", 1, flush, 2)                  # the same flush again: applied once
     counters.add_counts(1, {"x": 1}, "w2", 1, {"c": {"failed": 3, "le0": 1}, "a": {"done": 1}}, 2)
-    assert counters.host_counts(1) == {"a": {"done": 2}, "b": {"done": 2}, OTHER: {"failed": 3, "le0": 1}}
+    assert dict(counters.host_counts(1)) == {"a": {"done": 2}, "b": {"done": 2}, OTHER: {"failed": 3, "le0": 1}}
     counters.set_host_gauges("w1", {"a": {"waiting": 2}}, 30)
     counters.set_host_gauges("w2", {"a": {"waiting": 1, "in_flight": 1}}, 30)
     assert counters.host_gauges() == {"a": {"waiting": 3, "in_flight": 1}}

@@ -2,12 +2,11 @@
 the flags the master raises at close against the batches before, and what the batch record keeps. The
 sites are loopback shops (tests/httpserver.py, /shop/<n>), one host each (its port), crawled by
 tests/spiders/shop.py."""
-import json
 import logging
 
 import pytest
 
-from harness import next_batch, spider_factory
+from harness import next_batch, quality_in_full, spider_factory
 from httpserver import TestSite
 from spiders.shop import ShopTask
 
@@ -23,8 +22,7 @@ def crawl(backend, **settings) -> dict:
     """One batch of the shop spider, opened (the last one aged a week) and run to its close in-process; its
     record, the quality JSON read back."""
     record = next_batch(backend, spider_factory(backend, ShopTask, **settings))
-    quality = record["quality"]
-    record["quality"] = json.loads(quality) if isinstance(quality, str) else quality
+    record["quality"] = quality_in_full(record)
     return record
 
 

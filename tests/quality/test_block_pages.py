@@ -4,7 +4,7 @@ back to pending with no item stored, the host's other tasks wait for a probe, an
 many tasks were put back. The sites are loopback shops (tests/httpserver.py, /shop/<n>) crawled by
 tests/spiders/shop.py; each serves good pages, then its block page from /shop/<blocked_from> on, until the test
 lifts it."""
-from harness import InProcessBatch, spider_factory, wait_for
+from harness import InProcessBatch, quality_in_full, spider_factory, wait_for
 from httpserver import TestSite
 from spiders.shop import ShopTask
 
@@ -26,7 +26,7 @@ def host(site) -> str:
 def measures(runtime, site) -> HostMeasures:
     """The site's figures in the open batch, as the workers flushed them."""
     batch = runtime.store.last_batch()
-    counts = runtime.backend.counters.host_counts(batch.id) if batch is not None else {}
+    counts = dict(runtime.backend.counters.host_counts(batch.id)) if batch is not None else {}
     return HostMeasures.from_counts(counts.get(host(site), {}))
 
 
@@ -63,18 +63,13 @@ def hold_then_lift(backend, site, pages: int, **settings) -> tuple:
     return held, backend.records()[-1]
 
 
-def quality_of(record) -> dict:
-    import json
-    return json.loads(record["quality"]) if isinstance(record["quality"], str) else record["quality"]
-
-
 def test_a_captcha_page_puts_its_task_back_and_holds_its_host_until_a_probe_answers_a_good_page(backend):
     with TestSite() as site:
         held, record = hold_then_lift(backend, site, GOOD + 6)
     assert set(held.put_back) == {"marker"} and held.markers["g-recaptcha"] >= 1
     # Every item stored came from a good page: the captcha pages' tasks were put back, then crawled whole.
     assert stored_urls(backend) == {site.url(f"/shop/{n}") for n in range(1, GOOD + 7)}
-    figures = quality_of(record)
+    figures = quality_in_full(record)
     put_back = figures["hosts"][host(site)]["put_back"]["marker"]
     flag = next(f for f in figures["flags"] if f["kind"] == "block_marker")
     assert f"; {put_back} task{'' if put_back == 1 else 's'} put back to pending, the host held" in flag["message"]
@@ -86,7 +81,7 @@ def test_one_body_for_most_of_a_hosts_last_pages_puts_its_tasks_back_too(backend
         site.block_page = DOWN_PAGE
         held, record = hold_then_lift(backend, site, GOOD + 18)
     assert set(held.put_back) == {"body"} and not held.markers
-    figures = quality_of(record)
+    figures = quality_in_full(record)
     put_back = figures["hosts"][host(site)]["put_back"]["body"]
     flag = next(f for f in figures["flags"] if f["kind"] == "soft_block")
     assert f"; {put_back} task{'' if put_back == 1 else 's'} put back to pending, the host held" in flag["message"]
@@ -103,7 +98,7 @@ def test_a_site_of_distinct_good_pages_is_never_held(backend):
         with InProcessBatch(factory):
             wait_for(lambda: backend.records() and backend.records()[-1]["is_done"], message="the batch closed")
         assert runtime.backend.host_breakers(runtime.namespace).look(host(site)) is None
-    figures = quality_of(backend.records()[-1])
+    figures = quality_in_full(backend.records()[-1])
     assert figures["hosts"][host(site)]["put_back"] == {} and figures["flags"] == []
     assert len(stored_urls(backend)) == 40
 
@@ -120,7 +115,7 @@ def test_the_hold_can_be_turned_off_and_needs_the_host_breaker(backend):
             with InProcessBatch(factory):
                 wait_for(lambda: len(backend.records()) == before + 1 and backend.records()[-1]["is_done"],
                          message=f"the batch closed with {off}")
-            figures = quality_of(backend.records()[-1])
+            figures = quality_in_full(backend.records()[-1])
             assert figures["hosts"][host(site)]["put_back"] == {}, off
             assert set(backend.states().values()) == {TaskState.DONE}
 

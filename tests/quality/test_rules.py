@@ -3,8 +3,8 @@ each rule's threshold, the median of the batches before, a host all of whose pag
 table, rules turned off, and the crawl's text escaped in a flag's message."""
 from batchd.config import load_settings
 from batchd.hosts.counts import OTHER
-from batchd.quality.measures import Baseline, HostMeasures, baselines
-from batchd.quality.rules import flags_of, shown
+from batchd.quality.measures import Baseline, BaselineTable, HostMeasures
+from batchd.quality.rules import host_flags, in_order, shown
 
 T = "items"
 
@@ -15,17 +15,30 @@ def measures(items=10, title=10, tasks=10, no_item=0, kept=0, bodies=10, top_bod
                         markers=markers or {}, statuses={"200": bodies})
 
 
+def baselines(before) -> BaselineTable:
+    table = BaselineTable()
+    for batch in before:
+        table.add(batch.items())
+    return table
+
+
+def flags_of(hosts, before=(), **settings) -> list:
+    """The batch's flags, as the judge finds them (quality/verdict.py)."""
+    base, found = baselines(before), []
+    for host, m in hosts.items():
+        m.stand_for_kept(base.of(host))
+        found += host_flags(host, m, base.of(host), load_settings(settings, environ={}))
+    return in_order(found)
+
+
 def kinds(hosts, before=(), **settings) -> set:
-    base = baselines([{host: m for host, m in batch.items()} for batch in before])
-    for host, m in hosts.items():            # as the judge does (quality/verdict.py)
-        m.stand_for_kept(base.get(host, Baseline()))
-    return {(f.host, f.kind, f.field) for f in flags_of(hosts, base, load_settings(settings, environ={}))}
+    return {(f.host, f.kind, f.field) for f in flags_of(hosts, before, **settings)}
 
 
 def test_the_baseline_is_the_median_of_the_batches_before_and_a_fall_beyond_quality_drop_flags():
     before = [{"h": measures(items=10, title=10)}, {"h": measures(items=30, title=30)},
               {"h": measures(items=12, title=6)}]
-    base = baselines(before)["h"]
+    base = baselines(before).of("h")
     assert base.items == {T: 12} and base.coverage == {f"{T}.title": 1.0} and base.batches == 3
     assert kinds({"h": measures(items=10, title=8)}, before) == set()          # 0.8: a fall of 0.2, not more
     assert kinds({"h": measures(items=10, title=7)}, before) == {("h", "coverage_drop", f"{T}.title")}
@@ -89,7 +102,7 @@ def test_every_rule_can_be_turned_off():
 
 def test_a_flag_escapes_the_crawls_text_and_stays_short():
     evil = "evil\x1b[2J.example" + "x" * 500
-    flag = flags_of({evil: measures(markers={"\u202egnp.": 3})}, {}, load_settings({}, environ={}))[0]
+    flag = flags_of({evil: measures(markers={"\u202egnp.": 3})})[0]
     assert "\x1b" not in flag.message and "\\x1b[2J" in flag.message and "\u202e" not in flag.message
     assert len(f"batch 1 quality: {flag.message}") <= 300 and flag.host == evil
     assert shown("a\nb") == "a\\nb"
@@ -103,7 +116,13 @@ def test_measures_read_back_from_counters_and_json():
     assert (m.items, m.good, m.refused, m.top_body, m.markers) == (
         {"items": 3}, {"items.title": 2, "items.a/b": 1}, {"items.price": 1}, 3, {"please verify": 1})
     assert HostMeasures.from_json(m.to_json()) == m
-    assert Baseline(**baselines([{"h": m}])["h"].to_json()) == baselines([{"h": m}])["h"]
+    base = baselines([{"h": m}]).of("h")
+    assert Baseline(**base.to_json()) == Baseline(**{**base.to_json(), "no_item_share": round(1 / 3, 4)})
+    every_task_yielded = baselines([{"h": HostMeasures(items={"t": 1}, tasks=1)}]).of("h")
+    assert every_task_yielded.to_json()["no_item_share"] == 0.0, "a share of 0 is no default: it is kept"
+    assert m.to_json() == {"items": {"items": 3}, "good": {"items.title": 2, "items.a/b": 1},
+                           "refused": {"items.price": 1}, "markers": {"please verify": 1}, "statuses": {"200": 3},
+                           "bodies": 3, "top_body": 3, "tasks": 3, "no_item": 1}, "what is at its default is left out"
 
 
 def test_the_block_rules_say_how_many_tasks_were_put_back_and_one_body_put_back_flags_however_few_pages():
@@ -111,7 +130,7 @@ def test_the_block_rules_say_how_many_tasks_were_put_back_and_one_body_put_back_
     few.put_back = {"body": 3}
     blocked = measures(items=0, bodies=12, markers={"g-recaptcha": 12})
     blocked.put_back = {"marker": 1}
-    found = flags_of({"few": few, "blocked": blocked}, {}, load_settings({}, environ={}))
+    found = flags_of({"few": few, "blocked": blocked})
     messages = {(f.host, f.kind): f.message for f in found}
     assert messages[("few", "soft_block")] == ("few: 6 of 30 pages had one body (20%), most of its last pages for a "
                                                "while; 3 tasks put back to pending, the host held")

@@ -15,7 +15,9 @@ import requests
 
 from batchd.download.middlewares.latency import FetchLatencyMiddleware
 from batchd.reporting.metrics import QualityCollector, SupervisorCollector, keep_quality
-from batchd.reporting.quality_report import HOSTS_LABELLED, metric_figures
+from batchd.quality.measures import HostMeasures
+from batchd.quality.metric_figures import HOSTS_LABELLED, MetricFigures
+from batchd.quality.rules import Flag
 from batchd.worker.worker_metrics import WorkerMetrics
 from batchd.assembly import chain_context
 from batchd.download.chain import chain_from_settings
@@ -157,13 +159,16 @@ def test_a_flagged_batch_shows_its_coverage_and_flags_as_batchd_quality_tells_th
 def test_the_coverage_gauge_labels_the_flagged_and_the_busiest_hosts_only(tmp_path):
     """10,000 hosts' worth of a batch (the store keeps HOST_STATS_TOP of them, but a label must stay smaller
     still): the flagged hosts and the busiest, HOSTS_LABELLED of each; the rest are in the batch's coverage."""
-    hosts = {f"h{n:05d}": {"items": {"t": n}, "good": {"t.title": n // 2}} for n in range(1, 10001)}
-    flags = [{"host": f"h{n:05d}", "kind": "coverage_drop", "field": "t.title", "now": 0.5, "before": 1.0,
-              "message": "m"} for n in range(1, 31)]
-    figures = metric_figures(4, {"hosts": hosts, "flags": flags})
+    gathered = MetricFigures()
+    flags = [Flag(f"h{n:05d}", "coverage_drop", "t.title", 0.5, 1.0, "m") for n in range(1, 31)]
+    for step in range(1, 10001):        # as the judge goes (quality/verdict.py): host by host, in no order
+        n = step * 7919 % 10000 + 1
+        gathered.add(f"h{n:05d}", HostMeasures(items={"t": n}, good={"t.title": n // 2}), flagged=n <= 30)
+    figures = gathered.figures(4, flags)
     assert len(figures["hosts"]) == 2 * HOSTS_LABELLED
     assert set(figures["hosts"]) == {f"h{n:05d}" for n in [*range(21, 31), *range(9991, 10001)]}
     assert figures["flags"] == {"coverage_drop": 30} and 0.49 < figures["coverage"]["t.title"] <= 0.5
+    assert figures["hosts"]["h10000"] == {"t.title": 0.5}
 
     keep_quality(str(tmp_path), figures)
     keep_quality(str(tmp_path), figures)           # the same close told again: not counted twice

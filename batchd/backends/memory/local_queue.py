@@ -7,7 +7,7 @@ port: in one process they share one lock, and splitting them would only add indi
 import collections
 import threading
 import time
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, Iterator, Optional, Sequence
 
 from ...model import Lease, task_key
 from ...hosts.counts import merge_hosts, sum_gauges
@@ -103,9 +103,9 @@ class LocalQueue:
         with self._cond:
             return dict(self._counters.get(batch_id, {}))
 
-    def host_counts(self, batch_id: int) -> dict:
+    def host_counts(self, batch_id: int) -> Iterator[tuple]:
         with self._cond:
-            return {host: dict(fields) for host, fields in self._hosts.get(batch_id, {}).items()}
+            return iter([(host, dict(fields)) for host, fields in self._hosts.get(batch_id, {}).items()])
 
     def set_host_gauges(self, source: str, gauges, ttl: float) -> None:
         with self._cond:

@@ -35,6 +35,7 @@ class MemoryBatchStore(BatchStore):
         self._failures: dict = {}  # (batch id, task key) -> TaskFailure
         self._pages: dict = {}     # url -> PageRecord
         self._revisits: dict = {}  # task key -> Revisit
+        self._quality: dict = {}   # batch id -> its quality JSON
         self._lock = threading.RLock()
         self.host_claim: Optional[HostClaim] = None
 
@@ -144,10 +145,14 @@ class MemoryBatchStore(BatchStore):
         with self._lock:
             self._batch(batch_id).spider_print = spider.to_json()
 
-    def record_outcome(self, batch_id: int, outcome: str, quality: Optional[dict]) -> None:
+    def batch_quality(self, batch_id: int) -> Optional[str]:
         with self._lock:
-            record = self._batch(batch_id)
-            record.outcome, record.quality = outcome, None if quality is None else plain_json(quality)
+            return self._quality.get(batch_id)
+
+    def record_outcome(self, batch_id: int, outcome: str, quality: Optional[str]) -> None:
+        with self._lock:
+            self._batch(batch_id).outcome = outcome
+            self._quality[batch_id] = quality
 
     def _batch(self, batch_id: int) -> BatchRecord:
         return next(b for b in self._batches if b.id == batch_id)

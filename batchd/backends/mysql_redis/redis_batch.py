@@ -5,12 +5,14 @@ Keys (redis_keys.py): tally:<batch>, stats:<batch>, stats_flushes:<batch>, hosts
 seen.
 """
 import json
-from typing import Optional
+from typing import Iterator, Optional
 
 from ...hosts.counts import OTHER, sum_gauges
 from .lua_scripts import LuaScript
 from .redis_keys import SEEN_TTL, STATS_TTL, TALLY_TTL
 from .redis_port import RedisPort, translated
+
+HOSTS_A_PAGE = 1000      # hosts read with one HSCAN: host_counts goes through a batch's table this many at a time
 
 
 class RedisSeenFilter(RedisPort):
@@ -70,9 +72,18 @@ class RedisCounters(RedisPort):
     def counts(self, batch_id: int) -> dict:
         return {name.decode(): int(n) for name, n in self.redis.hgetall(self.keys.stats(batch_id)).items()}
 
+    def host_counts(self, batch_id: int) -> Iterator[tuple]:
+        seen, cursor = set(), None
+        while cursor != 0:
+            cursor, page = self._host_page(batch_id, cursor or 0)
+            for host, counts in page.items():
+                if host not in seen:        # (HSCAN may give a field twice while the hash grows)
+                    seen.add(host)
+                    yield host.decode(), json.loads(counts)
+
     @translated
-    def host_counts(self, batch_id: int) -> dict:
-        return {host.decode(): json.loads(counts) for host, counts in self.redis.hgetall(self.keys.hosts(batch_id)).items()}
+    def _host_page(self, batch_id: int, cursor: int) -> tuple:
+        return self.redis.hscan(self.keys.hosts(batch_id), cursor, count=HOSTS_A_PAGE)
 
     @translated
     def set_host_gauges(self, source: str, gauges, ttl: float) -> None:

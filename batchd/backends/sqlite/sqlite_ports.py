@@ -29,7 +29,7 @@ from the host's clock (time.time()), the clock of every process that opens the f
 import json
 import sqlite3
 import time
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, Iterator, Optional, Sequence
 
 from ...codec import decode_task, encode_task
 from ...model import Lease, task_key
@@ -425,8 +425,8 @@ class SqliteCounters(SqlitePort):
         return {name: n for name, n in self.db.rows("SELECT name, count FROM batchd_stats WHERE namespace = ? "
                                                     "AND batch_id = ?", (self.namespace, batch_id))}
 
-    def host_counts(self, batch_id: int) -> dict:
-        return {host: json.loads(counts) for host, counts in self.db.rows(HOST_TABLE, (self.namespace, batch_id))}
+    def host_counts(self, batch_id: int) -> Iterator[tuple]:
+        return ((host, json.loads(counts)) for host, counts in self.db.rows(HOST_TABLE, (self.namespace, batch_id)))
 
     def set_host_gauges(self, source: str, gauges, ttl: float) -> None:
         now = time.time()
