@@ -1,5 +1,6 @@
 """batchd: periodic batch web crawling with a MySQL task table and Redis leases."""
-from .config import VERSION as __version__, Settings
+from .config import Settings
+from .release import VERSION as __version__
 from .errors import BackendUnavailable, BatchdError, ConfigError, ExitCode, MasterLockHeld
 from .http import FetchOptions, Request, RequestFailed, Response, RetryOptions, RevalidateOptions
 from .item import Field, Item, UndeclaredField

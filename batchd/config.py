@@ -10,7 +10,6 @@ alone, docs/settings.md's table is `settings_table()` verbatim, and
 etc/batchd/batchd.toml is checked against them (tests/test_config.py, tests/systemd/test_units.py).
 """
 import dataclasses
-import importlib.metadata
 import json
 import math
 import os
@@ -22,25 +21,9 @@ from typing import Any, Callable, Mapping, Optional
 from urllib.parse import urlsplit, urlunsplit
 
 from .errors import ConfigError
+from .release import VERSION
 
 
-def _version() -> str:
-    """The installed package's metadata (pip's, an editable install's, or the .deb's, all made from
-    pyproject.toml); a source tree that was never installed reads its pyproject.toml itself."""
-    try:
-        return importlib.metadata.version("batchd")
-    except importlib.metadata.PackageNotFoundError:
-        pass
-    pyproject = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pyproject.toml")
-    try:
-        with open(pyproject, "rb") as f:
-            project = tomllib.load(f)["project"]
-    except (OSError, tomllib.TOMLDecodeError, KeyError):
-        return "0+unknown"
-    return project["version"] if project.get("name") == "batchd" else "0+unknown"
-
-
-VERSION = _version()
 DEFAULT_CONFIG_FILE = "/etc/batchd/batchd.toml"
 ENV_PREFIX = "BATCHD_"
 ENV_CONFIG = "BATCHD_CONFIG"

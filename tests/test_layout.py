@@ -14,7 +14,7 @@ import pytest
 import batchd
 
 PACKAGE = pathlib.Path(batchd.__file__).parent
-SHARED = ("errors", "codec", "http", "schedule", "task", "config", "model", "item")
+SHARED = ("errors", "release", "codec", "http", "schedule", "task", "config", "model", "item")
 FLOORS = {**{name: 0 for name in SHARED},
           "service": 1, "hosts": 1, "recrawl": 1,
           "backends": 2, "alerts": 2,
@@ -117,9 +117,12 @@ def test_subpackages_are_folders_not_code():
 
 
 def test_the_version_is_the_projects():
+    """pyproject.toml reads it from batchd/release.py; what is installed says the same."""
     with open(PACKAGE.parent / "pyproject.toml", "rb") as f:
-        declared = tomllib.load(f)["project"]["version"]
-    assert batchd.__version__ == declared == importlib.metadata.version("batchd")
+        project = tomllib.load(f)
+    assert "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "batchd.release.VERSION"}
+    assert batchd.__version__ == importlib.metadata.version("batchd")
 
 
 def test_every_module_says_first_what_it_is_for():

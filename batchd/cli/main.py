@@ -31,7 +31,7 @@ import argparse
 import logging
 from typing import Optional
 
-from ..config import VERSION
+from ..release import VERSION
 from . import check, dashboard, operate, project, quality_verb, serve, status_verb
 from ..errors import BatchdError
 from ..service.systemd import setup_logging

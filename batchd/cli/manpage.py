@@ -14,8 +14,9 @@ import sys
 import time
 from typing import Mapping
 
-from ..config import (DEFAULT_CONFIG_FILE, ENV_CONFIG, ENV_PREFIX, INSTANCE_ROLES, VERSION, Settings, shown_default,
+from ..config import (DEFAULT_CONFIG_FILE, ENV_CONFIG, ENV_PREFIX, INSTANCE_ROLES, Settings, shown_default,
                       shown_values)
+from ..release import VERSION
 
 CONFIG_DIR = os.path.dirname(DEFAULT_CONFIG_FILE)
 CODE_SPAN = re.compile(r"`([^`]*)`")

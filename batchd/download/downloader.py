@@ -33,7 +33,7 @@ from requests.adapters import HTTPAdapter
 from requests.exceptions import InvalidSchema, InvalidURL, MissingSchema, SSLError
 
 from .bodies import ACCEPT_ENCODING, BodyReader, hooks_with
-from ..config import VERSION
+from ..release import VERSION
 from ..http import Request, RequestFailed, Response
 from .chain import CHECK_IN_SLACK, TRANSIENT_ERRORS, MiddlewareChain, NotYet, PageRejected, sleep_without_stop
 from ..hosts.terms import HostTerms, Terms

@@ -11,7 +11,6 @@ import re
 import shutil
 import subprocess
 import time
-import tomllib
 import uuid
 
 import pytest
@@ -48,9 +47,7 @@ def package_version() -> str:
 
 
 def test_versions_in_step():
-    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
-        upstream = tomllib.load(f)["project"]["version"]
-    assert package_version().rsplit("-", 1)[0] == upstream == batchd.__version__
+    assert package_version().rsplit("-", 1)[0] == batchd.__version__
 
 
 class Built:

@@ -3,6 +3,9 @@ shape what a page says; on every store, a batch whose spider file was edited tru
 every page whole and runs every callback, and says so at its opening), `refetch` forces that once, the next
 batch revalidates again, and `batchd status --history` shows where; an older record table gets the column."""
 import logging
+import os
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -14,6 +17,7 @@ from batchd.recrawl.spider_print import code_digest, settings_digest, source_fil
 from batchd.service.lifecycle import StopFlag
 from batchd.supervisor.loader import load_spider_class
 from batchd.task import TaskState
+from procs import HERE, ROOT
 from harness import create_old_record_table, make_master, next_batch, spider_factory
 from spiders.seed import CrawlTask
 from supervised import batchd
@@ -59,6 +63,21 @@ def test_the_code_print_follows_the_source_not_its_comments_or_layout(tmp_path):
     assert code_digest(shop(path)) == first
     write(path, SHOP_WITH_LENGTH)
     assert code_digest(shop(path)) != first
+    write(path, SHOP.replace("    parsed = []", '    """Counts its callbacks."""\n    parsed = []'))
+    assert code_digest(shop(path)) != first, "a docstring is part of the code"
+
+
+def test_the_code_print_is_the_same_in_every_process(tmp_path):
+    """A set in the source (`in {...}`) compiles to a constant whose repr follows the process's string hashes."""
+    path = tmp_path / "shop.py"
+    write(path, SHOP.replace("type(self).parsed.append(task[\"id\"])",
+                             'type(self).parsed.append(task["id"] in {"a", "b", "c", "d", "e", "f"})'))
+    digests = {subprocess.run([sys.executable, "-c", "import sys; from batchd.recrawl.spider_print import code_digest; "
+                               "from batchd.supervisor.loader import load_spider_class; "
+                               "print(code_digest(load_spider_class(sys.argv[1])))", f"{path}:Shop"],
+                              env={**os.environ, "PYTHONHASHSEED": str(seed), "PYTHONPATH": os.pathsep.join([HERE, ROOT])},
+                              capture_output=True, text=True, check=True).stdout for seed in range(4)}
+    assert len(digests) == 1 and code_digest(shop(path)) + "\n" in digests
 
 
 def test_a_spider_in_a_package_is_printed_with_the_whole_package_and_its_base_classes():
