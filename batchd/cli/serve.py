@@ -45,7 +45,9 @@ def daemon_arguments(workers: bool, instance_help: str,
                                      "and runs every callback, as after a change of the spider (docs/recrawl.md)")
         parser.add_argument("--instance", type=instance_name, metavar="NAME", help=instance_help)
         parser.add_argument("--once", action="store_true",
-                            help="run / serve the current batch to completion, then exit 0 (for cron)")
+                            help="run / serve the current batch to completion, then exit (for cron): 0 when every "
+                                 "task is done and its data clean, 65 when its data was flagged (batchd quality), "
+                                 "1 when tasks failed")
         parser.add_argument("--daemon", action="store_true",
                             help="detach into the background (hosts without systemd; refused under systemd)")
         parser.add_argument("--pidfile", metavar="FILE", help="with --daemon: the pid file, locked while running")
