@@ -3,6 +3,7 @@ table. The report comes gathered from reporting/failed_tasks.py (the dashboard's
 report its own way).
 """
 import json
+from urllib.parse import urlsplit
 
 from .status_text import render_table
 
@@ -12,9 +13,10 @@ def render_json(report: dict) -> str:
     return json.dumps(report, default=str, indent=2)
 
 
-# (title, field, widest): a column is as wide as its widest cell, up to `widest`
-COLUMNS = (("id", "task_id", 20), ("time", "time", 19), ("tries", "attempts", 5), ("host", "host", 24),
-           ("url", "url", 60), ("reason", "reason", 100))
+# (title, field, widest): a column is as wide as its widest cell, up to `widest`. The site is the host the task
+# crawled (from its URL); the worker, the machine whose worker recorded the failure (the record's `host`).
+COLUMNS = (("id", "task_id", 20), ("time", "time", 19), ("tries", "attempts", 5), ("site", "site", 30),
+           ("url", "url", 60), ("reason", "reason", 100), ("worker", "host", 24))
 
 
 def render_text(report: dict) -> str:
@@ -27,12 +29,17 @@ def render_text(report: dict) -> str:
     if not report["total"]:
         return head
     lines = [head + ": " + ", ".join(f"{k['count']} {k['kind']}" for k in report["kinds"]), ""]
-    rows = [tuple(_cell(record[field], widest) for _, field, widest in COLUMNS) for record in report["failures"]]
+    rows = [tuple(_cell(cells[field], widest) for _, field, widest in COLUMNS)
+            for cells in (dict(record, site=_site(record["url"])) for record in report["failures"])]
     lines.append(render_table(tuple(title for title, _, _ in COLUMNS), rows, text_columns=tuple(range(len(COLUMNS)))))
     if report["total"] > len(report["failures"]):
         lines.append(f"... {report['total'] - len(report['failures'])} more (--limit N shows more, --json for "
                      "scripts)")
     return "\n".join(lines)
+
+
+def _site(url) -> str:
+    return (urlsplit(url).hostname or "") if url else ""
 
 
 def _cell(value, widest: int) -> str:

@@ -286,7 +286,8 @@ def test_the_failed_command_lists_counts_and_filters(mysql_backend, site):
     assert listed.returncode == 0, listed.stderr
     head, blank, titles, *rows = listed.stdout.splitlines()
     assert head == "batch 1 (closed): 3 failed tasks: 2 HTTP 404, 1 ConnectionError"
-    assert titles.split() == ["id", "time", "tries", "host", "url", "reason"]
+    assert titles.split() == ["id", "time", "tries", "site", "url", "reason", "worker"]
+    assert rows[0].split()[4] == "127.0.0.1" and rows[0].split()[-1] == socket.gethostname()[:24]
     assert [row.split()[0] for row in rows] == ["1", "2", "3"]
     assert site.url("/status/404") in rows[0] and "HTTP 404" in rows[0]
     assert "ConnectionError: " in rows[2] and CLOSED_PORT in rows[2]
