@@ -340,7 +340,8 @@ class MemoryTaskLoad(TaskLoad):
     limit = ColumnLimit(UNDECLARED_MOST, declared=False)
 
     def __init__(self, values: set):
-        self.values, self.rows = values, []
+        self.values = values
+        self.rows: list = []
 
     def known(self, urls: Sequence[str]) -> set:
         return {url for url in urls if url in self.values}
