@@ -19,6 +19,7 @@ refuses a chunk, nothing lands. At most MOST_SHOWN lines of each kind are logged
 """
 import csv
 import logging
+import re
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Optional
 from urllib.parse import urlsplit
@@ -32,6 +33,11 @@ CHUNK = 1000
 MOST_SHOWN = 20          # lines of each kind (bad rows, duplicates) logged; the rest are counted
 SHOWN_URL = 100          # characters of a URL quoted in a line
 SCHEMES = ("http", "https")
+SPACE_OR_CONTROL = re.compile(r"[\x00-\x20\x7f]")
+# The common good URL, told at once (urlsplit costs 25 us a URL, this 1): http(s)://, a host of ASCII name
+# characters or an IPv6 literal, no port, then a path, a query or a fragment with no space or control character.
+# Anything else (a port, user info, a non-ASCII host, a bad URL) goes through urlsplit.
+PLAIN_URL = re.compile(r"(?i:https?)://(?:[A-Za-z0-9._~%!$&'()*+,;=-]+|\[[0-9A-Fa-f:.]+\])(?:[/?#][^\x00-\x20\x7f]*)?")
 
 
 class RefusedInput(BatchdError):
@@ -120,9 +126,11 @@ def url_problem(url: Optional[str], column: str, limit: ColumnLimit) -> Optional
     if not limit.fits(url):
         return (f"the URL is {limit.size_of(url):,} {limit.unit} long, more than column {column} takes "
                 f"({limit.describe()}): {shown(url)}")
-    odd = next((n for n, char in enumerate(url) if char <= " " or char == "\x7f"), None)
-    if odd is not None:
-        return f"a space or control character at position {odd + 1} of the URL: {shown(url)}"
+    if PLAIN_URL.fullmatch(url):
+        return None
+    odd = SPACE_OR_CONTROL.search(url)
+    if odd:
+        return f"a space or control character at position {odd.start() + 1} of the URL: {shown(url)}"
     try:
         parts = urlsplit(url)
         parts.port          # a port that is no number raises
