@@ -16,7 +16,7 @@ from ..hosts.claims import HostClaim
 from .sql_dialect import chunks, where_all
 from .sql_results import FAILURE_COLUMNS, PAGE_COLUMNS, PARSED_BY, REVISIT_COLUMNS, SqlResults
 from .store import opened_with
-from .task_load import SqlTaskLoad
+from .sql_task_load import SqlTaskLoad
 
 log = logging.getLogger("batchd.store")
 

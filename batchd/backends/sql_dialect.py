@@ -38,15 +38,13 @@ Every statement binds its values; table and column names come from a validated T
 (or item keys, checked as identifiers) and always pass through quote().
 """
 import abc
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import Optional, Sequence
 
 from ..codec import plain_json
 from ..config import check_identifier
 from ..model import TaskLayout
 from .store import BatchStore
-
-if TYPE_CHECKING:      # backends/task_load.py imports this module
-    from .task_load import ColumnLimit
+from .task_load import ColumnLimit
 
 
 def marks(n: int, placeholder: str) -> str:
@@ -195,7 +193,7 @@ class SqlDialect(BatchStore):
         """The statements that make the seed's task table (id, url, state, time; the state indexed)."""
 
     @abc.abstractmethod
-    def column_limit(self, info) -> "ColumnLimit":
+    def column_limit(self, info) -> ColumnLimit:
         """How long a value the column whose table_columns() entry is `info` takes."""
 
     @abc.abstractmethod
