@@ -18,7 +18,7 @@ class SqlTaskLoad(TaskLoad):
                 store.execute(statement)
 
     def known(self, urls: Sequence[str]) -> set:
-        store, p = self.store, self.store.placeholder
+        store = self.store
         wanted = set(urls)
         found: set = set()
         if self.by_index:

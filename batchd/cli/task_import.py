@@ -20,7 +20,7 @@ refuses a chunk, nothing lands. At most MOST_SHOWN lines of each kind are logged
 import csv
 import logging
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterable, Iterator, Optional
 from urllib.parse import urlsplit
 
@@ -71,7 +71,6 @@ class LoadReport:
     added: int = 0
     duplicates: int = 0
     bad: int = 0
-    where_first_bad: list = field(default_factory=list)
 
     @property
     def refused(self) -> bool:
