@@ -4,9 +4,9 @@ The task-table checks, the compare-and-set state moves, the claim, the chunked r
 record live here; the items, failure records, pages and revisits in sql_results.py.
 """
 import logging
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import fields
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 from ..codec import plain_json
 from ..errors import ConfigError
@@ -16,6 +16,7 @@ from ..hosts.claims import HostClaim
 from .sql_dialect import chunks, where_all
 from .sql_results import FAILURE_COLUMNS, PAGE_COLUMNS, PARSED_BY, REVISIT_COLUMNS, SqlResults
 from .store import opened_with
+from .sql_task_load import SqlTaskLoad
 
 log = logging.getLogger("batchd.store")
 
@@ -54,21 +55,40 @@ class SqlBatchStore(SqlResults):
         return True
 
     def add_tasks(self, layout: TaskLayout, rows: Sequence[dict]) -> int:
+        columns = self._task_columns(layout, {name for row in rows for name in row})
+        with self.transaction():
+            self.insert_tasks(layout.table, columns, rows)
+        return len(rows)
+
+    @contextmanager
+    def loading_tasks(self, layout: TaskLayout, column: str, names: Sequence[str],
+                      check_duplicates: bool = True) -> Iterator[SqlTaskLoad]:
+        columns = self._task_columns(layout, [*names, column])
+        with self.transaction():
+            load = SqlTaskLoad(self, layout.table, column, columns, check_duplicates)
+            yield load
+            load.close()
+
+    def _task_columns(self, layout: TaskLayout, names: Iterable[str]) -> dict:
+        """The task table's columns, once sure that each of `names` is one of them."""
         columns = self.table_columns(layout.table)
         if not columns:
             raise ConfigError(f"task table {self.quote(layout.table)} not found in {self.location()} (__task_table__)")
+        for name in names:
+            if name not in columns:
+                raise ConfigError(f"task table {self.quote(layout.table)} has no column {self.quote(name)}")
+        return columns
+
+    def insert_tasks(self, table: str, columns: dict, rows: Sequence[dict]) -> None:
+        """INSERT the rows, a statement per set of columns, inside the caller's transaction (`columns`: the
+        table's, which _task_columns found to hold every column the rows name)."""
         by_columns: dict = {}
         for row in rows:
-            for name in row:
-                if name not in columns:
-                    raise ConfigError(f"task table {self.quote(layout.table)} has no column {self.quote(name)}")
             by_columns.setdefault(tuple(row), []).append(row)
-        with self.transaction():
-            for names, group in by_columns.items():
-                self.execute_many(f"INSERT INTO {self.quote(layout.table)} ({', '.join(map(self.quote, names))}) "
-                                  f"VALUES ({self.marks(len(names))})",
-                                  [[self.column_value(row[n]) for n in names] for row in group])
-        return len(rows)
+        for names, group in by_columns.items():
+            self.execute_many(f"INSERT INTO {self.quote(table)} ({', '.join(map(self.quote, names))}) "
+                              f"VALUES ({self.marks(len(names))})",
+                              [[self.column_value(row[n]) for n in names] for row in group])
 
     # -- binding to a task table
     def open(self, layout: TaskLayout) -> None:

@@ -30,6 +30,9 @@ their clock; the store's logic (backends/sql.py, backends/sql_results.py) is wri
                index_statement(t, c)           the statement that would create one
                create_record_table(t), create_default_item_table(t), create_failure_table(t),
                create_page_table(t), create_revisit_table(t)
+    loading    column_limit(info)              how long a value a column (table_columns' entry) takes
+               seen_table_statements(t, c)     a load's temporary table of the keys of t's values in column c
+               seen_key(url)                   the key of a value in it; drop_seen_statement() drops it
 
 Every statement binds its values; table and column names come from a validated TaskLayout
 (or item keys, checked as identifiers) and always pass through quote().
@@ -41,6 +44,7 @@ from ..codec import plain_json
 from ..config import check_identifier
 from ..model import TaskLayout
 from .store import BatchStore
+from .task_load import ColumnLimit
 
 
 def marks(n: int, placeholder: str) -> str:
@@ -187,6 +191,23 @@ class SqlDialect(BatchStore):
     @abc.abstractmethod
     def task_table_statements(self, layout: TaskLayout) -> list:
         """The statements that make the seed's task table (id, url, state, time; the state indexed)."""
+
+    @abc.abstractmethod
+    def column_limit(self, info) -> ColumnLimit:
+        """How long a value the column whose table_columns() entry is `info` takes."""
+
+    @abc.abstractmethod
+    def seen_table_statements(self, table: str, column: str) -> list:
+        """The statements that (re)make the temporary table SEEN_TABLE of a TaskLoad (backends/task_load.py):
+        its one column `url_key`, the primary key, holds seen_key() of each distinct value of `column`."""
+
+    @abc.abstractmethod
+    def seen_key(self, url: str):
+        """The key of a URL in SEEN_TABLE, equal only for equal URLs."""
+
+    @abc.abstractmethod
+    def drop_seen_statement(self) -> str:
+        """The statement that drops SEEN_TABLE."""
 
     def _quoted_task_table(self) -> tuple:
         """The task table, its id column and its state column, quoted."""

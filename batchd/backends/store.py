@@ -7,12 +7,13 @@ The other ports (backends/ports.py) are the queue side of a namespace.
 """
 import abc
 from datetime import datetime
-from typing import Optional, Sequence
+from typing import ContextManager, Optional, Sequence
 
 from ..errors import ConfigError
 from ..model import (BatchOpening, BatchRecord, FailureQuery, ItemRow, PageRecord, Progress, Revisit, SpiderPrint,
                      TaskFailure, TaskLayout)
 from ..task import Move
+from .task_load import TaskLoad
 
 
 def opened_with(walked: int, opening: Optional[BatchOpening]) -> int:
@@ -213,6 +214,14 @@ class BatchStore(abc.ABC):
 
     def add_tasks(self, layout: TaskLayout, rows: Sequence[dict]) -> int:
         """Insert task rows (keys are column names, each checked) as pending; return how many."""
+        raise ConfigError(f"{self.describe()} cannot add tasks; insert them into `{layout.table}` yourself")
+
+    def loading_tasks(self, layout: TaskLayout, column: str, names: Sequence[str],
+                      check_duplicates: bool = True) -> ContextManager[TaskLoad]:
+        """For `batchd tasks`: a TaskLoad (backends/task_load.py) of the task table, whose URLs are in `column`
+        and whose rows name the columns `names` (ConfigError naming the first the table lacks). What it adds
+        lands when the context ends, nothing of it when an exception leaves it. `check_duplicates` False:
+        known() is never asked."""
         raise ConfigError(f"{self.describe()} cannot add tasks; insert them into `{layout.table}` yourself")
 
     def missing_state_index(self, layout: TaskLayout) -> Optional[str]:

@@ -19,7 +19,8 @@
 
 SPIDER is `path/file.py:Class` or `module:Class`; when omitted, BATCHD_SPIDER or SPIDER in the
 config file. Exit codes (docs/architecture.md, Exit codes): 0 done, 1 items still refused (retry),
-3 a --once batch ended with failed tasks, 65 a --once batch's quality checks flagged it (batchd quality),
+3 a --once batch ended with failed tasks, 65 a --once batch's quality checks flagged it (batchd quality)
+or `batchd tasks` was given bad rows and added nothing,
 69 MySQL or Redis unreachable, 74 a disk refused a write (retry), 75 another master holds the lock,
 78 configuration error; a BatchdError ends the command with one log line.
 

@@ -38,22 +38,28 @@ def tasks_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     add = actions.add_parser("add", help="add tasks, one per URL", description="add tasks, one per URL")
     add.add_argument("urls", nargs="+", metavar="URL")
-    add.add_argument("--column", default="url", help="the task table's column for the URL (default: url)")
-    add.add_argument("--spider", metavar="SPIDER", help="path/file.py:Class or module:Class (default: SPIDER)")
-    config_and_store(add)
     load = actions.add_parser("import", help="add tasks from a CSV file whose header names the columns",
                               description="add tasks from a CSV file whose header names the columns")
     load.add_argument("file", metavar="FILE.csv")
-    load.add_argument("--spider", metavar="SPIDER", help="path/file.py:Class or module:Class (default: SPIDER)")
-    config_and_store(load)
+    for action in (add, load):
+        action.add_argument("--column", default="url",
+                            help="the task table's column for the URL (default: url)")
+        action.add_argument("--skip-bad", action="store_true",
+                            help="add the good rows and count the bad ones (default: a bad row adds nothing)")
+        action.add_argument("--allow-duplicates", action="store_true",
+                            help="add a URL the task table already holds, or that the input repeats")
+        action.add_argument("--spider", metavar="SPIDER",
+                            help="path/file.py:Class or module:Class (default: SPIDER)")
+        config_and_store(action)
 
 
-@verb("tasks", "load tasks into the spider's task table (created if missing): add URL..., import FILE.csv",
+@verb("tasks", "load tasks into the spider's task table (created if missing): add URL..., import FILE.csv; "
+               "absolute http(s) URLs that fit the column, no duplicates (exit 0; 65 bad rows, nothing added)",
       tasks_arguments)
 def tasks_verb(args: argparse.Namespace) -> int:
     runtime = runtime_from_args(args)
-    if args.action == "add":
-        add_urls(runtime, args.urls, column=check_identifier(args.column, "--column"))
-    else:
-        import_csv(runtime, args.file)
-    return ExitCode.OK
+    column = check_identifier(args.column, "--column")
+    load = add_urls if args.action == "add" else import_csv
+    report = load(runtime, args.urls if args.action == "add" else args.file, column=column,
+                  skip_bad=args.skip_bad, allow_duplicates=args.allow_duplicates)
+    return report.exit_code

@@ -7,10 +7,11 @@ replaces its items, and an Item with a `__unique_key__` replaces the one with th
 """
 import bisect
 import collections
+import contextlib
 import dataclasses
 import threading
 from datetime import datetime
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, Iterator, Optional, Sequence
 
 from ...codec import plain_json
 from ...errors import ConfigError
@@ -18,6 +19,7 @@ from ...model import (BatchOpening, BatchRecord, FailureGroup, FailureQuery, Ite
                       SpiderPrint, TaskFailure, TaskLayout, reset_cursor, task_key)
 from ...hosts.claims import HostClaim
 from ..store import BatchStore, opened_with
+from ..task_load import UNDECLARED_MOST, ColumnLimit, TaskLoad
 from ...task import Move, TaskState
 
 
@@ -77,6 +79,15 @@ class MemoryBatchStore(BatchStore):
             for offset, row in enumerate(rows, start=1):
                 self.add_task({layout.id_field: next_id + offset, **row})
         return len(rows)
+
+    @contextlib.contextmanager
+    def loading_tasks(self, layout: TaskLayout, column: str, names: Sequence[str],
+                      check_duplicates: bool = True) -> Iterator[TaskLoad]:
+        """The rows are the table: a load sees the values of `column` they hold, and adds its rows at its end."""
+        with self._lock:
+            load = MemoryTaskLoad({row.get(column) for row in self._rows} if check_duplicates else set())
+            yield load
+            self.add_tasks(layout, load.rows)
 
     # -- the contract
     def open(self, layout: TaskLayout) -> None:
@@ -321,3 +332,20 @@ class MemoryBatchStore(BatchStore):
 
     def _older_than(self, row: dict, seconds: float) -> bool:
         return (self.now() - row[self.opened_layout.time_field]).total_seconds() > seconds
+
+
+class MemoryTaskLoad(TaskLoad):
+    """A MemoryBatchStore's TaskLoad: its values have no declared length, so batchd's bound holds."""
+
+    limit = ColumnLimit(UNDECLARED_MOST, declared=False)
+
+    def __init__(self, values: set):
+        self.values = values
+        self.rows: list = []
+
+    def known(self, urls: Sequence[str]) -> set:
+        return {url for url in urls if url in self.values}
+
+    def add(self, rows: Sequence[dict], urls: Optional[Sequence[str]] = None) -> None:
+        self.rows += rows
+        self.values.update(urls or ())

@@ -8,6 +8,7 @@ statement binds its values; table and column names come from a validated TaskLay
 quoted with backticks. Each thread has its own connection (mysqlclient connections are not
 thread-safe), made again after a fork; connections run in autocommit, READ COMMITTED.
 """
+import hashlib
 import os
 import threading
 import time
@@ -21,6 +22,7 @@ from ...model import CLASS_MOST, HOST_MOST, PAGE_TEXT_MOST, PAGE_URL_MOST, REASO
 from ...service.threads import guard
 from ..sql import SqlBatchStore
 from ..sql_dialect import column_sets
+from ..task_load import SEEN_TABLE, ColumnLimit, declared_limit
 
 # Errors that mean "the server is not there (or not writable) now" rather than "the statement is
 # wrong": a connection lost or refused, and a server in read-only mode (1290, 1792, 1836: a replica
@@ -35,6 +37,7 @@ IN_CHUNK = 1000
 IDLE_PING = 30.0
 SOCKET_TIMEOUT = 60     # read and write: a statement or a peer gone silent (a partition) ends in an outage
 TIME_TYPES = {"datetime", "timestamp"}
+TEXT_BYTES = {"tinytext": 255, "text": 65535, "mediumtext": 16777215}     # LONGTEXT: no bound worth the name
 
 
 def parse_mysql_url(url: str) -> dict:
@@ -379,6 +382,29 @@ class MysqlBatchStore(SqlBatchStore):
             PRIMARY KEY ({q(layout.id_field)}),
             KEY {q(check_identifier(f"idx_{layout.state_field}"[:64], "index name"))} ({q(layout.state_field)})
         ) DEFAULT CHARSET=utf8mb4"""]
+
+    # -- loading tasks (backends/task_load.py)
+    def column_limit(self, info) -> ColumnLimit:
+        """VARCHAR(n) and CHAR(n) take n characters; the TEXT types a number of bytes; LONGTEXT batchd's bound."""
+        data_type = info["DATA_TYPE"].lower()
+        if data_type in TEXT_BYTES:
+            return ColumnLimit(TEXT_BYTES[data_type], "bytes")
+        return declared_limit(info["COLUMN_TYPE"])
+
+    def seen_table_statements(self, table: str, column: str) -> list:
+        """The key is the SHA-1 of the URL's UTF-8: an index takes no VARCHAR(2000) of utf8mb4 whole, and the
+        binary key compares exactly where the column's collation may ignore case."""
+        seen, key = self.quote(SEEN_TABLE), self.quote("url_key")
+        return [self.drop_seen_statement(),
+                f"CREATE TEMPORARY TABLE {seen} ({key} BINARY(20) NOT NULL, PRIMARY KEY ({key}))",
+                f"INSERT INTO {seen} ({key}) SELECT DISTINCT UNHEX(SHA1(CONVERT({self.quote(column)} USING utf8mb4))) "
+                f"FROM {self.quote(table)} WHERE {self.quote(column)} IS NOT NULL"]
+
+    def seen_key(self, url: str):
+        return hashlib.sha1(url.encode("utf-8")).digest()
+
+    def drop_seen_statement(self) -> str:
+        return f"DROP TEMPORARY TABLE IF EXISTS {self.quote(SEEN_TABLE)}"
 
     def create_default_item_table(self, table: str) -> None:
         self.execute(f"""CREATE TABLE IF NOT EXISTS {self.quote(table)} (

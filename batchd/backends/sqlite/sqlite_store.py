@@ -22,6 +22,7 @@ from ...errors import ConfigError
 from ...model import TaskLayout
 from ..sql import SqlBatchStore
 from ..sql_dialect import column_sets
+from ..task_load import SEEN_TABLE, ColumnLimit, declared_limit
 from .sqlite_file import BUSY_TIMEOUT, IN_CHUNK, SqliteFile, stamp, utc_now
 
 # Declared types whose affinity would keep a number: a Unix time, which batchd cannot compare.
@@ -218,6 +219,25 @@ class SqliteBatchStore(SqlBatchStore):
             {q(layout.state_field)} INTEGER NOT NULL DEFAULT 0,
             {q(layout.time_field)} DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP)""",
                 self.index_statement(layout.table, layout.state_field)]
+
+    # -- loading tasks (backends/task_load.py)
+    def column_limit(self, info) -> ColumnLimit:
+        """SQLite stores text of any length: the length a declared type like VARCHAR(500) names is honoured
+        all the same (a table shared with MySQL), else batchd's bound."""
+        return declared_limit(info)
+
+    def seen_table_statements(self, table: str, column: str) -> list:
+        seen, key = self.quote(SEEN_TABLE), self.quote("url_key")
+        return [self.drop_seen_statement(),
+                f"CREATE TEMP TABLE {seen} ({key} TEXT PRIMARY KEY) WITHOUT ROWID",
+                f"INSERT INTO {seen} ({key}) SELECT DISTINCT {self.quote(column)} FROM {self.quote(table)} "
+                f"WHERE {self.quote(column)} IS NOT NULL"]
+
+    def seen_key(self, url: str):
+        return url
+
+    def drop_seen_statement(self) -> str:
+        return f"DROP TABLE IF EXISTS temp.{self.quote(SEEN_TABLE)}"
 
     def create_default_item_table(self, table: str) -> None:
         self.execute(f"""CREATE TABLE IF NOT EXISTS {self.quote(table)} (
