@@ -73,7 +73,8 @@ class OutageWatch:
                 quiet = now - self._ended.get(backend, -REMIND_EVERY) < REMIND_EVERY
                 self._down[backend] = Outage(backend, reason, now, time.time(), now, quiet=quiet)
                 if not quiet:
-                    log.warning("%s; waiting for it (retries back off up to %.0f s)", reason, BACKOFF_CAP)
+                    log.warning("%s; waiting for it, trying again every few seconds (at most every %.0f s)",
+                                reason.rstrip("."), BACKOFF_CAP)
                 self._tell()
                 return
             outage.reason, outage.answered = reason, False

@@ -102,7 +102,7 @@ def test_a_once_worker_that_cannot_reach_its_store_exits_69(mysql_backend, procs
 def test_unreachable_mysql_in_resident_mode_is_retried_until_stopped(mysql_backend, procs):
     url = f"mysql://root:{PASSWORD}@127.0.0.1:1/batchd"
     proc = procs.add(Proc.spider("spiders.seed:CrawlTask", "master", mysql_backend.env(MYSQL_URL=url)))
-    proc.wait_output("waiting for it (retries back off")
+    proc.wait_output("waiting for it, trying again every few seconds")
     stays_true(lambda: proc.alive() and len(warnings_of(proc.output())) == 1 and not errors_of(proc.output()),
                2.0, message="one line when the outage starts, not one per retry",      # a few retries' worth
                explain=proc.output)

@@ -152,7 +152,8 @@ def test_a_backend_that_answers_probes_but_refuses_work_stays_one_quiet_outage(c
     assert tries <= 5, f"{tries} retries in {3 * PROBE_EVERY} s: one per answered probe, not a spin"
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 2 and lines[1].startswith("MySQL is back after"), lines
-    assert lines[0] == "MySQL db unreachable: the server is read-only; waiting for it (retries back off up to 30 s)"
+    assert lines[0] == ("MySQL db unreachable: the server is read-only; waiting for it, trying again every few seconds "
+                        "(at most every 30 s)")
 
 
 def test_a_claim_whose_push_redis_refused_is_put_back_when_the_outage_ends(mysql_url, site, failed_items_path,
@@ -279,3 +280,17 @@ def claim_held_at_the_lock(backend, queue, blocker, mysql_url) -> list:
     leases = [queue.lease(f"test:1:{n}:", 600) for n in range(10)]
     wait_for(lambda: claim_waiting(admin_of(mysql_url)), message="the master's claim waiting on the lock")
     return leases
+
+
+def test_a_socket_error_reads_as_words_not_as_redis_py_wrote_it():
+    """"Error 111 connecting to 127.0.0.1:6379. Connection refused." said beside the URL again, with a full stop
+    before the "; waiting for it" the outage line adds: the operator reads what failed, once."""
+    url = "redis://:secret@127.0.0.1:6379/0"
+    refused = translate_redis_error(redis.exceptions.ConnectionError(
+        "Error 111 connecting to 127.0.0.1:6379. Connection refused."), url)
+    assert str(refused) == "Redis redis://:***@127.0.0.1:6379/0 unreachable: connection refused"
+    unknown = translate_redis_error(redis.exceptions.ConnectionError(
+        "Error -2 connecting to nohost:6379. Name or service not known."), url)
+    assert str(unknown).endswith("unreachable: name or service not known")
+    timeout = translate_redis_error(redis.exceptions.TimeoutError("Timeout reading from socket"), url)
+    assert str(timeout).endswith("unreachable: Timeout reading from socket")

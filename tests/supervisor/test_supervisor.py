@@ -240,7 +240,7 @@ def run_through_an_outage_at_start(server, backend, site, procs, on_restart=lamb
     backend.create_tasks(urls)
     server.stop()
     proc = start_batchd(procs, backend, "run", "--workers", "2")
-    wait_for(lambda: lines_with(proc, "; waiting for it (retries back off"), message="the retries")
+    wait_for(lambda: lines_with(proc, "; waiting for it, trying again every few seconds"), message="the retries")
     wait_for(lambda: len(children_of(proc.pid)) == 3, message="master and two workers")
     stays_true(lambda: proc.alive() and len(children_of(proc.pid)) == 3, 1.0,
                message="the supervisor and its three children waiting", explain=proc.output)

@@ -29,6 +29,7 @@ CALL_BOUND = 40.0     # the longest a call can block: connect timeout + socket t
 
 
 IN_A_PIPELINE = re.compile(r"^Command # \d+ \(.*?\) of pipeline caused error: ")
+CONNECT_ERROR = re.compile(r"Error -?\d+ connecting to \S+?\. (.+)$")      # redis-py's text of a socket error
 
 
 def transient_classes(errors) -> tuple:
@@ -56,8 +57,17 @@ def translate_redis_error(error, url: str) -> Exception:
         return ConfigError(f"setting REDIS_URL: Redis {redact_url(url)} refused us: {text}")
     if isinstance(error, (errors.ConnectionError, errors.TimeoutError, *transient_classes(errors))) \
             or text.startswith(TRANSIENT_REPLIES):
-        return BackendUnavailable(f"Redis {redact_url(url)} unreachable: {text}", "Redis")
+        return BackendUnavailable(f"Redis {redact_url(url)} unreachable: {plain_connect_error(text)}", "Redis")
     return error
+
+
+def plain_connect_error(text: str) -> str:
+    """redis-py's "Error 111 connecting to localhost:6379. Connection refused." as "connection refused" (the URL
+    is named beside it already); any other text as it is, without its closing full stop."""
+    found = CONNECT_ERROR.match(text)
+    said = found.group(1) if found else text
+    said = said.rstrip(".")
+    return said[:1].lower() + said[1:] if found else said
 
 
 def translated(method):
