@@ -17,6 +17,7 @@ from .config import Settings
 from .http import Produced, Request, Response
 from .backends.store import BatchStore
 from .runtime import Runtime
+from .service.systemd import failure_line
 
 log = logging.getLogger("batchd")
 
@@ -76,8 +77,8 @@ class BatchSpider:
         failed; an override that still wants that must call super()."""
         id_field = self.runtime.layout.id_field
         reason = self.runtime.failure_reason(task.get(id_field), response_or_exception)
-        log.warning("task %s failed: %s %s: %s", task.get(id_field), request.method, request.url,
-                    reason or _failure_reason(response_or_exception))
+        log.warning("%s", failure_line(f"task {task.get(id_field)} failed: {request.method} {request.url}: "
+                                       f"{reason or _failure_reason(response_or_exception)}"))
         self.update_task(task[id_field], ok=False)
 
     # -- what the user calls

@@ -99,6 +99,25 @@ def syslog_priority(levelno: int) -> int:
     return _ALERT
 
 
+FAILURE_LINE_MOST = 500     # characters of a task's failure line in the log (its record keeps the whole reason)
+URL_MOST = 160              # characters of one URL in such a line: cut in the middle
+_URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://\S+|(?<=with url: )\S+")    # (the second: urllib3's path)
+
+
+def cut_middle(text: str, most: int) -> str:
+    """`text`, at most `most` characters: its head and its tail around "…" (a URL's host and its last path
+    segment, a message's class and its end, are what a reader looks for)."""
+    if len(text) <= most:
+        return text
+    head = (most - 1) // 2
+    return text[:head] + "…" + text[len(text) - (most - 1 - head):]
+
+
+def failure_line(text: str, most: int = FAILURE_LINE_MOST) -> str:
+    """A task's failure as one log line: each URL in it cut to URL_MOST in the middle, then the whole to `most`."""
+    return cut_middle(_URL.sub(lambda found: cut_middle(found.group(0), URL_MOST), text), most)
+
+
 def escape_controls(text: str) -> str:
     """`text` on one line, every control character escaped."""
     return text.translate(_ESCAPES)

@@ -53,6 +53,7 @@ from ..backends.ports import WorkerPorts
 from ..backends.store import store_items
 from ..settle.batch_stats import StatsFlusher
 from ..task import TaskState, settling_move
+from ..service.systemd import failure_line
 from ..service.threads import check_in, start_thread
 
 log = logging.getLogger("batchd.pipeline")
@@ -405,7 +406,8 @@ class Pipeline:
         """An item the database will not store fails its task (called with the lock held)."""
         reason = f"{type(error).__name__}: {error}"
         refused = f"item {row.item_seq} of its request {row.request_seq} was refused by `{table}`"
-        log.error("task %s failed: %s: %s: %s", run.task_id, refused, _culprit_key(row.data, reason), reason)
+        log.error("%s", failure_line(f"task {run.task_id} failed: {refused}: {_culprit_key(row.data, reason)}: "
+                                     f"{reason}"))
         self.ledger.sub(run.slot, 1)
         self.record_outcome(run, ok=False, failure=failures.failure(
             run.task_id, run.lease.batch_id, f"{refused}: {reason}", error_class=type(error).__name__))

@@ -18,6 +18,7 @@ task there, at once, whichever thread calls it.
 """
 import collections
 import logging
+import os
 import threading
 import time
 from collections.abc import Mapping
@@ -35,6 +36,7 @@ from ..recrawl.page_memory import PageMemory
 from ..recrawl.pages import ITEMS_UNCHANGED, UNCHANGED, items_signature, settled_unchanged
 from ..quality.measures import BLOCK_REASONS
 from ..quality.tally import QualityTally
+from ..service.systemd import failure_line
 from ..settle import failures
 from ..task import TaskState
 from ..backends.ports import SeenFilter
@@ -208,14 +210,19 @@ class TaskRunner:
                 self.quality.put_back(run, page.cause)
             self.gate.put_back(run)
         except BadItem as e:
-            log.error("task %s failed: %s", run.task_id, e)
+            log.error("%s", failure_line(f"task {run.task_id} failed: {e}"))
             self._fail_with(run, e)
         except ConfigError as e:     # an Item class its table cannot take: no task of it could succeed
             log.critical("%s: %s; this worker stops (task %s is given back)", self.worker_name, e, run.task_id)
             raise
         except Exception as e:   # the user's code failed: this task fails, the worker carries on
-            log.error("task %s failed: %s: %s", run.task_id, type(e).__name__, e,
-                      exc_info=_first_time((self.namespace, run.lease.batch_id, str(run.task_id)), e))
+            line = failure_line(f"task {run.task_id} failed: {type(e).__name__}: {e}")
+            if _first_time((self.namespace, run.lease.batch_id, str(run.task_id)), e):
+                exc_info, folded = from_spider_code(e)
+                log.error("%s%s", line, f" (the traceback starts in the spider's code: {folded} calls of batchd's "
+                                        "own above it are left out)" if folded else "", exc_info=exc_info)
+            else:
+                log.error("%s", line)
             self._fail_with(run, e)
         finally:
             if wait is None:
@@ -420,6 +427,21 @@ def _as_requests(produced, where: str) -> list:
         if not isinstance(request, Request):
             raise TypeError(f"{where} produced a {type(request).__name__}; it must yield Requests")
     return requests
+
+
+BATCHD_FILES = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def from_spider_code(error: BaseException) -> tuple:
+    """(exc_info, how many calls it leaves out): the error's traceback from the first call outside batchd, the
+    spider's, on; batchd's calls that led there (the worker's loop, the runner, the callback's driver) say
+    nothing to the spider's author. An error with no call outside batchd keeps its whole traceback."""
+    start, left_out = error.__traceback__, 0
+    while start is not None and start.tb_frame.f_code.co_filename.startswith(BATCHD_FILES):
+        start, left_out = start.tb_next, left_out + 1
+    if start is None:
+        return (type(error), error, error.__traceback__), 0
+    return (type(error), error, start), left_out
 
 
 _logged_errors: set = set()

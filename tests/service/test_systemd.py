@@ -17,7 +17,7 @@ from unittest import mock
 import pytest
 
 import batchd
-from batchd.service.systemd import set_thread_role, setup_logging
+from batchd.service.systemd import cut_middle, failure_line, set_thread_role, setup_logging
 
 log = logging.getLogger("batchd.test_logging")   # any batchd module's logger, as they all log
 
@@ -211,3 +211,14 @@ def check_journal_handler(handler, journal):
     assert message[-1] == f"  | RuntimeError: no parse for http://site/a{ESCAPED}"
     for name, value in entry.items():
         assert_no_control_character(value, but="\n")
+
+
+def test_a_failure_line_cuts_each_url_in_the_middle_then_the_whole_line():
+    long_url = "http://a.example/" + "p" * 1000 + "/last"
+    said = failure_line(f"task 7 failed: GET {long_url}: ConnectionError: HTTPConnectionPool(host='a.example', "
+                        f"port=80): Max retries exceeded with url: /{'p' * 1000}/last (Caused by refused)")
+    assert len(said) <= 500 and said.startswith("task 7 failed: GET http://a.example/ppp")
+    assert "/last: ConnectionError: HTTPConnectionPool(" in said and said.endswith("/last (Caused by refused)")
+    assert said.count("…") == 2, "each URL cut once, urllib3's path too"
+    assert cut_middle("x" * 1000, 11) == "xxxxx…xxxxx" and cut_middle("short", 11) == "short"
+    assert len(failure_line("e" * 5000)) == 500

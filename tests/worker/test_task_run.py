@@ -1,6 +1,7 @@
 """Requests that fail, callbacks that raise, tasks that never settle: on every store, each ends
 its task the documented way and never stops the worker."""
 import logging
+import traceback
 
 import batchd as mw
 from batchd.task import TaskState
@@ -65,9 +66,29 @@ def test_an_exception_in_a_callback_fails_the_task_and_names_it_with_its_traceba
         bring_back(backend, 1)                             # the same task fails the same way again
         assert settle(backend, RaisingSpider) == {1: F, 2: D}
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
-    assert [r.getMessage() for r in errors] == ["task 1 failed: ValueError: no title here"] * 2
+    first, again = (r.getMessage() for r in errors)
+    assert first.startswith("task 1 failed: ValueError: no title here (the traceback starts in the spider's code: ")
+    assert first.endswith(" calls of batchd's own above it are left out)")
+    assert again == "task 1 failed: ValueError: no title here"
     assert [bool(r.exc_info) for r in errors] == [True, False], "the traceback at ERROR, once per task and error"
-    assert "tests/worker/test_task_run.py" in caplog.text and 'raise ValueError("no title here")' in caplog.text
+    frames = traceback.extract_tb(errors[0].exc_info[2])
+    assert frames[0].filename.endswith("tests/worker/test_task_run.py") and frames[0].name == "parse", \
+        "the spider's call first"
+    assert 'raise ValueError("no title here")' in caplog.text and "batchd/worker/" not in caplog.text
+
+
+def test_a_failure_line_cuts_a_long_url_in_the_middle_and_keeps_the_reason(backend, site, caplog):
+    """A URL of 480 characters that fails: the line cuts it to 160 in the middle (its start and its end shown),
+    and keeps the reason; the failure record keeps the URL whole."""
+    path = "/status/404?" + "q" * 440 + "&end=1"
+    backend.create_tasks([site.url(path)])
+    with caplog.at_level(logging.WARNING, logger="batchd"):
+        assert settle(backend) == {1: F}
+    line, = [r.getMessage() for r in caplog.records if "task 1 failed" in r.getMessage()]
+    assert len(line) < 250 and line.startswith("task 1 failed: GET http://127.0.0.1:")
+    assert "…" in line and line.endswith("&end=1: HTTP 404")
+    record, = backend.failures().values()
+    assert record["url"] == site.url(path)
 
 
 class ForgetfulSpider(CrawlTask):
