@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from ..config import DEFAULT_CONFIG_FILE, ENV_CONFIG, INSTANCE_ROLES, load_settings
+from ..config import DEFAULT_CONFIG_FILE, ENV_CONFIG, INSTANCE_ROLES, LOCAL_CONFIG_FILE, found_config_file, load_settings
 from ..errors import ConfigError
 from ..backends import store_url
 from ..supervisor.loader import SpiderSource, absolute_spider_path, build_runtime
@@ -57,7 +57,8 @@ def spider_and_config(parser: argparse.ArgumentParser) -> None:
 
 def config_and_store(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE",
-                        help=f"the TOML config file (default: ${ENV_CONFIG}, else {DEFAULT_CONFIG_FILE} if it exists)")
+                        help=f"the TOML config file (default: ${ENV_CONFIG}, else ./{LOCAL_CONFIG_FILE} if it exists, "
+                             f"else {DEFAULT_CONFIG_FILE} if it exists)")
     parser.add_argument("--store", metavar="URL",
                         help="the task store: mysql://user:pass@host:3306/db or sqlite:///PATH (default: STORE, "
                              f"else MYSQL_URL, else ./{EMBEDDED_FILE} on a terminal)")
@@ -66,14 +67,30 @@ def config_and_store(parser: argparse.ArgumentParser) -> None:
 def config_files(args: argparse.Namespace, role: Optional[str] = None) -> list:
     """The main config file, and for a named instance of a role in INSTANCE_ROLES its `ROLE-NAME.toml`
     beside it (batchd-worker@NAME reads worker-NAME.toml, batchd-master@NAME master-NAME.toml)."""
-    main = args.config or os.environ.get(ENV_CONFIG)
-    files = [main] if main else ([DEFAULT_CONFIG_FILE] if os.path.exists(DEFAULT_CONFIG_FILE) else [])
+    main = args.config or found_config_file()[0]
+    files = [main] if main else []
     instance = getattr(args, "instance", None)
     if instance and role in INSTANCE_ROLES:
         overlay = os.path.join(os.path.dirname(os.path.abspath(main or DEFAULT_CONFIG_FILE)), f"{role}-{instance}.toml")
         if os.path.exists(overlay):
             files.append(overlay)
     return [os.path.abspath(path) for path in files]
+
+
+def config_origin(args: argparse.Namespace) -> str:
+    """Which config file the command reads and how it was found, for the first log line and status's header:
+    `/srv/crawl/batchd.toml (./batchd.toml)`, `/etc/batchd/batchd.toml (the system's)`."""
+    if args.config:
+        return f"{os.path.abspath(args.config)} (--config)"
+    path, how = found_config_file()
+    return f"{os.path.abspath(path)} ({how})" if path else how
+
+
+def announce_config(args: argparse.Namespace, files: list) -> None:
+    """The first log line of a supervisor: the config file it reads (a folder with a batchd.toml of its own
+    reads that one, which can surprise)."""
+    setup_logging(load_settings({}, config_files=files).LOG_LEVEL)
+    log.info("config %s", config_origin(args))
 
 
 def spider_source(args: argparse.Namespace, files: list, overrides: dict) -> tuple:

@@ -20,7 +20,7 @@ from ..supervisor.daemon import RunningSupervisor, run_detached
 from ..supervisor.loader import SpiderSource
 from ..supervisor.supervisor import Plan, Supervisor
 from ..service.systemd import set_process_role, setup_logging, under_systemd
-from .arguments import VerbGroup, config_files, non_negative, spider_and_config, spider_source
+from .arguments import VerbGroup, announce_config, config_files, non_negative, spider_and_config, spider_source
 
 log = logging.getLogger("batchd")
 
@@ -62,6 +62,7 @@ def instance_name(text: str) -> str:
 
 def supervise(verb_name: str, args: argparse.Namespace) -> int:
     files = config_files(args, role=verb_name)
+    announce_config(args, files)
     workers = getattr(args, "workers", None)
     source, settings = spider_source(args, files, {} if workers is None else {"WORKERS": workers})
     plan = Plan(verb=verb_name, once=args.once, instance=args.instance, refetch=getattr(args, "refetch", False))
