@@ -13,7 +13,7 @@ from typing import Callable, Optional
 
 from ..config import DEFAULT_CONFIG_FILE, ENV_CONFIG, INSTANCE_ROLES, LOCAL_CONFIG_FILE, found_config_file, load_settings
 from ..errors import ConfigError
-from ..backends import store_url
+from ..backends import sqlite_path, store_url
 from ..supervisor.loader import SpiderSource, absolute_spider_path, build_runtime
 from ..service.systemd import setup_logging, under_systemd
 from ..runtime import Runtime
@@ -21,6 +21,7 @@ from ..runtime import Runtime
 log = logging.getLogger("batchd")
 
 EMBEDDED_FILE = "batchd.db"
+MAKE_STORE = "`batchd tasks add URL...` makes one (then `batchd run`)"
 
 
 @dataclass(frozen=True)
@@ -93,9 +94,10 @@ def announce_config(args: argparse.Namespace, files: list) -> None:
     log.info("config %s", config_origin(args))
 
 
-def spider_source(args: argparse.Namespace, files: list, overrides: dict) -> tuple:
-    """(SpiderSource, the settings known before the spider is imported)."""
-    overrides = with_store(args, files, overrides)
+def spider_source(args: argparse.Namespace, files: list, overrides: dict, read_only: bool = False) -> tuple:
+    """(SpiderSource, the settings known before the spider is imported). `read_only`: for a verb that only
+    reads (status, failed, quality, check), which must not make the embedded store's file."""
+    overrides = with_store(args, files, overrides, read_only)
     settings = load_settings({}, config_files=files, overrides=overrides)
     path = args.spider or settings.SPIDER
     if not path:
@@ -104,10 +106,11 @@ def spider_source(args: argparse.Namespace, files: list, overrides: dict) -> tup
     return SpiderSource(absolute_spider_path(path), tuple(files), overrides), settings
 
 
-def with_store(args: argparse.Namespace, files: list, overrides: dict) -> dict:
+def with_store(args: argparse.Namespace, files: list, overrides: dict, read_only: bool = False) -> dict:
     """The command line's settings, with the store it names, or the embedded one when nothing names
     a store: `batchd.db` in the working directory, on a terminal only. Under systemd a missing store
-    is a configuration error, never a silent local crawl."""
+    is a configuration error, never a silent local crawl; so is a missing `batchd.db` to a verb that
+    only reads."""
     if getattr(args, "store", None):
         return dict(overrides, STORE=args.store)
     settings = load_settings({}, config_files=files, overrides=overrides)
@@ -117,6 +120,9 @@ def with_store(args: argparse.Namespace, files: list, overrides: dict) -> dict:
         raise ConfigError("no store configured: set MYSQL_URL (and REDIS_URL), or STORE, in the config file; "
                           "under systemd batchd does not fall back to a local SQLite file")
     embedded = f"sqlite:///{os.path.abspath(EMBEDDED_FILE)}"
+    if read_only and not os.path.exists(EMBEDDED_FILE):
+        raise ConfigError(f"no store here yet: nothing names one (STORE or MYSQL_URL in the config, --store) and "
+                          f"there is no ./{EMBEDDED_FILE}; {MAKE_STORE}")
     if not getattr(args, "embedded_announced", False):
         args.embedded_announced = True
         setup_logging(settings.LOG_LEVEL)
@@ -125,10 +131,23 @@ def with_store(args: argparse.Namespace, files: list, overrides: dict) -> dict:
     return dict(overrides, STORE=embedded)
 
 
-def runtime_from_args(args: argparse.Namespace) -> Runtime:
-    source, settings = spider_source(args, config_files(args), {})
+def runtime_from_args(args: argparse.Namespace, read_only: bool = False) -> Runtime:
+    """The spider's Runtime on the command's settings; `read_only` (status, failed, quality, check): an SQLite
+    store that does not exist is one line and exit 78, never a new empty file."""
+    source, settings = spider_source(args, config_files(args), {}, read_only)
     setup_logging(settings.LOG_LEVEL)
-    return build_runtime(source)
+    runtime = build_runtime(source)
+    if read_only:
+        existing_store(runtime.settings)
+    return runtime
+
+
+def existing_store(settings) -> None:
+    """An SQLite store is made when it is first opened: a verb that only reads checks that it is there
+    first (a MySQL database is the server's to have or not: the store says so when reached)."""
+    path = sqlite_path(store_url(settings), "STORE" if settings.STORE else "MYSQL_URL")
+    if path and not os.path.exists(path):
+        raise ConfigError(f"no store at {os.path.abspath(path)} yet; {MAKE_STORE}")
 
 
 # -- the number types of several verbs
