@@ -87,10 +87,10 @@ def config_origin(args: argparse.Namespace) -> str:
     return f"{os.path.abspath(path)} ({how})" if path else how
 
 
-def announce_config(args: argparse.Namespace, files: list) -> None:
-    """The first log line of a supervisor: the config file it reads (a folder with a batchd.toml of its own
-    reads that one, which can surprise)."""
-    setup_logging(load_settings({}, config_files=files).LOG_LEVEL)
+def announce_config(args: argparse.Namespace) -> None:
+    """A supervisor's first log line (after the embedded store's, when it uses one): the config file it reads
+    (in a folder with a batchd.toml of its own, that one). Logged once the command's own checks passed, so
+    that a command refused still says so in one line."""
     log.info("config %s", config_origin(args))
 
 

@@ -62,7 +62,6 @@ def instance_name(text: str) -> str:
 
 def supervise(verb_name: str, args: argparse.Namespace) -> int:
     files = config_files(args, role=verb_name)
-    announce_config(args, files)
     workers = getattr(args, "workers", None)
     source, settings = spider_source(args, files, {} if workers is None else {"WORKERS": workers})
     plan = Plan(verb=verb_name, once=args.once, instance=args.instance, refetch=getattr(args, "refetch", False))
@@ -71,6 +70,7 @@ def supervise(verb_name: str, args: argparse.Namespace) -> int:
     if args.pidfile or args.log_file:
         raise ConfigError("--pidfile and --log-file go with --daemon")
     setup_logging(settings.LOG_LEVEL)
+    announce_config(args)
     return Supervisor(plan, source).run()
 
 
@@ -155,6 +155,7 @@ def run_daemonized(args: argparse.Namespace, plan: Plan, source: SpiderSource, s
 
     def supervise_detached() -> int:
         setup_logging(settings.LOG_LEVEL, force=True)
+        announce_config(args)
         return Supervisor(plan, source).run()
     return run_detached(os.path.abspath(args.pidfile), os.path.abspath(args.log_file or DEFAULT_LOG_FILE),
                         supervise_detached)
