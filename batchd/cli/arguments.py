@@ -11,7 +11,8 @@ import os
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from ..config import DEFAULT_CONFIG_FILE, ENV_CONFIG, INSTANCE_ROLES, LOCAL_CONFIG_FILE, found_config_file, load_settings
+from ..config import (DEFAULT_CONFIG_FILE, ENV_CONFIG, INSTANCE_ROLES, LOCAL_CONFIG_FILE, found_config_file,
+                      load_settings)
 from ..errors import ConfigError
 from ..backends import sqlite_path, store_url
 from ..supervisor.loader import SpiderSource, absolute_spider_path, build_runtime
