@@ -25,6 +25,8 @@ from .release import VERSION
 
 
 DEFAULT_CONFIG_FILE = "/etc/batchd/batchd.toml"
+# A project's own config, in the folder batchd runs in (what `batchd init` writes): read before the system's.
+LOCAL_CONFIG_FILE = "batchd.toml"
 ENV_PREFIX = "BATCHD_"
 ENV_CONFIG = "BATCHD_CONFIG"
 # The roles whose named instances also read ROLE-NAME.toml beside the config file (the systemd
@@ -338,16 +340,26 @@ def settings_from_plain(values: Mapping[str, Any], source: str) -> Settings:
 
 
 def config_paths(config_files, environ: Mapping[str, str]) -> list:
-    """The files to read: the ones asked for, else BATCHD_CONFIG, else the /etc file if present."""
+    """The files to read: the ones asked for, else the one found_config_file finds."""
     if config_files:
         paths = [config_files] if isinstance(config_files, (str, os.PathLike)) else list(config_files)
-    elif environ.get(ENV_CONFIG):
-        paths = [environ[ENV_CONFIG]]
-    elif os.path.exists(DEFAULT_CONFIG_FILE):
-        paths = [DEFAULT_CONFIG_FILE]
     else:
-        paths = []
+        found = found_config_file(environ)[0]
+        paths = [found] if found else []
     return [os.fspath(p) for p in paths]
+
+
+def found_config_file(environ: Mapping[str, str] = os.environ) -> tuple:
+    """(the config file read when the command line names none, how it was found): BATCHD_CONFIG, else
+    ./batchd.toml in the working directory (a project's), else /etc/batchd/batchd.toml; (None, why) when
+    none is there. One file only: the first found, never a layer of both."""
+    if environ.get(ENV_CONFIG):
+        return environ[ENV_CONFIG], ENV_CONFIG
+    if os.path.isfile(LOCAL_CONFIG_FILE):
+        return os.path.abspath(LOCAL_CONFIG_FILE), f"./{LOCAL_CONFIG_FILE}"
+    if os.path.exists(DEFAULT_CONFIG_FILE):
+        return DEFAULT_CONFIG_FILE, "the system's"
+    return None, f"none: no {ENV_CONFIG}, no ./{LOCAL_CONFIG_FILE}, no {DEFAULT_CONFIG_FILE}"
 
 
 def read_config_file(path: str) -> dict:

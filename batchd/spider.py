@@ -43,7 +43,7 @@ class BatchSpider:
     def __init__(self, keep_alive: bool = False, batch_store: Optional[BatchStore] = None,
                  settings: Optional[Mapping[str, Any]] = None, config_file: ConfigFiles = None) -> None:
         """`settings` win over every other source, as the command line does; `config_file` replaces
-        BATCHD_CONFIG and /etc/batchd/batchd.toml; `batch_store` replaces the store the settings name."""
+        BATCHD_CONFIG, ./batchd.toml and /etc/batchd/batchd.toml; `batch_store` replaces the store the settings name."""
         self.keep_alive = keep_alive
         self._runtime_args: dict[str, Any] = {"overrides": dict(settings or {}), "config_file": config_file,
                                               "store": batch_store}

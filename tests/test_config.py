@@ -44,6 +44,27 @@ def test_the_file_comes_from_batchd_config_and_keys_are_case_insensitive(tmp_pat
     assert (s.BATCH_INTERVAL_UNIT, s.MYSQL_URL) == ("hour", "mysql://u:p@h/db")
 
 
+def test_with_no_batchd_config_the_working_directorys_batchd_toml_comes_before_the_systems(tmp_path, monkeypatch):
+    system = tmp_path / "etc.toml"
+    system.write_text("WORKERS = 3\n")
+    project = tmp_path / "project"
+    project.mkdir()
+    monkeypatch.setattr(config, "DEFAULT_CONFIG_FILE", str(system))
+    monkeypatch.chdir(project)
+    assert config.found_config_file({}) == (str(system), "the system's")
+    assert load_settings({}, environ={}).WORKERS == 3
+    (project / "batchd.toml").write_text("WORKERS = 5\n")
+    assert config.found_config_file({}) == (str(project / "batchd.toml"), "./batchd.toml")
+    assert load_settings({}, environ={}).WORKERS == 5             # the first found, not both layered
+    named = {"BATCHD_CONFIG": str(system)}
+    assert config.found_config_file(named) == (str(system), "BATCHD_CONFIG")
+    assert load_settings({}, environ=named).WORKERS == 3
+    system.unlink()
+    (project / "batchd.toml").unlink()
+    path, why = config.found_config_file({})
+    assert path is None and why.startswith("none: no BATCHD_CONFIG, no ./batchd.toml, no ")
+
+
 def test_environment_values_are_typed():
     s = load_settings(environ={"BATCHD_BATCH_MONITOR_INTERVAL": "2.5", "BATCHD_REQUEST_FILTER_ENABLE": "yes",
                                "BATCHD_WORKERS": "3", "BATCHD_NAMESPACE": "shop:v2"})

@@ -11,9 +11,10 @@ import os
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from ..config import DEFAULT_CONFIG_FILE, ENV_CONFIG, INSTANCE_ROLES, load_settings
+from ..config import (DEFAULT_CONFIG_FILE, ENV_CONFIG, INSTANCE_ROLES, LOCAL_CONFIG_FILE, found_config_file,
+                      load_settings)
 from ..errors import ConfigError
-from ..backends import store_url
+from ..backends import sqlite_path, store_url
 from ..supervisor.loader import SpiderSource, absolute_spider_path, build_runtime
 from ..service.systemd import setup_logging, under_systemd
 from ..runtime import Runtime
@@ -21,6 +22,7 @@ from ..runtime import Runtime
 log = logging.getLogger("batchd")
 
 EMBEDDED_FILE = "batchd.db"
+MAKE_STORE = "`batchd tasks add URL...` makes one (then `batchd run`)"
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,8 @@ def spider_and_config(parser: argparse.ArgumentParser) -> None:
 
 def config_and_store(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE",
-                        help=f"the TOML config file (default: ${ENV_CONFIG}, else {DEFAULT_CONFIG_FILE} if it exists)")
+                        help=f"the TOML config file (default: ${ENV_CONFIG}, else ./{LOCAL_CONFIG_FILE} if it exists, "
+                             f"else {DEFAULT_CONFIG_FILE} if it exists)")
     parser.add_argument("--store", metavar="URL",
                         help="the task store: mysql://user:pass@host:3306/db or sqlite:///PATH (default: STORE, "
                              f"else MYSQL_URL, else ./{EMBEDDED_FILE} on a terminal)")
@@ -66,8 +69,8 @@ def config_and_store(parser: argparse.ArgumentParser) -> None:
 def config_files(args: argparse.Namespace, role: Optional[str] = None) -> list:
     """The main config file, and for a named instance of a role in INSTANCE_ROLES its `ROLE-NAME.toml`
     beside it (batchd-worker@NAME reads worker-NAME.toml, batchd-master@NAME master-NAME.toml)."""
-    main = args.config or os.environ.get(ENV_CONFIG)
-    files = [main] if main else ([DEFAULT_CONFIG_FILE] if os.path.exists(DEFAULT_CONFIG_FILE) else [])
+    main = args.config or found_config_file()[0]
+    files = [main] if main else []
     instance = getattr(args, "instance", None)
     if instance and role in INSTANCE_ROLES:
         overlay = os.path.join(os.path.dirname(os.path.abspath(main or DEFAULT_CONFIG_FILE)), f"{role}-{instance}.toml")
@@ -76,9 +79,26 @@ def config_files(args: argparse.Namespace, role: Optional[str] = None) -> list:
     return [os.path.abspath(path) for path in files]
 
 
-def spider_source(args: argparse.Namespace, files: list, overrides: dict) -> tuple:
-    """(SpiderSource, the settings known before the spider is imported)."""
-    overrides = with_store(args, files, overrides)
+def config_origin(args: argparse.Namespace) -> str:
+    """Which config file the command reads and how it was found, for the first log line and status's header:
+    `/srv/crawl/batchd.toml (./batchd.toml)`, `/etc/batchd/batchd.toml (the system's)`."""
+    if args.config:
+        return f"{os.path.abspath(args.config)} (--config)"
+    path, how = found_config_file()
+    return f"{os.path.abspath(path)} ({how})" if path else how
+
+
+def announce_config(args: argparse.Namespace) -> None:
+    """A supervisor's first log line (after the embedded store's, when it uses one): the config file it reads
+    (in a folder with a batchd.toml of its own, that one). Logged once the command's own checks passed, so
+    that a command refused still says so in one line."""
+    log.info("config %s", config_origin(args))
+
+
+def spider_source(args: argparse.Namespace, files: list, overrides: dict, read_only: bool = False) -> tuple:
+    """(SpiderSource, the settings known before the spider is imported). `read_only`: for a verb that only
+    reads (status, failed, quality, check), which must not make the embedded store's file."""
+    overrides = with_store(args, files, overrides, read_only)
     settings = load_settings({}, config_files=files, overrides=overrides)
     path = args.spider or settings.SPIDER
     if not path:
@@ -87,10 +107,11 @@ def spider_source(args: argparse.Namespace, files: list, overrides: dict) -> tup
     return SpiderSource(absolute_spider_path(path), tuple(files), overrides), settings
 
 
-def with_store(args: argparse.Namespace, files: list, overrides: dict) -> dict:
+def with_store(args: argparse.Namespace, files: list, overrides: dict, read_only: bool = False) -> dict:
     """The command line's settings, with the store it names, or the embedded one when nothing names
     a store: `batchd.db` in the working directory, on a terminal only. Under systemd a missing store
-    is a configuration error, never a silent local crawl."""
+    is a configuration error, never a silent local crawl; so is a missing `batchd.db` to a verb that
+    only reads."""
     if getattr(args, "store", None):
         return dict(overrides, STORE=args.store)
     settings = load_settings({}, config_files=files, overrides=overrides)
@@ -100,6 +121,9 @@ def with_store(args: argparse.Namespace, files: list, overrides: dict) -> dict:
         raise ConfigError("no store configured: set MYSQL_URL (and REDIS_URL), or STORE, in the config file; "
                           "under systemd batchd does not fall back to a local SQLite file")
     embedded = f"sqlite:///{os.path.abspath(EMBEDDED_FILE)}"
+    if read_only and not os.path.exists(EMBEDDED_FILE):
+        raise ConfigError(f"no store here yet: nothing names one (STORE or MYSQL_URL in the config, --store) and "
+                          f"there is no ./{EMBEDDED_FILE}; {MAKE_STORE}")
     if not getattr(args, "embedded_announced", False):
         args.embedded_announced = True
         setup_logging(settings.LOG_LEVEL)
@@ -108,10 +132,23 @@ def with_store(args: argparse.Namespace, files: list, overrides: dict) -> dict:
     return dict(overrides, STORE=embedded)
 
 
-def runtime_from_args(args: argparse.Namespace) -> Runtime:
-    source, settings = spider_source(args, config_files(args), {})
+def runtime_from_args(args: argparse.Namespace, read_only: bool = False) -> Runtime:
+    """The spider's Runtime on the command's settings; `read_only` (status, failed, quality, check): an SQLite
+    store that does not exist is one line and exit 78, never a new empty file."""
+    source, settings = spider_source(args, config_files(args), {}, read_only)
     setup_logging(settings.LOG_LEVEL)
-    return build_runtime(source)
+    runtime = build_runtime(source)
+    if read_only:
+        existing_store(runtime.settings)
+    return runtime
+
+
+def existing_store(settings) -> None:
+    """An SQLite store is made when it is first opened: a verb that only reads checks that it is there
+    first (a MySQL database is the server's to have or not: the store says so when reached)."""
+    path = sqlite_path(store_url(settings), "STORE" if settings.STORE else "MYSQL_URL")
+    if path and not os.path.exists(path):
+        raise ConfigError(f"no store at {os.path.abspath(path)} yet; {MAKE_STORE}")
 
 
 # -- the number types of several verbs

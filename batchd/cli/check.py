@@ -60,7 +60,7 @@ def _host_terms(runtime: Runtime) -> None:
 
 
 def _checked_runtime(args: argparse.Namespace) -> tuple:
-    runtime = runtime_from_args(args)
+    runtime = runtime_from_args(args, read_only=True)
     return runtime, (f"{type(runtime.spider).__name__}: task table {runtime.layout.table}, "
                      f"namespace {runtime.namespace}")
 

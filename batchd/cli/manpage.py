@@ -48,8 +48,12 @@ lines: the file
 or
 .B \-\-config
 names, else
+.I ./batchd.toml
+when the working directory has one (a project's, as
+.B batchd init
+writes it), else
 .I {main}
-when it exists. A worker instance started with
+when it exists: the first found, one file. A worker instance started with
 .B \-\-instance
 .I NAME
 (the unit

@@ -68,7 +68,7 @@ def failed_arguments(parser: argparse.ArgumentParser) -> None:
 @verb("failed", "the failed tasks of a batch (the last by default) and why: URL, reason, attempts, host, time, "
                 "and a count by reason (exit 0; 1 no such batch)", failed_arguments)
 def failed_verb(args: argparse.Namespace) -> int:
-    report = failed_tasks(runtime_from_args(args), args.batch, args.reason, args.limit, args.every)
+    report = failed_tasks(runtime_from_args(args, read_only=True), args.batch, args.reason, args.limit, args.every)
     print((render_json if args.json else render_text)(report))
     return ExitCode.OK
 

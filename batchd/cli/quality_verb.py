@@ -31,7 +31,7 @@ def quality_arguments(parser: argparse.ArgumentParser) -> None:
 @verb("quality", "a closed batch's data quality: its flags, then items, field coverage and the top body's share "
                  "per host against the baseline (exit 0 clean, 65 flagged, 1 tasks failed)", quality_arguments)
 def quality_verb(args: argparse.Namespace) -> int:
-    report = gather_quality(runtime_from_args(args), args.batch, args.host)
+    report = gather_quality(runtime_from_args(args, read_only=True), args.batch, args.host)
     print(render_json(report) if args.json else render_quality(report))
     return EXIT_OF.get(report["outcome"] or "", ExitCode.OK)
 

@@ -20,7 +20,7 @@ from ..supervisor.daemon import RunningSupervisor, run_detached
 from ..supervisor.loader import SpiderSource
 from ..supervisor.supervisor import Plan, Supervisor
 from ..service.systemd import set_process_role, setup_logging, under_systemd
-from .arguments import VerbGroup, config_files, non_negative, spider_and_config, spider_source
+from .arguments import VerbGroup, announce_config, config_files, non_negative, spider_and_config, spider_source
 
 log = logging.getLogger("batchd")
 
@@ -72,6 +72,7 @@ def supervise(verb_name: str, args: argparse.Namespace) -> int:
     if args.pidfile or args.log_file:
         raise ConfigError("--pidfile and --log-file go with --daemon")
     setup_logging(settings.LOG_LEVEL)
+    announce_config(args)
     return Supervisor(plan, source).run()
 
 
@@ -156,6 +157,7 @@ def run_daemonized(args: argparse.Namespace, plan: Plan, source: SpiderSource, s
 
     def supervise_detached() -> int:
         setup_logging(settings.LOG_LEVEL, force=True)
+        announce_config(args)
         return Supervisor(plan, source).run()
     return run_detached(os.path.abspath(args.pidfile), os.path.abspath(args.log_file or DEFAULT_LOG_FILE),
                         supervise_detached)

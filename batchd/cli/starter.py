@@ -68,7 +68,8 @@ def next_steps(folder: str) -> str:
     return "\n".join([
         f"wrote {os.path.join(os.path.abspath(folder), SPIDER_FILE)} and {config}",
         "next:",
-        f"  export BATCHD_CONFIG={config}",
+        f"  cd {os.path.abspath(folder)}    # batchd reads ./batchd.toml there",
+        f"  (or, from any folder: export BATCHD_CONFIG={config})",
         "  batchd tasks add https://example.com/ https://www.debian.org/",
         "  batchd run --once",
         "  batchd status",

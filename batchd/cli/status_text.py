@@ -25,6 +25,10 @@ def render_json(data) -> str:
 
 def render_status(status: dict) -> str:
     lines = [f"namespace {status['namespace']} (task table {status['table']})"]
+    if status.get("config"):
+        lines.append(f"config   {status['config']}")
+    if status.get("spider"):
+        lines.append(f"spider   {status['spider']}")
     lines += [f"MISSING  {reason}" for reason in status["unreachable"]]
     if status["paused_since"] is not None:
         lines.append(f"PAUSED   since {paused_text(status['paused_since'])}: nothing is claimed or leased "
@@ -43,7 +47,7 @@ def render_status(status: dict) -> str:
         lines.append(quality_text(status["quality"]))
     if queue["waiting"] is not None:
         lines.append(f"queue    {queue['waiting']} waiting, {queue['leased']} leased")
-    lines.append(f"rate     {_rate_words(status)}, ETA {duration(status['eta_seconds'])}")
+    lines.append(f"rate     {pace_words(status)}")
     lines.append(f"workers  {status['workers_alive']} alive of {status['workers_wanted']} wanted: "
                  f"{workers_text(status['hosts'])}")
     for host in status["hosts"]:
@@ -63,12 +67,30 @@ def quality_text(quality: dict) -> str:
     return f"quality  {flags} flag{'' if flags == 1 else 's'} (batch {quality['batch']}), see batchd quality"
 
 
-def _rate_words(status: dict) -> str:
-    if status["rate"] is not None:
-        return rate_text((status["rate"], status["rate_seconds"]))
-    if status["rate_as_of"] is not None:
-        return "unknown yet (one sample of the tally so far)"
-    return "unknown (no supervised master publishes one)"
+def pace_words(status: dict) -> str:
+    """The batch's rate and ETA as of now (reporting/status.py, batch_pace): over the last 30 s while the
+    master samples the tally, on average since the opening while none does, on average over the whole batch
+    once it is over (and then no ETA)."""
+    rate, seconds, basis = status["rate"], status["rate_seconds"], status.get("rate_basis")
+    finished = bool(status["batch"] and status["batch"]["is_done"])
+    if basis == "whole_batch" and seconds < 1:      # the record keeps whole seconds
+        return f"at least {rate:.1f} tasks/s: it closed within the second it opened; finished, no ETA"
+    if basis == "whole_batch":
+        return f"{rate:.1f} tasks/s on average from its opening to its close ({duration(seconds)}); finished, no ETA"
+    if finished:
+        return "unknown (its record keeps no close time); finished, no ETA"
+    if basis == "so_far":
+        words = (f"{rate:.1f} tasks/s on average since it opened {duration(seconds)} ago (no supervised master "
+                 "samples its tally)")
+    elif rate is not None:
+        words = rate_text((rate, seconds))
+    elif status["rate_as_of"] is not None:
+        words = "unknown yet (one sample of the tally so far)"
+    elif status["batch"] is not None and status["store_reached"]:
+        words = "unknown yet (the batch opened this very second)"
+    else:
+        words = "unknown (the store is not reached and no supervised master publishes one)"
+    return f"{words}, ETA {duration(status['eta_seconds'])}"
 
 
 def workers_text(hosts: list) -> str:
@@ -144,7 +166,9 @@ HISTORY_COLUMNS = ("batch", "mode", "opened", "closed", "duration", "opened with
 
 
 def render_history(entries: list) -> str:
-    """One line per batch under a header, columns aligned; a blank where a figure is unknown."""
+    """One line per batch under a header, columns aligned; a blank where a figure is unknown, 0 where it is 0.
+    A batch that closed within the second it opened (the record keeps whole seconds) has a rate of at least
+    its tasks per second: `>=3.0/s`."""
     if not entries:
         return "no batch yet (the master opens the first one)"
     return render_table(HISTORY_COLUMNS, [_history_row(entry) for entry in entries],
@@ -160,7 +184,8 @@ def _history_row(entry: dict) -> tuple:
             blank_or(entry["duration_seconds"], duration), blank_or(entry["opened_with"], str), str(entry["done"]),
             str(entry["failed"]), str(entry["total"]), blank_or(entry["items"], str),
             *(blank_or(found.get(verdict), str) for verdict in VERDICTS),
-            blank_or(entry["rate"], lambda rate: f"{rate:.1f}/s"), blank_or(entry["spider"], _spider_mark))
+            blank_or(entry["rate"], lambda rate: f"{'>=' if entry['duration_seconds'] < 1 else ''}{rate:.1f}/s"),
+            blank_or(entry["spider"], _spider_mark))
 
 
 def _spider_mark(spider: dict) -> str:

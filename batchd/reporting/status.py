@@ -8,6 +8,8 @@ their records (`--history`), and `gather_hosts` the batch's counters per host an
 """
 import json
 import time
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Optional
 
 from ..hosts.counts import breaker_phases, host_rows
@@ -26,20 +28,22 @@ def gather_status(runtime) -> dict:
     last published it in Redis."""
     store, layout, backend = runtime.store, runtime.layout, runtime.backend
     unreachable: list[str] = []
-    reached = read_or_note(unreachable, lambda: (store.open(layout), store.last_batch(), quality_line(store)))
+    reached = read_or_note(unreachable, lambda: (store.open(layout), store.last_batch(), quality_line(store),
+                                                 store.now()))
     record = reached[1] if reached else None
     # The tally before the queue, as the master reads them (master/patrol.py, check_progress).
     seen = read_or_note(unreachable, lambda: (backend.board.read_statuses(),
                                           backend.tally.settled(record.id) if record else None,
                                           backend.leases.queue_counts(),
                                           _counters(backend, record), backend.leases.paused_since()))
+    now = time.time()
     snapshots, settled, (waiting, leased), counters, paused_since = seen or ([], None, (None, None), None, None)
     master = freshest_master(snapshots)
     batch, tasks = _batch_and_tasks(record, settled, (waiting or 0) + (leased or 0), None if reached else master)
     of_this_batch = master is not None and batch is not None and int(master["batch_id"]) == batch["id"]
     samples = samples_of(master) if of_this_batch else []
-    measured = window_rate(samples)
-    rate = measured[0] if measured else None
+    pace = batch_pace(record, tasks, samples, now, reached[3] if reached else None)
+    finished = bool(batch and batch["is_done"])
     return {
         "namespace": runtime.namespace,
         "table": layout.table,
@@ -51,18 +55,69 @@ def gather_status(runtime) -> dict:
         "quality": reached[2] if reached else None,     # the last closed batch's judgement (batchd quality)
         "queue": {"waiting": waiting, "leased": leased},
         "paused_since": paused_since,
-        "rate": rate,                   # settled tasks per second over rate_seconds, up to rate_as_of
-        "rate_seconds": round(measured[1], 3) if measured else None,
-        "rate_as_of": samples[-1][0] if samples else None,
+        "rate": pace.rate,              # settled tasks per second over rate_seconds, up to rate_as_of
+        "rate_seconds": pace.seconds,
+        "rate_as_of": pace.as_of,
+        "rate_basis": pace.basis,       # PACE_BASES: the last RATE_WINDOW, the batch so far, or the whole batch
         "rate_window": RATE_WINDOW,
         "life": samples_of(master, "batch_life") if of_this_batch else [],    # (Unix time, settled): its chart
-        "eta_seconds": eta(tasks["total"] - tasks["settled"], None if paused_since else rate) if tasks else None,
-        "hosts": [_host_entry(s) for s in sorted(snapshots, key=lambda s: (s["host"], s["instance"]))],
+        # None once the batch is over (nothing left to time), while paused, and while nothing has settled.
+        "eta_seconds": None if finished or tasks is None else eta(tasks["total"] - tasks["settled"],
+                                                                  None if paused_since else pace.rate),
+        "hosts": [_host_entry(s, finished) for s in sorted(snapshots, key=lambda s: (s["host"], s["instance"]))],
         "workers_alive": sum(int(s.get("workers_alive", 0)) for s in snapshots),
         "workers_wanted": sum(int(s.get("workers_wanted", 0)) for s in snapshots),
-        "unflushed": sum(int(s.get("unflushed", 0)) for s in snapshots),
-        "time": time.time(),
+        # A finished batch has every item of its tasks landed (a task settles only then): a snapshot taken
+        # before its last flush must not say otherwise.
+        "unflushed": 0 if finished else sum(int(s.get("unflushed", 0)) for s in snapshots),
+        "time": now,
     }
+
+
+# How a batch's rate was measured: over the last RATE_WINDOW of the master's samples and the tally now; from
+# its opening to now (no supervised master samples it); from its opening to its close (it is over).
+PACE_BASES = ("window", "so_far", "whole_batch")
+
+
+@dataclass(frozen=True)
+class Pace:
+    rate: Optional[float] = None        # settled tasks per second
+    seconds: Optional[float] = None     # over how long
+    as_of: Optional[float] = None       # up to when (Unix time)
+    basis: Optional[str] = None         # one of PACE_BASES
+
+
+def batch_pace(record: Optional[BatchRecord], tasks: Optional[dict], samples: list, now: float,
+               store_now: Optional[datetime]) -> Pace:
+    """The batch's rate as of now. A batch over: its average from its opening to its close (its record's
+    times). A batch running: the master's samples of the tally with the tally as read now as the newest,
+    over the last RATE_WINDOW; with no samples (no supervised master publishes them), its average since
+    it opened, on the store's clock. Unknown only with neither the store nor the samples, or a batch
+    opened this very second."""
+    if record is not None and record.is_done:
+        average = batch_average(record)
+        return Pace() if average is None else Pace(average[0], average[1], None, "whole_batch")
+    if samples and tasks is not None and tasks["done"] is not None and now > samples[-1][0] \
+            and tasks["settled"] >= samples[-1][1]:
+        samples = samples + [(now, tasks["settled"])]       # the tally now: the newest sample
+    measured = window_rate(samples)
+    if measured is not None:
+        return Pace(measured[0], round(measured[1], 3), samples[-1][0], "window")
+    if record is not None and tasks is not None and store_now is not None:
+        seconds = (store_now - record.batch_date).total_seconds()
+        if seconds >= 1:
+            return Pace(tasks["settled"] / seconds, round(seconds, 3), now, "so_far")
+    return Pace(as_of=samples[-1][0] if samples else None)
+
+
+def batch_average(record: BatchRecord) -> Optional[tuple]:
+    """(settled tasks per second, seconds) from the batch's opening (batch_date) to its close (the update_time of
+    its record once done); None when no close is known. The record keeps whole seconds: a batch that closed
+    within the second it opened counts as one second."""
+    if not record.is_done or record.update_time is None:
+        return None
+    seconds = max(0.0, (record.update_time - record.batch_date).total_seconds())
+    return (record.done_count + record.fail_count) / max(seconds, 1.0), seconds
 
 
 def _counters(backend, record: Optional[BatchRecord]) -> Optional[dict]:
@@ -106,13 +161,18 @@ def _progress_of(record: BatchRecord, settled: Optional[tuple], in_flight: int) 
     return Progress.from_counters(record.total_count, done, failed, in_flight)
 
 
-def _host_entry(snapshot: dict) -> dict:
+def _host_entry(snapshot: dict, finished: bool = False) -> dict:
+    """A supervisor's snapshot as plain data; once the batch is over, nothing of it is unflushed."""
     numbers = ("pid", "workers_alive", "workers_wanted", "master_alive", "done", "failed", "items",
                "unflushed", "in_flight")
     entry: dict[str, Any] = {name: int(snapshot.get(name, 0)) for name in numbers}
+    workers = json.loads(snapshot.get("workers") or "[]")
+    if finished:
+        entry["unflushed"] = 0
+        workers = [dict(worker, unflushed=0) for worker in workers]
     entry.update(host=snapshot["host"], instance=snapshot["instance"], role=snapshot["role"],
                  rate=float(snapshot.get("rate", 0)), seconds_ago=round(time.time() - float(snapshot["updated"]), 1),
-                 workers=json.loads(snapshot.get("workers") or "[]"))
+                 workers=workers)
     if snapshot.get("outage_since"):      # what its children wait for
         entry["outage"] = {"backend": snapshot.get("outage_backend", "?"), "since": float(snapshot["outage_since"]),
                            "reason": snapshot.get("outage_reason", "")}
@@ -129,28 +189,39 @@ def supervisor_name(entry: dict) -> str:
 
 def gather_history(runtime, count: int) -> list:
     """The last `count` batches from their records, newest first, as plain data. A batch still open has no
-    close: its duration and rate run to now, on the store's clock."""
+    close: its duration and rate run to now, on the store's clock, and its items are its counters' so far
+    (when the backend that keeps them answers)."""
     store = runtime.store
     store.open(runtime.layout)
     now = store.now()
-    return [history_entry(record, now) for record in store.recent_batches(count)]
+    records = store.recent_batches(count)
+    running = next((record for record in records if not record.is_done), None)
+    so_far = read_or_note([], lambda: runtime.backend.counters.counts(running.id)) if running else None
+    return [history_entry(record, now, so_far if record is running else None) for record in records]
 
 
-def history_entry(record: BatchRecord, now) -> dict:
+def history_entry(record: BatchRecord, now, counters_so_far: Optional[dict] = None) -> dict:
     """A batch's line of the history; a record table of the user's own may leave update_time NULL: no close
-    known, no duration."""
+    known, no duration, no rate. A closed batch's rate is its average from its opening to its close
+    (batch_average), a running one's from its opening to now. A count batchd kept is a number, 0 included;
+    None only where none was kept (an open batch's items, when its counters are not at hand)."""
     closed = record.update_time if record.is_done else None
     end = closed if record.is_done else now
     seconds = max(0.0, (end - record.batch_date).total_seconds()) if end is not None else None
     settled = record.done_count + record.fail_count
+    if record.is_done:
+        average = batch_average(record)
+        rate = average[0] if average else None
+    else:
+        rate = settled / max(seconds, 1.0) if seconds is not None else None
+    counters = record.counters if record.stats else counters_so_far
     opening = record.how_opened
     return {"id": record.id, "mode": opening.mode, "reset_failed": opening.reset_failed,
             "opened_with": opening.opened_with, "opened": record.batch_date.isoformat(sep=" "),
             "closed": closed.isoformat(sep=" ") if closed else None, "is_done": bool(record.is_done),
             "duration_seconds": seconds, "done": record.done_count, "failed": record.fail_count,
-            "total": record.total_count, "items": record.counters.get("item/stored") if record.stats else None,
-            "found": found_counts(record.counters), "rate": settled / seconds if seconds else None,
-            "spider": spider_entry(record.spider)}
+            "total": record.total_count, "items": counters.get("item/stored", 0) if counters is not None else None,
+            "found": found_counts(record.counters), "rate": rate, "spider": spider_entry(record.spider)}
 
 
 def spider_entry(spider: Optional[SpiderPrint]) -> Optional[dict]:

@@ -39,7 +39,7 @@ from .respawn import CONFIG_ATTEMPTS, after_end
 from .signal_inbox import SignalInbox
 from ..backends.ports import SupervisorPorts
 from ..config import Settings
-from ..errors import ConfigError, ExitCode
+from ..errors import BackendUnavailable, ConfigError, ExitCode
 from ..settle.ledger import LedgerBlock, Phase
 from ..service.lifecycle import Backoff
 from .loader import SpiderSource
@@ -122,24 +122,28 @@ class Supervisor:
                 self._report(time.monotonic())         # and their first figures are there before a first scrape
                 while self.children or not self.stopping:
                     self._turn()
-        except ConfigError as e:
+        except (ConfigError, BackendUnavailable) as e:      # 78, or 69 when a backend stayed down for the load
             log.error("%s", e)
-            self.exit_code = ExitCode.CONFIG
+            self.exit_code = e.exit_code
         finally:
             self._shut_down()
         return int(self.exit_code)
 
     def _load_spider(self) -> Optional[tuple]:
-        """(settings, namespace) from a probe child, tried a few times; None if stopped meanwhile."""
+        """(settings, namespace) from a probe child; None if stopped meanwhile. A spider that does not load
+        (a syntax error, an import of its own that fails, no such class, a bad setting) is a ConfigError at
+        once: no retry mends it. Only a backend down during the load is tried again, a few times."""
         backoff, attempt = Backoff(), 1
         while True:      # the last attempt returns or raises
             try:
                 return probe(self.context, self.source, self._forget_in_child, self._pet_watchdog)
-            except ConfigError as e:
+            except BackendUnavailable as e:
                 if attempt == CONFIG_ATTEMPTS:
-                    raise ConfigError(f"{e} (gave up after {attempt} attempts)") from None
+                    raise BackendUnavailable(f"loading the spider: {e} (gave up after {attempt} attempts)",
+                                             e.backend) from None
                 delay = backoff.next_delay()
-                log.error("%s; attempt %d of %d, again in %.1f s", e, attempt, CONFIG_ATTEMPTS, delay)
+                log.error("loading the spider: %s; attempt %d of %d, again in %.1f s", e, attempt, CONFIG_ATTEMPTS,
+                          delay)
                 if self._pause(delay):
                     log.info("stopped before the spider could be loaded")
                     return None
@@ -237,7 +241,7 @@ class Supervisor:
         log.info("%s: reloading the configuration and the spider", name)
         try:
             self._apply(*probe(self.context, self.source, self._forget_in_child, self._pet_watchdog))
-        except ConfigError as e:
+        except (ConfigError, BackendUnavailable) as e:
             log.error("reload failed, the running children carry on: %s", e)
             self.notifier.ready(self._report_tick())
             return

@@ -199,12 +199,12 @@ def test_once_ends_with_the_masters_word_75_lock_held_69_unreachable(mysql_backe
     assert mysql_backend.states() == {1: TaskState.PENDING}
 
 
-def test_a_bad_spider_path_exits_78_after_a_few_attempts(mysql_backend, procs):
+def test_a_bad_spider_path_exits_78_at_once(mysql_backend, procs):
     proc = start_batchd(procs, mysql_backend, "run", spider="spiders/no_such_file.py:CrawlTask")
     assert proc.wait(30) == 78
-    attempts = proc.output().splitlines()             # one line per attempt, nothing else
-    assert len(attempts) == 3 and all("no_such_file.py not found" in line for line in attempts)
-    assert "attempt 1 of 3" in attempts[0] and "gave up after 3 attempts" in attempts[2]
+    config, error = proc.output().splitlines()        # which config, then the one error: no retry mends it
+    assert "config /dev/null (BATCHD_CONFIG)" in config
+    assert "no_such_file.py not found" in error and "attempt" not in error
 
 
 def test_children_failing_on_their_configuration_stop_the_supervisor_with_78(mysql_backend, procs):
