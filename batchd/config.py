@@ -21,7 +21,6 @@ from typing import Any, Callable, Mapping, Optional
 from urllib.parse import urlsplit, urlunsplit
 
 from .errors import ConfigError
-from .release import VERSION
 
 
 DEFAULT_CONFIG_FILE = "/etc/batchd/batchd.toml"

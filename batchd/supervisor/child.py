@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from ..config import settings_from_plain
-from ..errors import BackendUnavailable, BatchdError, ConfigError, ExitCode
+from ..errors import BatchdError, ConfigError, ExitCode
 from ..service.lifecycle import Backoff, StopFlag
 from .loader import SpiderSource, build_runtime
 from ..reporting.metrics import MULTIPROC_ENV, keep_quality
@@ -162,15 +162,13 @@ def probe_main(source: SpiderSource, writer, supervisor_pid: int, forget: Callab
         message = {"settings": dataclasses.asdict(runtime.settings), "namespace": runtime.namespace}
     except ConfigError as e:
         message = {"error": str(e)}
-    except BackendUnavailable as e:      # the only failure of a load that waiting may mend
-        message = {"error": str(e), "unavailable": e.backend}
     writer.send_bytes(json.dumps(message).encode())
     writer.close()
 
 
 def probe(context, source: SpiderSource, forget: Callable[[], None], tick: Callable[[], None]) -> tuple:
     """(Settings, namespace) of the spider, resolved in a throwaway child; ConfigError if it does not
-    load, BackendUnavailable if a backend it reached for was down. `tick` runs while waiting (the supervisor keeps its watchdog going through a reload)."""
+    load (a load connects to no backend: nothing of it is worth a retry). `tick` runs while waiting (the supervisor keeps its watchdog going through a reload)."""
     reader, writer = context.Pipe(duplex=False)
     process = context.Process(target=probe_main, args=(source, writer, os.getpid(), forget),
                               name="batchd-probe", daemon=True)
@@ -181,8 +179,6 @@ def probe(context, source: SpiderSource, forget: Callable[[], None], tick: Calla
     finally:
         reader.close()
         process.join(5)
-    if "unavailable" in message:
-        raise BackendUnavailable(message["error"], message["unavailable"])
     if "error" in message:
         raise ConfigError(message["error"])
     return settings_from_plain(message["settings"], "the probe's answer"), message["namespace"]

@@ -35,13 +35,12 @@ from typing import Optional
 
 from .child import Child, ChildSpec, Plan, Seats, after_abort, child_main, describe_exit, probe
 from .escalation import KILL_GRACE, escalate, healthy, warn_short_watchdog
-from .respawn import CONFIG_ATTEMPTS, after_end
+from .respawn import after_end
 from .signal_inbox import SignalInbox
 from ..backends.ports import SupervisorPorts
 from ..config import Settings
 from ..errors import BackendUnavailable, ConfigError, ExitCode
 from ..settle.ledger import LedgerBlock, Phase
-from ..service.lifecycle import Backoff
 from .loader import SpiderSource
 from ..reporting.snapshots import supervisor_ports
 from ..reporting.supervisor_report import Reporter, Supervised, SupervisedChild, SupervisorReport
@@ -107,47 +106,27 @@ class Supervisor:
         set_process_title("batchd: supervisor (loading the spider)")
         self.signals.install()
         try:
-            loaded = self._load_spider()
-            if loaded is not None:
-                self._begin(*loaded)
-                # What the supervisor holds now (its modules above all) lives as long as it does: out of the
-                # collector's reach, a child's collections do not write to (and copy) those shared pages, and
-                # the exit does not walk them (0.1 s of a 0.4 s `batchd run --once` of a small batch).
-                gc.freeze()
-                # A worker keeps each task's objects (its run, lease, item) until the flush lands them, a
-                # second or so: at the default 700 it collected every 11 tasks, 28-53 us of CPU per task,
-                # where the bare loop spends 2-6 (docs/performance.md). The children inherit this.
-                gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
-                self._fill_seats(time.monotonic())     # the children start now, not after the loop's first TICK
-                self._report(time.monotonic())         # and their first figures are there before a first scrape
-                while self.children or not self.stopping:
-                    self._turn()
-        except (ConfigError, BackendUnavailable) as e:      # 78, or 69 when a backend stayed down for the load
+            # A spider that does not load (a syntax error, an import of its own that fails, no such class, a bad
+            # setting) is a ConfigError at once: no retry mends it.
+            self._begin(*probe(self.context, self.source, self._forget_in_child, self._pet_watchdog))
+            # What the supervisor holds now (its modules above all) lives as long as it does: out of the
+            # collector's reach, a child's collections do not write to (and copy) those shared pages, and
+            # the exit does not walk them (0.1 s of a 0.4 s `batchd run --once` of a small batch).
+            gc.freeze()
+            # A worker keeps each task's objects (its run, lease, item) until the flush lands them, a
+            # second or so: at the default 700 it collected every 11 tasks, 28-53 us of CPU per task,
+            # where the bare loop spends 2-6 (docs/performance.md). The children inherit this.
+            gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+            self._fill_seats(time.monotonic())     # the children start now, not after the loop's first TICK
+            self._report(time.monotonic())         # and their first figures are there before a first scrape
+            while self.children or not self.stopping:
+                self._turn()
+        except (ConfigError, BackendUnavailable) as e:      # 78, or 69 when a backend is down as it starts
             log.error("%s", e)
             self.exit_code = e.exit_code
         finally:
             self._shut_down()
         return int(self.exit_code)
-
-    def _load_spider(self) -> Optional[tuple]:
-        """(settings, namespace) from a probe child; None if stopped meanwhile. A spider that does not load
-        (a syntax error, an import of its own that fails, no such class, a bad setting) is a ConfigError at
-        once: no retry mends it. Only a backend down during the load is tried again, a few times."""
-        backoff, attempt = Backoff(), 1
-        while True:      # the last attempt returns or raises
-            try:
-                return probe(self.context, self.source, self._forget_in_child, self._pet_watchdog)
-            except BackendUnavailable as e:
-                if attempt == CONFIG_ATTEMPTS:
-                    raise BackendUnavailable(f"loading the spider: {e} (gave up after {attempt} attempts)",
-                                             e.backend) from None
-                delay = backoff.next_delay()
-                log.error("loading the spider: %s; attempt %d of %d, again in %.1f s", e, attempt, CONFIG_ATTEMPTS,
-                          delay)
-                if self._pause(delay):
-                    log.info("stopped before the spider could be loaded")
-                    return None
-            attempt += 1
 
     def _begin(self, settings, namespace: str) -> None:
         self._apply(settings, namespace)

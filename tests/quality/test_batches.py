@@ -4,7 +4,6 @@ sites are loopback shops (tests/httpserver.py, /shop/<n>), one host each (its po
 tests/spiders/shop.py."""
 import logging
 
-import pytest
 
 from harness import next_batch, quality_in_full, spider_factory
 from httpserver import TestSite
