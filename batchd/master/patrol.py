@@ -320,8 +320,8 @@ class Master:
                                           pending=0, processing=0)
         if self._idle_announced != batch.id:
             self._idle_announced = batch.id
-            log.info("no batch due: batch %d has finished; the next is due at %s", batch.id,
-                     next_due(batch, self.settings.BATCH_INTERVAL, self.settings.BATCH_INTERVAL_UNIT))
+            log.info("no batch due: batch %d has finished; the next is due at %s (batchd open-batch opens one "
+                     "now)", batch.id, next_due(batch, self.settings.BATCH_INTERVAL, self.settings.BATCH_INTERVAL_UNIT))
 
     def _due(self, batch: BatchRecord, now: datetime) -> bool:
         return is_due(batch, now, self.settings)
