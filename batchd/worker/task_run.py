@@ -246,8 +246,8 @@ class TaskRunner:
                 (request, sent, seq, attempts), run.parked = run.parked, None
             elif run.pending:
                 request = sent = run.pending.popleft()
-                own, run.own_left = run.own_left > 0, max(0, run.own_left - 1)
-                if self._is_duplicate(run, request, own):
+                is_own, run.own_left = run.own_left > 0, max(0, run.own_left - 1)
+                if self._is_duplicate(run, request, is_own):
                     continue
                 seq, attempts = run.next_request_seq(), 0
             else:
