@@ -114,7 +114,7 @@ class Assembly:
             set_aside=set_aside, watch=watch, downloader=downloader, pipeline=pipeline,
             prefetch=LeasePrefetch(ports.leases, settings.BATCH_LOST_TASK_STALE, tokens.next, ledger.free_slots),
             runner=TaskRunner(spider, settings, downloader, pipeline, ports.seen, ports.leases.namespace, name, memory,
-                              quality, breaker),
+                              quality, breaker, counted),
             timeouts=TaskTimeouts(settings.TASK_TIMEOUT, name, time_out))
         return Worker(settings, self.layout, ports, held, parts, name=name, keep_alive=keep_alive)
 

@@ -41,8 +41,9 @@ def open_batch_arguments(parser: argparse.ArgumentParser) -> None:
                         help="close the open batch as it stands first (its unsettled tasks go to the next)")
 
 
-@verb("open-batch", "open the next batch now, whatever the calendar says (exit 1 while one is open without "
-                    "--force, 69 when no master opens it within 30 s)", open_batch_arguments)
+@verb("open-batch", "open the next batch now, whatever the calendar says: the running master opens it, or this "
+                    "command when none runs (exit 1 while one is open without --force, 69 when the master holding "
+                    "the lock does not open it within 30 s)", open_batch_arguments)
 def open_batch_verb(args: argparse.Namespace) -> int:
     print(control.open_batch(runtime_from_args(args), args.force))
     return ExitCode.OK

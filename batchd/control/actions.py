@@ -3,14 +3,17 @@
 Pausing sets a flag in the queue backend: the master stops claiming and opening batches, and the
 lease script takes nothing while the flag is set (in the same atomic step, so no worker takes a task
 after the pause is said), while what the workers hold is finished and written back. `open-batch`
-leaves a request the master takes at its next patrol (it is woken at once) and waits to see the new
-batch's record.
+leaves a request the master takes at its next patrol: when a master holds the namespace's lock, it is woken
+at once and the command waits to see the new batch's record; when none does, the command is the master for
+a moment (master/patrol.py `Master.open_asked`: the lock, the request taken, the record, the reset, the first
+claims) and answers at once.
 """
 import time
 from typing import Optional
 
 from ..errors import BackendUnavailable, BatchdError, ExitCode
 from ..model import BatchRecord
+from ..service.lifecycle import StopFlag
 from ..reporting.snapshots import paused_text
 
 OPEN_WAIT_LEAST = 30.0       # seconds `open-batch` waits for the master to open the batch, at least
@@ -49,19 +52,29 @@ def resume(runtime) -> str:
     return f"namespace {runtime.namespace} resumed (paused since {paused_text(since)})"
 
 
-def open_batch(runtime, force: bool) -> str:
-    """Ask for the next batch now and wait until its record exists; BatchStillOpen while one is open
-    (unless `force`), NoMasterAnswered when no master opened it in time (the request stays)."""
-    store = runtime.store
+def open_batch(runtime, force: bool, stop: Optional[StopFlag] = None) -> str:
+    """Ask for the next batch now and see it opened: by the master holding the namespace's lock (the command
+    waits for its record), else here, as that master would (`Master.open_asked`). BatchStillOpen while one is
+    open (unless `force`); NoMasterAnswered when the lock's holder did not open it in time (the request stays)."""
     last_id, was_open = ask_open_batch(runtime, force)
-    wait = max(OPEN_WAIT_LEAST, 2 * runtime.settings.BATCH_MONITOR_INTERVAL)
-    opened = _wait_for_batch_after(store, last_id, wait)
-    if opened is None:
-        raise NoMasterAnswered(f"no master of namespace {runtime.namespace} opened the batch within {wait:g} s: is "
-                               "batchd-master running? The request stays; the master opens the batch at its next "
-                               "patrol")
     closed = f"batch {last_id} closed as it stood; " if was_open else ""
+    opened = runtime.master().open_asked(stop or StopFlag())
+    if opened is not None and (last_id is None or opened.id > last_id):
+        return f"{closed}batch {opened.id} opened at {opened.batch_date:%Y-%m-%d %H:%M:%S}{_left_to(opened)}"
+    wait = max(OPEN_WAIT_LEAST, 2 * runtime.settings.BATCH_MONITOR_INTERVAL)
+    opened = _wait_for_batch_after(runtime.store, last_id, wait)
+    if opened is None:
+        raise NoMasterAnswered(f"the master of namespace {runtime.namespace} ({runtime.backend.locks.lock_holder()}) "
+                               f"did not open the batch within {wait:g} s: is it stalled? The request stays; a "
+                               "master opens the batch at its next patrol")
     return f"{closed}batch {opened.id} opened at {opened.batch_date:%Y-%m-%d %H:%M:%S}"
+
+
+def _left_to(opened: BatchRecord) -> str:
+    """What a batch this command opened leaves to the master and the workers."""
+    if opened.resetting:
+        return " (no master is running; the next master finishes its reset, then claims its tasks)"
+    return " (no master is running: its first tasks wait in the queue for the workers, the rest for a master)"
 
 
 def ask_open_batch(runtime, force: bool) -> tuple:

@@ -59,6 +59,7 @@ ORPHAN_SCAN_LIMIT = 10000
 ANY_AGE = -DAY          # an age every task in processing is older than (stale_processing's bound)
 WALK_BUDGET = 0.15      # seconds of a walk (the reset, a reconciliation) in one patrol
 RESET_REPORT_EVERY = 10.0   # seconds between two lines on a reset under way
+OPEN_HERE_BUDGET = 5.0      # seconds `batchd open-batch` walks a reset itself when no master runs (open_asked)
 
 
 class Master:
@@ -118,6 +119,28 @@ class Master:
             if self._start(stop, once):
                 self._patrol_while_master(stop, once)
         finally:
+            self.alerts.close()
+
+    def open_asked(self, stop: StopFlag, budget: float = OPEN_HERE_BUDGET) -> Optional[BatchRecord]:
+        """`batchd open-batch` with no master running: take the master lock and patrol here as a master would,
+        taking the request the command left (open_on_request: the record, the reset, the first claims into the
+        queue), until the reset is walked or `budget` seconds passed (the next master goes on from the record's
+        cursor); then let the lock go. The last batch after; None when a master holds the lock (it takes the
+        request itself). An outage is final here (BackendUnavailable, 69), as in once mode."""
+        self._start(stop, once=True)
+        lock = self.locks.master_lock(self.owner, self.settings.MASTER_LOCK_TIMEOUT)
+        if not lock.acquire():
+            return None
+        keeper = LockKeeper(lock, self.settings.MASTER_LOCK_TIMEOUT)
+        keeper.start()
+        try:
+            deadline = time.monotonic() + budget
+            self.patrol(stop, keeper)
+            while self.walking and keeper.holds() and not stop.is_set() and time.monotonic() < deadline:
+                self.patrol(stop, keeper)
+            return self.batch
+        finally:
+            keeper.stop()
             self.alerts.close()
 
     def _patrol_while_master(self, stop: StopFlag, once: bool) -> None:
@@ -297,8 +320,8 @@ class Master:
                                           pending=0, processing=0)
         if self._idle_announced != batch.id:
             self._idle_announced = batch.id
-            log.info("no batch due: batch %d has finished; the next is due at %s", batch.id,
-                     next_due(batch, self.settings.BATCH_INTERVAL, self.settings.BATCH_INTERVAL_UNIT))
+            log.info("no batch due: batch %d has finished; the next is due at %s (batchd open-batch opens one "
+                     "now)", batch.id, next_due(batch, self.settings.BATCH_INTERVAL, self.settings.BATCH_INTERVAL_UNIT))
 
     def _due(self, batch: BatchRecord, now: datetime) -> bool:
         return is_due(batch, now, self.settings)

@@ -1,13 +1,18 @@
 """The supervisor's children: what runs in a process it forks (the master's loop, a worker's loop, or
 the probe), and its account of each child (Plan, Child, Seats, how an end is described).
 
-First thing after the fork, before any user code (`enter_child`):
+The supervisor forks with its signals blocked (`start_child`): the new child inherits the mask, so a
+signal sent to it before it has its own handlers waits instead of reaching the supervisor's handlers copied
+into it, where it was lost (a `--once` run's warm stop coming as a worker was forked: that worker never
+stopped, and the run lasted until STOP_TIMEOUT's cold stop). First thing after the fork, before any user
+code (`enter_child`):
 1. drop the supervisor's signal handlers and wake-up fd (inherited through the fork) and
    ask the kernel for SIGTERM when the supervisor dies (PR_SET_PDEATHSIG): a SIGKILLed
    supervisor leaves no orphans; a parent already gone before the prctl is checked for;
 2. TERM = warm stop (a repeated TERM stays warm: systemd's KillMode=control-group and the
    supervisor may both send one), QUIT = cold stop; INT, HUP, TTIN, TTOU are the
-   supervisor's business (a terminal's Ctrl-C reaches the whole process group);
+   supervisor's business (a terminal's Ctrl-C reaches the whole process group); then the
+   signals are unblocked, and one sent meanwhile is acted on now;
 3. let go of the supervisor's notify socket and NOTIFY_SOCKET: children never notify;
 4. faulthandler on, so the SIGABRT a silent child gets prints where every thread was;
 5. a thread that dies ends the child at once (the thread guard's fatal hook), with 78 for a
@@ -80,12 +85,23 @@ def enter_child(supervisor_pid: int, forget: Callable[[], None]) -> StopFlag:
     signal.signal(signal.SIGQUIT, lambda signum, frame: stop.request_cold())
     for sig in LEFT_TO_THE_SUPERVISOR:
         signal.signal(sig, signal.SIG_IGN)
-    forget()
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, SUPERVISOR_SIGNALS)    # (blocked by start_child: one sent
+    forget()                                                           # meanwhile reaches its handler now)
     for name in NOTIFY_VARIABLES:
         os.environ.pop(name, None)
     faulthandler.enable(all_threads=True)
     guard.on_fatal(_exit_now)
     return stop
+
+
+def start_child(process: multiprocessing.process.BaseProcess) -> None:
+    """Fork `process` with the supervisor's signals blocked in the forking thread, so in the child until
+    enter_child has its handlers; the supervisor's own signals wait the moment a fork takes."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, SUPERVISOR_SIGNALS)
+    try:
+        process.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def _exit_now(reason: str, exit_code: int) -> None:
@@ -172,7 +188,7 @@ def probe(context, source: SpiderSource, forget: Callable[[], None], tick: Calla
     reader, writer = context.Pipe(duplex=False)
     process = context.Process(target=probe_main, args=(source, writer, os.getpid(), forget),
                               name="batchd-probe", daemon=True)
-    process.start()
+    start_child(process)
     writer.close()
     try:
         message = _probe_answer(reader, process, tick)
@@ -230,6 +246,7 @@ class Child:
     cold_since: Optional[float] = None        # SIGQUIT sent: cold stop
     aborted_since: Optional[float] = None     # SIGABRT sent: it went silent
     killed_since: Optional[float] = None      # SIGKILL sent
+    exiting_since: Optional[float] = None     # its sentinel fired before its exit status was there
     stuck_logged: bool = False
 
     @property

@@ -5,7 +5,8 @@ snapshots and lease give-backs go to batchd's own tables in the file). The spide
 throwaway probe child (its settings and namespace come back as JSON), then the supervisor allocates the shared
 LedgerBlock and forks its children, then loops, one thread, never blocking for long:
 
-    wait for a child's sentinel or a signal's wake-up byte (at most TICK)
+    wait for a child's sentinel or a signal's wake-up byte (at most TICK; a child whose sentinel fired
+        before its exit status was there is polled instead, EXIT_POLL and more apart)
     dispatch the signals the handlers recorded (signal_inbox.py): TERM / INT warm stop (again: cold),
         QUIT cold stop, HUP reload and replace the children, TTIN / TTOU one worker more / fewer
     reap each child whose sentinel fired: one line with what it held in memory, its row
@@ -33,7 +34,7 @@ import socket
 import time
 from typing import Optional
 
-from .child import Child, ChildSpec, Plan, Seats, after_abort, child_main, describe_exit, probe
+from .child import Child, ChildSpec, Plan, Seats, after_abort, child_main, describe_exit, probe, start_child
 from .escalation import KILL_GRACE, escalate, healthy, warn_short_watchdog
 from .respawn import after_end
 from .signal_inbox import SignalInbox
@@ -51,6 +52,7 @@ from ..worker.worker import ledger_slots
 log = logging.getLogger("batchd.supervisor")
 
 TICK = 0.25               # the loop's longest wait: every timer is checked this often
+EXIT_POLL = 0.002         # the first wait for the exit status of a child whose sentinel fired; it doubles
 EXTEND_EVERY = 2.0        # while draining, EXTEND_TIMEOUT_USEC this often,
 EXTEND_BY = 10.0          # each granting this much: a supervisor that hangs is not waited for long
 GC_YOUNG_THRESHOLD = 10_000   # allocations between two young collections, in the supervisor and its children
@@ -178,17 +180,28 @@ class Supervisor:
 
     # -- one turn of the loop
     def _turn(self) -> None:
-        sentinels = {child.process.sentinel: child for child in self.children}
-        ready = self.signals.wait(list(sentinels), TICK)
+        # A child's sentinel (its end of a pipe) fires as its process closes its files, a moment before the
+        # kernel has its exit status (milliseconds, for a worker with many threads). Waited on again, the
+        # sentinel would answer at once, hundreds of turns in a row: such a child is polled instead.
+        exiting = [child for child in self.children if child.exiting_since is not None]
+        sentinels = {child.process.sentinel: child for child in self.children if child.exiting_since is None}
+        ready = self.signals.wait(list(sentinels), self._exit_poll(exiting) if exiting else TICK)
         self._dispatch_signals()
         now = time.monotonic()
-        for handle in ready:
-            if handle in sentinels:
-                self._reap(sentinels[handle], now)
+        for child in exiting + [sentinels[handle] for handle in ready if handle in sentinels]:
+            self._reap(child, now)
         escalate(self.children, self._ledger, self._loaded_settings, now)
         if not self.stopping:
             self._fill_seats(now)
         self._report(now)
+
+    @staticmethod
+    def _exit_poll(exiting: list) -> float:
+        """The wait before looking again for the exit status of children whose sentinel fired: EXIT_POLL, and
+        as long again as the longest has been waited for (a child that shut its end of the pipe and lives on
+        costs a turn per TICK, not a busy loop)."""
+        waited = time.monotonic() - min(child.exiting_since for child in exiting)
+        return min(TICK, max(EXIT_POLL, waited))
 
     # -- signals: the handlers only record them (signal_inbox.py), the loop acts
     def _pause(self, seconds: float) -> bool:
@@ -306,7 +319,7 @@ class Supervisor:
         self._ledger.prepare(row)
         process = self.context.Process(target=child_main, name=f"batchd-{base.replace(' ', '-')}",
                                        args=(spec, self.source, self.block, self.pid, self._forget_in_child))
-        process.start()
+        start_child(process)
         self.children.append(Child(spec=spec, process=process, spawned_at=now))
         log.info("%s started (pid %d)%s", spec.name, process.pid,
                  "; --refetch: the next batch it opens fetches every page whole and runs every callback"
@@ -320,8 +333,9 @@ class Supervisor:
 
     def _reap(self, child: Child, now: float) -> None:
         code = child.process.exitcode
-        if code is None:
-            return          # the sentinel fired a moment before the exit status is there
+        if code is None:      # the sentinel fired a moment before the exit status is there: polled (_turn)
+            child.exiting_since = child.exiting_since or now
+            return
         self.children.remove(child)
         self.report.child_ended(child.pid)      # its live gauge goes from /metrics; its counters stay in the sums
         lost, row = self._ledger.lost(child.spec.row), self._ledger.row(child.spec.row)

@@ -45,7 +45,7 @@ from ..alerts.alerts import Alerts
 from .dumps import FailedItemsFile
 from ..item import Item
 from .item_checks import InvalidItems, check_item, check_item_table, item_document
-from .task_run import CheckedItem, TaskRun
+from .task_run import CheckedItem, TaskRun, count_nothing
 from ..service.lifecycle import Backoff
 from ..model import COLUMNS_ITEM_KIND, ItemDestination, ItemRow, TaskFailure
 from ..service.outages import OutageWatch, retry_through_outages
@@ -65,10 +65,6 @@ COLUMN_IN_MESSAGE = re.compile(r"""(?:column|field)\s+['"]?((?:`[^`]+`\.?)+|[A-Z
 
 class Abandoned(Exception):
     """The lander gave up mid-turn (a stop met an outage): what it held stays for the leases."""
-
-
-def count_nothing(name: str, n: int, batch_id: Any) -> None:
-    """The default `count` of a Pipeline: figures ("item/invalid", 1, batch id) go nowhere."""
 
 
 class Pipeline:

@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Optional, Protocol
+from typing import Any, Callable, NamedTuple, Optional, Protocol
 
 from requests.cookies import RequestsCookieJar
 
@@ -47,6 +47,7 @@ log = logging.getLogger("batchd.worker")
 
 ERRORS_REMEMBERED = 10000    # distinct (task, error) pairs whose traceback was logged
 SPIDER_HOOKS = ("download_midware", "validate")     # what the downloader may call for each attempt
+FILTERED = "dupefilter/filtered"     # the batch's counter of requests REQUEST_FILTER_ENABLE dropped
 
 
 @dataclass(eq=False)
@@ -69,6 +70,7 @@ class TaskRun:
     timed_out: bool = False       # failed by TASK_TIMEOUT: its lease is no longer renewed
     thread_ident: int = 0         # the fetch thread processing it (the last one, while set aside)
     pending: Optional[collections.deque] = None    # requests to run, once task_requests has run
+    own_left: int = 0             # the task's own requests (task_requests') still at the head of `pending`
     parked: Optional[tuple] = None    # (request, as it goes, seq, attempts): the one that may not go yet
     aside_since: Optional[float] = None    # set aside since (TASK_TIMEOUT counts the time in a thread only)
     cookies: RequestsCookieJar = field(default_factory=RequestsCookieJar)
@@ -173,6 +175,10 @@ class BlockPage(Exception):
         self.cause = cause
 
 
+def count_nothing(name: str, n: int, batch_id: Any) -> None:
+    """The default `count` of a TaskRunner and a Pipeline: figures ("item/invalid", 1, batch id) go nowhere."""
+
+
 def overridden_hooks(spider) -> frozenset:
     """The SPIDER_HOOKS the spider's class overrides (BatchSpider marks its defaults `does_nothing`)."""
     return frozenset(name for name in SPIDER_HOOKS
@@ -184,13 +190,14 @@ class TaskRunner:
 
     def __init__(self, spider, settings: Settings, downloader, gate: Gate, seen: SeenFilter, namespace: str,
                  worker_name: str, memory: Optional[PageMemory] = None, quality: Optional[QualityTally] = None,
-                 breaker=None):
+                 breaker=None, count: Callable[[str, int, Any], None] = count_nothing):
         """`memory`: what re-crawls remember of pages (None: nothing, every page is fetched and parsed);
         `quality`: the worker's quality counters (None: QUALITY_CHECKS off, nothing counted); `breaker`: the
-        chain's HostBreakerMiddleware that holds a host found serving a block page (None: the hold is off)."""
+        chain's HostBreakerMiddleware that holds a host found serving a block page (None: the hold is off);
+        `count(name, n, batch id)`: the batch's counters (FILTERED: the requests REQUEST_FILTER_ENABLE dropped)."""
         self.spider, self.settings, self.downloader, self.gate, self.seen = spider, settings, downloader, gate, seen
         self.namespace, self.worker_name = namespace, worker_name
-        self.memory, self.quality, self.breaker = memory, quality, breaker
+        self.memory, self.quality, self.breaker, self.count = memory, quality, breaker, count
         self.judges_pages = breaker is not None and quality is not None and bool(quality.holds)
         self._overridden_hooks = overridden_hooks(spider)
 
@@ -237,14 +244,17 @@ class TaskRunner:
         task = run.lease.task
         if run.pending is None:
             with user_code(run):
-                run.pending = collections.deque(_as_requests(self.spider.task_requests(task), "task_requests"))
+                own = _as_requests(self.spider.task_requests(task), "task_requests")
+            run.pending = collections.deque(self._without_repeats(run, own))
+            run.own_left = len(run.pending)
         self.downloader.use_cookies(run.cookies)
         while not stop.cold:
             if run.parked is not None:
                 (request, sent, seq, attempts), run.parked = run.parked, None
             elif run.pending:
                 request = sent = run.pending.popleft()
-                if self._is_duplicate(run, request):
+                is_own, run.own_left = run.own_left > 0, max(0, run.own_left - 1)
+                if self._is_duplicate(run, request, is_own):
                     continue
                 seq, attempts = run.next_request_seq(), 0
             else:
@@ -394,14 +404,38 @@ class TaskRunner:
         """A callback or errback given as the name of a method of the spider, or as a callable."""
         return getattr(self.spider, callback) if isinstance(callback, str) else callback
 
-    def _is_duplicate(self, run: TaskRun, request: Request) -> bool:
+    def _without_repeats(self, run: TaskRun, requests: list) -> list:
+        """task_requests' requests, with REQUEST_FILTER_ENABLE each fingerprint once (a repeat among them is
+        dropped and counted); what the batch saw before is not asked here: a task's own requests all go."""
+        if not self.settings.REQUEST_FILTER_ENABLE:
+            return requests
+        kept, fingerprints = [], set()
+        for request in requests:
+            if not request.dont_filter:
+                fingerprint = request.fingerprint()
+                if fingerprint in fingerprints:
+                    self._dropped(run, request)
+                    continue
+                fingerprints.add(fingerprint)
+            kept.append(request)
+        return kept
+
+    def _is_duplicate(self, run: TaskRun, request: Request, own: bool) -> bool:
+        """Whether REQUEST_FILTER_ENABLE drops `request` as already made in this batch. A task's own request
+        (`own`: one task_requests yielded) is marked seen but never dropped: a link of another task (or this
+        task's earlier lease) may have reached its URL first, and dropping it would leave the task with nothing
+        to do, back to pending until BATCH_TASK_MAX_ATTEMPTS failed it."""
         if not self.settings.REQUEST_FILTER_ENABLE or request.dont_filter:
             return False
-        if self.seen.first_seen(run.lease.batch_id, request.fingerprint()):
+        if self.seen.first_seen(run.lease.batch_id, request.fingerprint()) or own:
             return False
-        log.debug("task %s: %s dropped as a duplicate", run.task_id, request)
+        self._dropped(run, request)
         return True
 
+    def _dropped(self, run: TaskRun, request: Request) -> None:
+        self.count(FILTERED, 1, run.lease.batch_id)
+        log.debug("task %s: %s %s dropped as already made in batch %s (REQUEST_FILTER_ENABLE)", run.task_id,
+                  request.method, request.url, run.lease.batch_id)
 
 def _each(run: TaskRun, produced):
     """What a callback produced, one by one, each step of its generator run as the spider's code."""

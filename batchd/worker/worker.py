@@ -404,10 +404,9 @@ class Worker:
         return len(handed)
 
     def _may_start_elsewhere(self, run: TaskRun) -> bool:
-        """A task that sent nothing, unless its first request went through REQUEST_FILTER_ENABLE's filter
-        (run again elsewhere, it would be dropped as already seen)."""
-        return run.sent_nothing() and (not self.settings.REQUEST_FILTER_ENABLE
-                                       or bool(run.parked and run.parked[0].dont_filter))
+        """A task that sent nothing: its first request is its own (task_requests'), which REQUEST_FILTER_ENABLE's
+        filter never drops, so it starts elsewhere as it would here."""
+        return run.sent_nothing()
 
     def _wake_master_when_empty(self) -> None:
         if time.monotonic() - self._last_empty_wake > EMPTY_WAKE_GAP:

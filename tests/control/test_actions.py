@@ -1,6 +1,7 @@
 """`batchd pause`, `resume` and `open-batch` (batchd/control/actions.py) on every backend, with a master and a
 worker running, and the commands themselves against MariaDB and Redis."""
 import logging
+import time
 
 import pytest
 
@@ -86,13 +87,40 @@ def test_open_batch_force_closes_the_open_one_as_it_stands(backend, site, caplog
     assert "closed by batchd open-batch --force" in caplog.text
 
 
-def test_open_batch_without_a_master_leaves_the_request_and_says_so(backend, site, monkeypatch):
+def test_open_batch_without_a_master_opens_it_at_once(backend, site, caplog):
+    """Issue 34: with no master running, open-batch waited 30 s for one and ended 69. It is the master for a
+    moment: the record, the reset and the first claims, the lock let go; a master that starts later runs it."""
+    backend.create_tasks([site.url("/page/1"), site.url("/page/2")])
+    factory = spider_factory(backend, CrawlTask)
+    runtime = factory().runtime
+    started = time.monotonic()
+    with caplog.at_level(logging.INFO, logger="batchd"):
+        said = control.open_batch(runtime, force=False)
+    assert time.monotonic() - started < 5, "no wait for a master"
+    assert said.startswith("batch 1 opened at") and "no master is running" in said, said
+    assert "batchd open-batch: the next batch opens now" in caplog.text, "through the master's own path"
+    assert runtime.backend.locks.lock_holder() is None, "the lock let go"
+    assert [r["id"] for r in backend.records()] == [1] and not backend.records()[0]["is_done"]
+    assert runtime.backend.leases.pending_count() == 2, "its tasks claimed into the queue"
+    with InProcessBatch(factory):     # a master and a worker that start later run it
+        wait_for(lambda: backend.records()[-1]["is_done"], message="the batch done")
+    assert len(backend.records()) == 1 and set(backend.states().values()) == {D}
+
+
+def test_open_batch_waits_for_a_master_holding_the_lock(backend, site, monkeypatch):
+    """A master holds the lock but does not answer (stalled): the request stays, and the command says so."""
     backend.create_tasks([site.url("/page/1")])
     factory = spider_factory(backend, CrawlTask)
     monkeypatch.setattr(control, "OPEN_WAIT_LEAST", 0.5)
     runtime = factory().runtime
-    with pytest.raises(control.NoMasterAnswered, match="is batchd-master running"):
-        control.open_batch(runtime, force=False)
+    lock = runtime.backend.locks.master_lock("elsewhere:1", 30.0)
+    assert lock.acquire()
+    try:
+        with pytest.raises(control.NoMasterAnswered, match=r"\(elsewhere:1\) did not open the batch"):
+            control.open_batch(runtime, force=False)
+        assert backend.records() == []
+    finally:
+        lock.release()
     with InProcessBatch(factory):     # a master that starts later takes the request
         wait_for(lambda: backend.records() and backend.records()[-1]["is_done"], message="the batch done")
 
@@ -113,3 +141,12 @@ def test_the_commands_pause_resume_and_open_batch(mysql_backend):
         assert refused.returncode == 1 and "batch 1 is still open" in one_error_line(refused)
         forced = batchd("open-batch", "--force", SEED, backend=mysql_backend)
         assert forced.returncode == 0 and "batch 1 closed as it stood; batch 2 opened" in forced.stdout, forced.stderr
+
+
+def test_the_command_open_batch_without_a_master_answers_at_once(mysql_backend):
+    mysql_backend.create_tasks(["http://x.invalid/1"])
+    started = time.monotonic()
+    opened = batchd("open-batch", SEED, backend=mysql_backend)
+    assert opened.returncode == 0 and "batch 1 opened at" in opened.stdout, opened.stderr
+    assert "no master is running" in opened.stdout and time.monotonic() - started < 15
+    assert mysql_backend.states() == {1: TaskState.PROCESSING}, "claimed into the queue"

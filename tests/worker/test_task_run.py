@@ -1,11 +1,12 @@
 """Requests that fail, callbacks that raise, tasks that never settle: on every store, each ends
 its task the documented way and never stops the worker."""
+import json
 import logging
 import traceback
 
 import batchd as mw
 from batchd.task import TaskState
-from harness import settle as settle_batch, spider_factory
+from harness import next_batch, settle as settle_batch, spider_factory
 from taskdb import bring_back
 from spiders.seed import CrawlTask
 
@@ -137,6 +138,42 @@ def test_request_deduplication_is_off_by_default(backend, site):
     backend.create_tasks([site.url("/page/1")])
     assert settle(backend, DoubleRequestSpider) == {1: D}
     assert site.hits("/page/1") == 2
+
+
+class LinkingSpider(CrawlTask):
+    """A page of links follows its relative one (/page/1) and its 404 to parse_page; each task is done."""
+
+    def parse(self, request, response, task):
+        if "/links" in request.url:
+            yield response.follow(response.css("a.relative")[0], callback=self.parse_page)
+            yield response.follow(response.css("a.gone")[0], callback=self.parse_page, errback=self.gone)
+        yield {"url": response.url}
+        self.update_task(task["id"], ok=True)
+
+    def parse_page(self, request, response, task):
+        yield {"url": response.url}
+
+    def gone(self, request, failure, task):
+        yield {"url": request.url, "gone": failure.status_code}
+
+
+def test_request_deduplication_never_drops_a_tasks_own_request_that_a_link_reached_first(backend, site, caplog):
+    """Issue 34: task 2's page was reached first as a link of task 1; its own request was dropped as seen, and
+    the task went back to pending BATCH_TASK_MAX_ATTEMPTS times and failed. Task 3, a second page of links, is
+    crawled, and its links (reached by task 1's) are dropped: counted in the batch's counters, logged by URL."""
+    backend.create_tasks([site.url("/links"), site.url("/page/1"), site.url("/links?again")])
+    with caplog.at_level(logging.INFO, logger="batchd"), caplog.at_level(logging.DEBUG, logger="batchd.worker"):
+        record = next_batch(backend, factory(backend, LinkingSpider, REQUEST_FILTER_ENABLE=True,
+                                             SPIDER_THREAD_COUNT=1))
+    assert backend.states() == {1: D, 2: D, 3: D}
+    assert "leased" not in caplog.text
+    assert (site.hits("/links"), site.hits("/page/1"), site.hits("/status/404")) == (2, 2, 1)
+    stats = json.loads(record["stats"]) if isinstance(record["stats"], str) else dict(record["stats"])
+    assert stats.get("dupefilter/filtered") == 2, stats
+    dropped = [r.getMessage() for r in caplog.records if "dropped as already made" in r.getMessage()]
+    assert sorted(line.split()[3] for line in dropped) == [site.url("/page/1"), site.url("/status/404")]
+    assert "dupefilter/filtered 2" in next(r.getMessage() for r in caplog.records
+                                           if r.getMessage().startswith("batch 1 done:"))
 
 
 class FollowingSpider(CrawlTask):
