@@ -94,6 +94,11 @@ class Runtime:
             self._backend = open_backend(self.settings, self.namespace, self.store)
         return self._backend
 
+    def items_place(self) -> str:
+        """Where this spider's items are stored, for a newcomer who asks how to see what a batch got: the table
+        and the store (an Item class with a `__table__` of its own writes there too)."""
+        return f"table {self.layout.item_destination[0]} of {self.store.describe()}"
+
     def close(self) -> None:
         if self._backend is not None:
             self._backend.close()

@@ -43,6 +43,7 @@ def render_status(status: dict) -> str:
     lines += _progress_lines(tasks)
     if status["counters"] is not None:
         lines.append(f"counters {summary(status['counters'])}")
+    lines.append(f"items    in {status['items_in']}")
     if status.get("quality") is not None:
         lines.append(quality_text(status["quality"]))
     if queue["waiting"] is not None:

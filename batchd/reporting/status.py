@@ -47,6 +47,7 @@ def gather_status(runtime) -> dict:
     return {
         "namespace": runtime.namespace,
         "table": layout.table,
+        "items_in": runtime.items_place(),
         "unreachable": unreachable,
         "store_reached": reached is not None,
         "batch": batch,

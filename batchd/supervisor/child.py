@@ -175,7 +175,8 @@ def probe_main(source: SpiderSource, writer, supervisor_pid: int, forget: Callab
     set_process_title("batchd: probe")
     try:
         runtime = build_runtime(source)
-        message = {"settings": dataclasses.asdict(runtime.settings), "namespace": runtime.namespace}
+        message = {"settings": dataclasses.asdict(runtime.settings), "namespace": runtime.namespace,
+                   "items_in": runtime.items_place()}
     except ConfigError as e:
         message = {"error": str(e)}
     writer.send_bytes(json.dumps(message).encode())
@@ -183,7 +184,7 @@ def probe_main(source: SpiderSource, writer, supervisor_pid: int, forget: Callab
 
 
 def probe(context, source: SpiderSource, forget: Callable[[], None], tick: Callable[[], None]) -> tuple:
-    """(Settings, namespace) of the spider, resolved in a throwaway child; ConfigError if it does not
+    """(Settings, namespace, where its items go) of the spider, resolved in a throwaway child; ConfigError if it does not
     load (a load connects to no backend: nothing of it is worth a retry). `tick` runs while waiting (the supervisor keeps its watchdog going through a reload)."""
     reader, writer = context.Pipe(duplex=False)
     process = context.Process(target=probe_main, args=(source, writer, os.getpid(), forget),
@@ -197,7 +198,7 @@ def probe(context, source: SpiderSource, forget: Callable[[], None], tick: Calla
         process.join(5)
     if "error" in message:
         raise ConfigError(message["error"])
-    return settings_from_plain(message["settings"], "the probe's answer"), message["namespace"]
+    return settings_from_plain(message["settings"], "the probe's answer"), message["namespace"], message["items_in"]
 
 
 def _probe_answer(reader, process, tick: Callable[[], None]) -> dict:

@@ -72,8 +72,9 @@ class Supervisor:
         self.host, self.pid = socket.gethostname(), os.getpid()
         self.children: list = []
         self.seats: dict = {}
-        self.settings: Optional[Settings] = None          # these three once the spider is loaded (_begin)
+        self.settings: Optional[Settings] = None          # these once the spider is loaded (_begin)
         self.namespace: Optional[str] = None
+        self.items_in = ""                                 # where the spider's items go (Runtime.items_place)
         self.block: Optional[LedgerBlock] = None
         self.ports: Optional[SupervisorPorts] = None     # the board, and the leases of a dead worker to give back
         # Everything it reports (the snapshot, STATUS=, /metrics) comes from its report, handed what it knows.
@@ -130,8 +131,8 @@ class Supervisor:
             self._shut_down()
         return int(self.exit_code)
 
-    def _begin(self, settings, namespace: str) -> None:
-        self._apply(settings, namespace)
+    def _begin(self, settings, namespace: str, items_in: str) -> None:
+        self._apply(settings, namespace, items_in)
         workers = self.seats["worker"].wanted if "worker" in self.seats else None
         self.block = LedgerBlock(MASTER_ROWS if "master" in self.seats else 0,
                                  0 if workers is None else 2 * workers + SPARE_WORKER_ROWS,
@@ -143,9 +144,9 @@ class Supervisor:
         if settings.METRICS_PORT:      # before the first fork: the children count into its directory
             self.report.serve_metrics(settings.METRICS_ADDRESS, settings.METRICS_PORT)
 
-    def _apply(self, settings, namespace: str) -> None:
-        """Adopt resolved settings (at start and after a reload)."""
-        self.settings, self.namespace = settings, namespace
+    def _apply(self, settings, namespace: str, items_in: str) -> None:
+        """Adopt resolved settings (at start and after a reload); `items_in`: where the spider's items go."""
+        self.settings, self.namespace, self.items_in = settings, namespace, items_in
         set_log_namespace(namespace)
         logging.getLogger("batchd").setLevel(settings.LOG_LEVEL.upper())
         set_process_title(f"batchd: supervisor {self._where()}")
@@ -422,8 +423,8 @@ class Supervisor:
         if self.block is None:
             return          # no child ever ran: the reason was the one line already logged
         left_items, left_tasks = self.ended["left_items"], self.ended["left_tasks"]
-        log.info("exit %d: %d tasks done, %d failed, %d items stored by this host's workers; %s", self.exit_code,
-                 self.ended["done"], self.ended["failed"], self.ended["items"],
+        log.info("exit %d: %d tasks done, %d failed, %d items stored by this host's workers (in %s); %s",
+                 self.exit_code, self.ended["done"], self.ended["failed"], self.ended["items"], self.items_in,
                  f"{left_items} items of {left_tasks} tasks were left in memory (their leases bring them back)"
                  if left_tasks else "the ledger is at 0")
 

@@ -45,6 +45,9 @@ def test_in_its_folder_batchd_reads_the_projects_config_and_says_so(tmp_path, si
     lines = status.stdout.splitlines()
     assert lines[:2] == ["namespace crawl_task (task table crawl_task)", "config   " + config[len("config "):]]
     assert "progress 2/2: 2 done, 0 failed" in status.stdout and "unflushed items 0" in lines
+    where = f"table crawl_task_item of SQLite {folder}/batchd.db"
+    assert f"items    in {where}" in lines, "how to see what the batch got"
+    assert f"2 items stored by this host's workers (in {where})" in run.stderr.splitlines()[-1]
     rate, = [line for line in lines if line.startswith("rate ")]
     assert rate.endswith("finished, no ETA") and "unknown" not in rate
     history = batchd("status", "--history", cwd=folder).stdout.splitlines()
