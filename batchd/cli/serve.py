@@ -142,7 +142,7 @@ def checked_for_reload(args: argparse.Namespace) -> str:
     module that exits, hangs or crashes at import cannot end this command with 0."""
     try:
         source, _ = spider_source(args, config_files(args, role=args.role), {})
-        _, namespace = probe(multiprocessing.get_context("fork"), source, forget=lambda: None, tick=lambda: None)
+        _, namespace, _ = probe(multiprocessing.get_context("fork"), source, forget=lambda: None, tick=lambda: None)
     except ConfigError as e:
         raise ConfigError(f"reload refused, supervisor {args.pid} keeps its children: {e}") from None
     return namespace
