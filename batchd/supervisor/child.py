@@ -40,7 +40,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from ..config import settings_from_plain
+from ..config import Settings, settings_from_plain
 from ..errors import BatchdError, ConfigError, ExitCode
 from ..service.lifecycle import Backoff, StopFlag
 from .loader import SpiderSource, build_runtime
@@ -183,9 +183,11 @@ def probe_main(source: SpiderSource, writer, supervisor_pid: int, forget: Callab
     writer.close()
 
 
-def probe(context, source: SpiderSource, forget: Callable[[], None], tick: Callable[[], None]) -> tuple:
-    """(Settings, namespace, where its items go) of the spider, resolved in a throwaway child; ConfigError if it does not
-    load (a load connects to no backend: nothing of it is worth a retry). `tick` runs while waiting (the supervisor keeps its watchdog going through a reload)."""
+def probe(context, source: SpiderSource, forget: Callable[[], None],
+          tick: Callable[[], None]) -> tuple[Settings, str, str]:
+    """(Settings, namespace, where its items go) of the spider, resolved in a throwaway child; ConfigError if it
+    does not load (a load connects to no backend: nothing of it is worth a retry). `tick` runs while waiting (the
+    supervisor keeps its watchdog going through a reload)."""
     reader, writer = context.Pipe(duplex=False)
     process = context.Process(target=probe_main, args=(source, writer, os.getpid(), forget),
                               name="batchd-probe", daemon=True)
