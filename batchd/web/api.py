@@ -1,8 +1,8 @@
 """What each route of `batchd web` answers: the JSON API under /api/ (docs/web.md), and the data the pages
-draw, read from the sources `batchd status` reads (reporting/status.py, reporting/why.py, reporting/failed_tasks.py), the
-batch page's own figures beside them (reporting/batch_figures.py: its top failure reasons, bytes, 304s, what a
-re-crawl found, its life drawn from its record once the master's samples are gone), and a closed batch's data
-quality from the one `batchd quality` reads (reporting/quality_report.py).
+draw, read from the sources `batchd status` reads (reporting/status.py, reporting/why.py,
+reporting/failed_tasks.py), the batch page's own figures beside them (reporting/batch_figures.py: its top
+failure reasons, bytes, 304s, what a re-crawl found, its life drawn from its record once the master's samples
+are gone), and a closed batch's data quality from the one `batchd quality` reads (reporting/quality_report.py).
 
 Every read and every action runs on one guarded thread, the store thread (StoreThread): whatever the
 number of browsers, the dashboard holds one connection per store (the MySQL store keeps one per thread),

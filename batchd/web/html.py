@@ -3,9 +3,11 @@
 came from outside and are shown as text. The pages carry no inline script or style (the Content-Security-
 Policy forbids both); /static/app.js refreshes a page every REFRESH seconds and sends the actions.
 
-    /ns/NS/            the open batch: progress bar and chart, done, failed, pending, in flight, rate, ETA,
-                       why it is not done (the verdict of `batchd status --why`, the oldest tasks in flight),
-                       the queue, the workers per host, and the actions
+    /ns/NS/            the open batch: progress bar (its counts written under it) and chart (what it is drawn
+                       from said under it), done, failed, pending, in flight, bytes, 304s, new / changed /
+                       unchanged / gone, rate, ETA, the top failure reasons (links to the failures page), why
+                       it is not done (the verdict of `batchd status --why`, the oldest tasks in flight), the
+                       queue, the workers per host, and the actions
     /ns/NS/hosts       the busiest hosts: waiting, in flight, done, failed, latency, breaker
     /ns/NS/failures    failures by reason, and the tasks behind a reason (URL, reason, attempts, time)
     /ns/NS/history     the last batches: charts of tasks, duration and items, and a table

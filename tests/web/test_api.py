@@ -19,7 +19,7 @@ from supervised import SEED, batchd, batchd_command, free_port, one_error_line, 
 from taskdb import SqliteBackend
 from dashboards import (NAMING_SHOP, SCRIPT, TELLING, TOKEN, Web, answers, failing_urls, flagged_batch,
                         recrawled_batch, shop_tasks, table_counts)
-from batchd.web import html
+from batchd.web import charts, html
 from httpserver import TestSite
 
 
@@ -74,7 +74,8 @@ def test_the_batch_page_names_its_failures_counts_its_responses_and_draws_a_clos
 
     page = web.get(f"/ns/{namespace}/").text
     link = f'href="/ns/{namespace}/failures?reason=HTTP%20404">HTTP 404</a></td><td>2</td>'
-    assert link in page and 'id="chart-source">Drawn from the batch&#x27;s record' in page and 'class="line from-record"' in page
+    assert link in page and 'class="line from-record"' in page
+    assert 'id="chart-source">Drawn from the batch&#x27;s record' in page
     for cell, shown in (("found-changed", "1"), ("found-unchanged", "2"), ("not-modified", "2"),
                         ("bar-failed", "2 failed (40.0%)")):
         assert f'id="{cell}">{shown}<' in page, cell
@@ -91,6 +92,11 @@ def test_crawled_failure_reasons_are_escaped_on_the_batch_page():
     why = {"verdict": "finished", "waiting_on_hosts": [], "outages": [], "oldest": []}
     page = html.batch_page(status, figures, why, ["ns"], False)
     assert SCRIPT not in page and "?reason=%3Cscript%3Ealert%281%29%3C%2Fscript%3E\">&lt;script&gt;" in page
+
+
+def test_a_few_failures_among_many_are_seen_on_the_bar():
+    drawn = charts.bar(9995, 5, 10000)
+    assert 'class="failed" x="634.0" y="0" width="6.0"' in drawn and 'class="done" x="0" y="0" width="634.0"' in drawn
 
 
 def test_the_quality_api_and_page_say_what_batchd_quality_says(shared_backend, site, procs):
