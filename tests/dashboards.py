@@ -1,9 +1,10 @@
 """A `batchd web` process for the dashboard's tests (tests/web/), and what they feed it: the spider that tells its
-failures, crawled text to escape, a token."""
+failures, crawled text to escape, a token, a re-crawled batch closed with failures."""
 import requests
 
 from batchd.task import TaskState
-from harness import wait_for
+from harness import next_batch, wait_for
+from spiders.seed import CrawlTask
 from supervised import free_port, start_batchd
 
 TELLING = "spiders/faulty.py:TellingCrawlTask"
@@ -66,6 +67,17 @@ def flagged_batch(procs, backend) -> None:
     proc = start_batchd(procs, backend, "run", "--once", "--workers", "1", spider=NAMING_SHOP,
                         QUALITY_MIN_COVERAGE='{"title": 0.95}', QUALITY_BLOCK_HOLD="false")
     assert proc.wait(90) == 65, proc.output()[-3000:]
+
+
+def recrawled_batch(backend, site) -> None:
+    """Two batches in-process (no supervisor: no master's samples left) over 3 versioned pages and 2 pages
+    answering 404, revalidating: the second closes with the 404s failed again, page 3 changed, 1 and 2 answered
+    304 (unchanged)."""
+    backend.create_tasks([site.url(f"/versioned/{n}") for n in (1, 2, 3)]
+                         + [site.url(f"/status/404?n={n}") for n in (1, 2)])
+    for version in (0, 1):
+        site.versions[3] = version
+        next_batch(backend, lambda: CrawlTask(batch_store=backend.store(), settings=backend.settings(REVALIDATE=True)))
 
 
 def answers(base: str) -> bool:

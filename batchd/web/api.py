@@ -1,6 +1,8 @@
 """What each route of `batchd web` answers: the JSON API under /api/ (docs/web.md), and the data the pages
-draw, read from the sources `batchd status` reads (reporting/status.py, reporting/why.py, reporting/failed_tasks.py), and a
-closed batch's data quality from the one `batchd quality` reads (reporting/quality_report.py).
+draw, read from the sources `batchd status` reads (reporting/status.py, reporting/why.py,
+reporting/failed_tasks.py), the batch page's own figures beside them (reporting/batch_figures.py: its top
+failure reasons, bytes, 304s, what a re-crawl found, its life drawn from its record once the master's samples
+are gone), and a closed batch's data quality from the one `batchd quality` reads (reporting/quality_report.py).
 
 Every read and every action runs on one guarded thread, the store thread (StoreThread): whatever the
 number of browsers, the dashboard holds one connection per store (the MySQL store keeps one per thread),
@@ -8,7 +10,7 @@ and a question asked again within CACHE_SECONDS is answered from memory. A reque
 up to STORE_WAIT; past it, it gets 503 while the read goes on.
 
 A URL from a crawl is shown with its password redacted (config.redact_url); every string from a crawl is
-data here (JSON), escaped by the pages (pages.py).
+data here (JSON), escaped by the pages (html.py).
 """
 import json
 import logging
@@ -24,6 +26,7 @@ from ..errors import BatchdError
 from ..service.threads import start_thread
 from ..control.actions import ask_open_batch, pause, resume
 from ..control.requeue import requeue_failed
+from ..reporting.batch_figures import gather_batch_figures
 from ..reporting.failed_tasks import NoSuchBatch, failed_tasks
 from ..reporting.quality_report import gather_quality
 from ..reporting.status import gather_history, gather_hosts, gather_status
@@ -109,6 +112,13 @@ class Dashboard:
     def status(self, namespace: Optional[str]) -> dict:
         runtime = self.runtime(namespace)
         return self.store.ask(("status", runtime.namespace), lambda: gather_status(runtime))
+
+    def batch(self, namespace: Optional[str]) -> dict:
+        """What the batch page shows beside the status: read after it, of the batch it shows."""
+        status = self.status(namespace)
+        runtime = self.runtime(namespace)
+        return self.store.ask(("batch", runtime.namespace, status["time"]),
+                              lambda: gather_batch_figures(runtime, status))
 
     def why(self, namespace: Optional[str]) -> dict:
         runtime = self.runtime(namespace)

@@ -24,12 +24,14 @@ table.figures td { font-size: 1.3em; font-variant-numeric: tabular-nums; }
 .verdict { font-size: 1.1em; font-weight: 600; }
 td.flagged { background: #f8d7d3; color: #a11; font-weight: 600; } li.flag { color: #a11; }
 .breaker-open, .breaker-down { color: #a11; font-weight: 600; } .breaker-probing { color: #a60; }
+.legend .done-count { color: #2f9e5b; font-weight: 600; } .legend .failed-count { color: #d04a3a; font-weight: 600; }
+p.note, #chart-source { color: #6b7385; font-size: .9em; }
 footer { color: #6b7385; padding: 1em 1.2em; font-size: .9em; }
 button { margin-right: .4em; } #action-result { font-family: monospace; }
 svg.chart { display: block; background: #fff; margin: .5em 0; max-width: 100%; height: auto; }
 svg .frame { fill: #fbfcfd; stroke: #c5ccd8; } svg .grid { stroke: #e5e8ee; }
 svg .axis, svg .note { font: 11px system-ui, sans-serif; fill: #6b7385; }
-svg .line { fill: none; stroke: #2b6cd4; stroke-width: 2; }
+svg .line { fill: none; stroke: #2b6cd4; stroke-width: 2; } svg .line.from-record { stroke-dasharray: 8 4; }
 svg .done { fill: #2f9e5b; } svg .failed { fill: #d04a3a; } svg .todo { fill: #e3e7ee; }
 svg .line-bar { fill: #2b6cd4; } svg .items { fill: #8a5cd0; }
 """

@@ -10,6 +10,7 @@ from typing import Optional
 WIDTH, HEIGHT = 640, 180
 LEFT, RIGHT, TOP, BOTTOM = 56, 12, 14, 28          # margins: the axes' labels stand in them
 BAR_SLOT_MOST = 48                                  # px per bar and its gap: a few batches are not wide slabs
+SHARE_LEAST = 6                                     # px: the least width of a progress bar's share that is not 0
 
 
 def _esc(value) -> str:
@@ -43,31 +44,44 @@ def _axes(top_value: float, unit: str = "") -> list:
 
 
 def bar(done: int, failed: int, total: int) -> str:
-    """The batch's progress bar: done, failed, still to go."""
+    """The batch's progress bar: done, failed, still to go. A share that is not 0 is at least SHARE_LEAST wide:
+    5 failed tasks among 10,000 are seen (their count is written beside the bar)."""
     width, height = WIDTH, 22
     if total <= 0:
         return _svg("no task in the batch", [f'<rect class="todo" x="0" y="0" width="{width}" height="{height}"/>'],
                     height)
-    done_w, failed_w = width * done / total, width * failed / total
+    failed_w = _share_width(failed, total, width)
+    done_w = min(_share_width(done, total, width), width - failed_w)
     return _svg(f"{done} done, {failed} failed of {total}", [
         f'<rect class="todo" x="0" y="0" width="{width}" height="{height}"/>',
         f'<rect class="done" x="0" y="0" width="{done_w:.1f}" height="{height}"/>',
         f'<rect class="failed" x="{done_w:.1f}" y="0" width="{failed_w:.1f}" height="{height}"/>'], height)
 
 
-def progress(life: list, total: int, now: Optional[float] = None) -> str:
-    """Tasks settled over the batch's life, from its samples (Unix time, settled), against its total."""
+def _share_width(count: int, total: int, width: float) -> float:
+    if count <= 0:
+        return 0.0
+    return min(width, max(width * count / total, SHARE_LEAST))
+
+
+def progress(life: list, total: int, now: Optional[float] = None, drawn_from: Optional[str] = "samples") -> str:
+    """Tasks settled over the batch's life, from its points (Unix time, settled), against its total. `drawn_from`
+    "record": the two points of its record (its opening and its close), drawn dashed (nothing finer is known);
+    None: no point is known at all."""
     if len(life) < 2:
-        return _svg("progress: not enough samples yet", [*_axes(max(total, 1)), _note("samples arrive with the "
-                                                                                      "master's snapshots")])
+        note = "samples arrive with the master's snapshots" if drawn_from else "its record keeps no close time"
+        return _svg("progress: not enough samples yet", [*_axes(max(total, 1)), _note(note)])
     start, end = life[0][0], max(life[-1][0], now or 0.0)
     top = max(total, max(settled for _, settled in life), 1)
     span, inner_w, inner_h = max(end - start, 1e-9), WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     points = " ".join(f"{LEFT + inner_w * (t - start) / span:.1f},{HEIGHT - BOTTOM - inner_h * n / top:.1f}"
                       for t, n in life)
-    return _svg(f"tasks settled over the batch's life: {life[-1][1]} of {total}", [
+    from_record = drawn_from == "record"
+    label = (f"tasks settled over the batch's life: {life[-1][1]} of {total}"
+             + (", drawn from its record's opening and close" if from_record else ""))
+    return _svg(label, [
         *_axes(top),
-        f'<polyline class="line" points="{points}"/>',
+        f'<polyline class="line{" from-record" if from_record else ""}" points="{points}"/>',
         _time_label(start, LEFT, "start"), _time_label(end, WIDTH - RIGHT, "end")])
 
 

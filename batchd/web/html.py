@@ -3,9 +3,11 @@
 came from outside and are shown as text. The pages carry no inline script or style (the Content-Security-
 Policy forbids both); /static/app.js refreshes a page every REFRESH seconds and sends the actions.
 
-    /ns/NS/            the open batch: progress bar and chart, done, failed, pending, in flight, rate, ETA,
-                       why it is not done (the verdict of `batchd status --why`, the oldest tasks in flight),
-                       the queue, the workers per host, and the actions
+    /ns/NS/            the open batch: progress bar (its counts written under it) and chart (what it is drawn
+                       from said under it), done, failed, pending, in flight, bytes, 304s, new / changed /
+                       unchanged / gone, rate, ETA, the top failure reasons (links to the failures page), why
+                       it is not done (the verdict of `batchd status --why`, the oldest tasks in flight), the
+                       queue, the workers per host, and the actions
     /ns/NS/hosts       the busiest hosts: waiting, in flight, done, failed, latency, breaker
     /ns/NS/failures    failures by reason, and the tasks behind a reason (URL, reason, attempts, time)
     /ns/NS/history     the last batches: charts of tasks, duration and items, and a table
@@ -19,9 +21,11 @@ import time
 from typing import Optional
 from urllib.parse import quote
 
+from ..recrawl.pages import VERDICTS
 from ..reporting.quality_report import against, outcome_line
 from ..reporting.snapshots import duration, rate_text
 from ..reporting.status import supervisor_name
+from ..settle.batch_stats import size_text
 from . import charts
 
 REFRESH = 5          # seconds between a page's reloads
@@ -77,10 +81,14 @@ def index_page(entries: list) -> str:
 
 
 # -- the open batch
-def batch_page(status: dict, why: dict, namespaces: list, actions: bool, quality: Optional[dict] = None) -> str:
-    """`quality`: Dashboard.last_quality's answer (the last closed batch's, or why it cannot be read)."""
+def batch_page(status: dict, figures: dict, why: dict, namespaces: list, actions: bool,
+               quality: Optional[dict] = None) -> str:
+    """`figures`: the page's own (reporting/batch_figures.py: failure reasons, bytes, 304s, what a re-crawl found,
+    the chart's points); `quality`: Dashboard.last_quality's answer (the last closed batch's, or why it cannot
+    be read)."""
     batch, tasks, queue = status["batch"], status["tasks"], status["queue"]
-    parts = [f'<p class="missing">MISSING {esc(reason)}</p>' for reason in status["unreachable"]]
+    parts = [f'<p class="missing">MISSING {esc(reason)}</p>'
+             for reason in [*status["unreachable"], *figures["unreachable"]]]
     if status["paused_since"] is not None:
         parts.append(f'<p class="paused" id="paused">Paused since {_when(status["paused_since"])}: nothing is '
                      'claimed or leased</p>')
@@ -92,7 +100,9 @@ def batch_page(status: dict, why: dict, namespaces: list, actions: bool, quality
                      f'{" opened " + esc(batch["date"]) if batch["date"] else ""}, <span id="batch-state">{state}'
                      '</span></p>')
     if tasks is not None:
-        parts.append(_progress(tasks, status))
+        parts.append(_progress(tasks, status, figures))
+    if figures["failures"] and figures["failures"]["total"]:
+        parts.append(_failure_reasons(status["namespace"], figures["failures"]))
     parts.append(f'<section><h2>Why it is not done</h2><p class="verdict" id="verdict">{esc(why["verdict"])}</p>'
                  f'{_why_details(why)}</section>')
     parts.append(f'<section><h2>Queue</h2><table class="figures"><tr><th>waiting</th><th>leased</th></tr>'
@@ -107,20 +117,83 @@ def batch_page(status: dict, why: dict, namespaces: list, actions: bool, quality
                 namespaces, actions)
 
 
-def _progress(tasks: dict, status: dict) -> str:
+def _progress(tasks: dict, status: dict, figures: dict) -> str:
     finished = bool(status["batch"] and status["batch"]["is_done"])     # its chart ends at its close, not now
-    figures = [("total", tasks["total"]), ("settled", tasks["settled"]), ("done", tasks["done"]),
-               ("failed", tasks["failed"]), ("pending", tasks["pending"]), ("processing", tasks["processing"])]
-    head = "".join(f"<th>{name}</th>" for name, _ in figures)
-    cells = "".join(f'<td id="{name.replace(" ", "-")}">{_figure(value)}</td>' for name, value in figures)
+    figures_table = _figures_table([("total", tasks["total"]), ("settled", tasks["settled"]), ("done", tasks["done"]),
+                                    ("failed", tasks["failed"]), ("pending", tasks["pending"]),
+                                    ("processing", tasks["processing"])])
     measured = (status["rate"], status["rate_seconds"]) if status["rate"] is not None else None
     pace = ('<b id="rate">finished</b>' if finished else
             f'<b id="rate">{esc(rate_text(measured))}</b>; ETA <b id="eta">{esc(duration(status["eta_seconds"]))}</b>')
     bar = charts.bar(tasks["done"] or 0, tasks["failed"] or 0, tasks["total"])
-    chart = charts.progress(status["life"], tasks["total"], None if finished else status["time"])
-    return (f'<section><h2>Progress</h2><div id="progress-bar">{bar}</div>'
-            f'<table class="figures"><tr>{head}</tr><tr>{cells}</tr></table><p>{pace}</p>'
-            f'<h3>Tasks settled over the batch\'s life</h3><div id="progress-chart">{chart}</div></section>')
+    life = figures["life"]
+    chart = charts.progress([tuple(point) for point in life["points"]] if life else [], tasks["total"],
+                            None if finished else status["time"], life["drawn_from"] if life else None)
+    return (f'<section><h2>Progress</h2><div id="progress-bar">{bar}</div>{_bar_legend(tasks)}{figures_table}'
+            f'{_crawl_figures(figures)}<p>{pace}</p>'
+            f'<h3>Tasks settled over the batch\'s life</h3><div id="progress-chart">{chart}</div>'
+            f'<p id="chart-source">{esc(_chart_source(life, finished))}</p></section>')
+
+
+def _figures_table(figures: list) -> str:
+    """A row of (name, value) under their names; each value's cell has the name as its id."""
+    head = "".join(f"<th>{name}</th>" for name, _ in figures)
+    cells = "".join(f'<td id="{name.replace(" ", "-")}">{_figure(value)}</td>' for name, value in figures)
+    return f'<table class="figures"><tr>{head}</tr><tr>{cells}</tr></table>'
+
+
+def _bar_legend(tasks: dict) -> str:
+    """The bar's shares written out: a few failed tasks among many are a sliver, but their count is here."""
+    if tasks["done"] is None:
+        return ""
+    to_go = tasks["total"] - tasks["done"] - tasks["failed"]
+    failed_class = "failed-count" if tasks["failed"] else ""
+    return (f'<p class="legend" id="bar-legend"><span class="done-count">{esc(tasks["done"])} done</span> · '
+            f'<span class="{failed_class}" id="bar-failed">{esc(tasks["failed"])} failed'
+            f'{_share_of(tasks["failed"], tasks["total"])}</span> · {esc(to_go)} to go</p>')
+
+
+def _share_of(part: int, total: int) -> str:
+    if not part or total <= 0:
+        return ""
+    share = 100 * part / total
+    return esc(f" ({share:.1f}%)" if share >= 0.1 else " (under 0.1%)")
+
+
+def _crawl_figures(figures: dict) -> str:
+    """The responses' bytes and 304s, and what a re-crawl found of the tasks (new, changed, unchanged, gone)."""
+    responses, found = figures["responses"], figures["found"]
+    size = '<td id="bytes">-</td>' if responses is None else (
+        f'<td id="bytes" title="{esc(responses["bytes"])} bytes">{esc(size_text(responses["bytes"]))}</td>')
+    cells = [size, f'<td id="not-modified">{_figure(responses and responses["not_modified"])}</td>']
+    cells += [f'<td id="found-{verdict}">{_figure(found[verdict] if found else None)}</td>' for verdict in VERDICTS]
+    head = "".join(f"<th>{name}</th>" for name in ("bytes", "304s", *VERDICTS))
+    return (f'<table class="figures" id="crawl-figures"><tr>{head}</tr><tr>{"".join(cells)}</tr></table>'
+            + ('' if found else '<p class="note">No page was kept in this batch yet: new, changed, unchanged and '
+                                'gone count the pages a re-crawl compares.</p>'))
+
+
+def _chart_source(life: Optional[dict], finished: bool) -> str:
+    if life is None:
+        return "Not drawn: the batch's record keeps no close time, and the master's samples are gone."
+    if life["drawn_from"] == "record":
+        return ("Drawn from the batch's record: 0 settled at its opening, its settled tasks at its close (the "
+                "master's samples went with its snapshot, and the store keeps nothing finer).")
+    if finished:
+        return "Drawn from the master's samples of the tally, up to the batch's close."
+    return "Drawn from the master's samples of the tally, published with its snapshot."
+
+
+def _failure_reasons(namespace: str, failures: dict) -> str:
+    """The top failure reasons with their counts, each a link to its tasks on the failures page."""
+    base = f"/ns/{quote(namespace, safe='')}/failures"
+    rows = "".join(f'<tr><td class="reason"><a href="{base}?reason={quote(r["kind"], safe="")}">{esc(r["kind"])}'
+                   f'</a></td><td>{esc(r["count"])}</td></tr>' for r in failures["reasons"])
+    more = failures["kinds_total"] - len(failures["reasons"])
+    others = f" ({more} more reasons there)" if more > 0 else ""
+    return (f'<section id="failure-reasons"><h2>Why tasks failed</h2><table id="top-reasons"><tr><th>reason</th>'
+            f'<th>tasks</th></tr>{rows}</table><p><a id="all-failures" href="{base}">All '
+            f'{esc(failures["total"])} failed tasks on the Failures page</a>{esc(others)}</p></section>')
 
 
 def _why_details(why: dict) -> str:
@@ -133,9 +206,6 @@ def _why_details(why: dict) -> str:
     if why["waiting_on_hosts"]:
         parts.append("<p>Set aside, waiting on their host: " + ", ".join(
             f'{esc(row["host"])} {esc(row["waiting"])}' for row in why["waiting_on_hosts"]) + "</p>")
-    if why["failures"]:
-        parts.append("<p>Failed: " + ", ".join(f'{esc(row["count"])} {esc(row["kind"])}' for row in why["failures"])
-                     + "</p>")
     for outage in why["outages"]:
         parts.append(f'<p class="missing">{esc(outage["host"])} {esc(outage["supervisor"])} waits for '
                      f'{esc(outage["backend"])} since {_when(outage["since"])} ({esc(outage["reason"])})</p>')

@@ -2,7 +2,7 @@
 
     GET  /                      the namespaces (one: its batch page)
     GET  /ns/NS/[hosts|failures|history|quality]      the pages (html.py); quality takes ?batch=N
-    GET  /api/namespaces | status | why | hosts | history | failures | quality
+    GET  /api/namespaces | status | batch | why | hosts | history | failures | quality
                                 ?namespace=NS (the first by default); quality takes ?batch=N (the last closed)
     POST /api/pause | resume | open-batch | requeue                      only with a token (server.py)
     GET  /static/app.css | app.js
@@ -35,6 +35,7 @@ STATIC = {"/static/app.css": (assets.STYLE, "text/css; charset=utf-8"),
 def make_router(dashboard: Dashboard) -> Callable[[Request], Answer]:
     api = {"namespaces": lambda q: dashboard.namespaces(),
            "status": lambda q: dashboard.status(q.get("namespace")),
+           "batch": lambda q: dashboard.batch(q.get("namespace")),
            "why": lambda q: dashboard.why(q.get("namespace")),
            "hosts": lambda q: dashboard.hosts(q.get("namespace")),
            "history": lambda q: dashboard.history(q.get("namespace")),
@@ -121,8 +122,8 @@ def _page(dashboard: Dashboard, request: Request) -> Answer:
 
 def _tab(dashboard: Dashboard, namespace: str, tab: str, namespaces: list, query: dict) -> Optional[str]:
     if tab == "":
-        return html.batch_page(dashboard.status(namespace), dashboard.why(namespace), namespaces, dashboard.actions,
-                               dashboard.last_quality(namespace))
+        return html.batch_page(dashboard.status(namespace), dashboard.batch(namespace), dashboard.why(namespace),
+                               namespaces, dashboard.actions, dashboard.last_quality(namespace))
     if tab == "hosts":
         return html.hosts_page(dashboard.hosts(namespace), namespaces)
     if tab == "failures":

@@ -17,8 +17,9 @@ from harness import wait_for
 from procs import Proc
 from supervised import SEED, batchd, batchd_command, free_port, one_error_line, slow_urls, start_batchd
 from taskdb import SqliteBackend
-from dashboards import (NAMING_SHOP, SCRIPT, TELLING, TOKEN, Web, answers, failing_urls, flagged_batch, shop_tasks,
-                        table_counts)
+from dashboards import (NAMING_SHOP, SCRIPT, TELLING, TOKEN, Web, answers, failing_urls, flagged_batch,
+                        recrawled_batch, shop_tasks, table_counts)
+from batchd.web import charts, html
 from httpserver import TestSite
 
 
@@ -58,6 +59,44 @@ def test_the_api_and_the_pages_show_what_the_database_holds(shared_backend, site
         "Content-Security-Policy"]
     assert web.get("/").headers["Location"] == f"/ns/{namespace}/"
     assert web.get("/ns/nowhere/").status_code == 404 and web.get("/api/status?namespace=nowhere").status_code == 404
+
+
+def test_the_batch_page_names_its_failures_counts_its_responses_and_draws_a_closed_batch_from_its_record(
+        shared_backend, site, procs):
+    recrawled_batch(shared_backend, site)
+    web = Web(procs, shared_backend)
+    namespace, record = web.api("namespaces")[0]["namespace"], shared_backend.records()[-1]
+    figures, counters = web.api("batch"), json.loads(record["stats"])
+    assert figures["failures"] == {"total": 2, "kinds_total": 1, "reasons": [{"kind": "HTTP 404", "count": 2}]}
+    assert figures["found"] == {"new": 0, "changed": 1, "unchanged": 2, "gone": 0}
+    assert figures["responses"] == {"bytes": counters["downloader/response_bytes"], "not_modified": 2}
+    assert figures["life"]["drawn_from"] == "record" and [n for _, n in figures["life"]["points"]] == [0, 5]
+
+    page = web.get(f"/ns/{namespace}/").text
+    link = f'href="/ns/{namespace}/failures?reason=HTTP%20404">HTTP 404</a></td><td>2</td>'
+    assert link in page and 'class="line from-record"' in page
+    assert 'id="chart-source">Drawn from the batch&#x27;s record' in page
+    for cell, shown in (("found-changed", "1"), ("found-unchanged", "2"), ("not-modified", "2"),
+                        ("bar-failed", "2 failed (40.0%)")):
+        assert f'id="{cell}">{shown}<' in page, cell
+    assert web.api("failures", reason="HTTP 404")["total"] == 2          # the link's filter
+
+
+def test_crawled_failure_reasons_are_escaped_on_the_batch_page():
+    status = {"namespace": "ns", "unreachable": [], "paused_since": None, "batch": {"id": 1, "date": None,
+              "is_done": True}, "tasks": {"total": 3, "settled": 3, "done": 2, "failed": 1, "pending": 0,
+              "processing": 0}, "queue": {"waiting": 0, "leased": 0}, "rate": None, "rate_seconds": None,
+              "eta_seconds": None, "time": 0.0, "hosts": [], "workers_alive": 0, "workers_wanted": 0, "unflushed": 0}
+    figures = {"unreachable": [], "responses": None, "found": None, "life": None,
+               "failures": {"total": 1, "kinds_total": 1, "reasons": [{"kind": SCRIPT, "count": 1}]}}
+    why = {"verdict": "finished", "waiting_on_hosts": [], "outages": [], "oldest": []}
+    page = html.batch_page(status, figures, why, ["ns"], False)
+    assert SCRIPT not in page and "?reason=%3Cscript%3Ealert%281%29%3C%2Fscript%3E\">&lt;script&gt;" in page
+
+
+def test_a_few_failures_among_many_are_seen_on_the_bar():
+    drawn = charts.bar(9995, 5, 10000)
+    assert 'class="failed" x="634.0" y="0" width="6.0"' in drawn and 'class="done" x="0" y="0" width="634.0"' in drawn
 
 
 def test_the_quality_api_and_page_say_what_batchd_quality_says(shared_backend, site, procs):

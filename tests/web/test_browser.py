@@ -1,7 +1,8 @@
 """The dashboard in a real browser: headless Chromium (Debian's chromium, driven by Selenium through Debian's
 chromedriver) against a real `batchd run` and `batchd web`, on MySQL + Redis and on SQLite. The page shows
 the figures the database holds and follows the batch as it moves; the charts are drawn (a screenshot with
-the line's colour in it); an action without the token is refused and with it takes effect; a crawled
+the line's colour in it), a closed batch's from its record once the master is gone, with its top failure
+reasons linked to the Failures page and its bytes, 304s and re-crawl counts; an action without the token is refused and with it takes effect; a crawled
 <script> stays text; a flagged batch's quality page marks its flagged cells (their colour drawn) and the
 batch page lists its flags; and nothing the pages load comes from anywhere but the dashboard."""
 import json
@@ -12,7 +13,8 @@ import pytest
 from harness import wait_for
 from pngs import colours
 from supervised import batchd, gated_urls, slow_urls, start_batchd
-from dashboards import NAMING_SHOP, SCRIPT, TELLING, TOKEN, Web, failing_urls, flagged_batch, shop_tasks, table_counts
+from dashboards import (NAMING_SHOP, SCRIPT, TELLING, TOKEN, Web, failing_urls, flagged_batch, recrawled_batch, shop_tasks,
+                        table_counts)
 from httpserver import TestSite
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="pip install selenium (the test extra)")
@@ -23,6 +25,7 @@ from selenium.webdriver.common.by import By  # noqa: E402
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 LINE_COLOUR = (0x2B, 0x6C, 0xD4)          # svg .line in assets.py
 DONE_COLOUR = (0x2F, 0x9E, 0x5B)          # svg .done
+FAILED_COLOUR = (0xD0, 0x4A, 0x3A)        # svg .failed
 FLAGGED_COLOUR = (0xF8, 0xD7, 0xD3)       # td.flagged
 SCREENSHOTS = os.environ.get("BATCHD_TEST_SCREENSHOTS")     # a folder to keep the pages' screenshots in
 
@@ -122,6 +125,29 @@ def test_the_dashboard_in_a_browser_follows_the_batch(shared_backend, site, proc
     assert DONE_COLOUR in colours(browser.find_element(By.CSS_SELECTOR, "#history-tasks svg").screenshot_as_png)
     assert browser.find_element(By.CSS_SELECTOR, "#history tr:nth-child(2) td").text == "1"
     assert loaded_from(browser) == {web.base.split("/")[2]}, "nothing loaded from elsewhere"
+
+
+def test_a_closed_batch_names_its_failure_reasons_and_draws_its_chart_from_its_record(mysql_backend, site, procs,
+                                                                                   browser):
+    recrawled_batch(mysql_backend, site)
+    web = Web(procs, mysql_backend)
+    browser.get(f"{web.base}/ns/{web.api('namespaces')[0]['namespace']}/")
+    keep(browser, "closed-batch")
+    (reason,) = browser.find_elements(By.CSS_SELECTOR, "#top-reasons tr:nth-child(2)")
+    assert reason.text == "HTTP 404 2"
+    assert [text_of(browser, cell) for cell in ("bar-failed", "not-modified", "found-changed", "found-unchanged")] == [
+        "2 failed (40.0%)", "2", "1", "2"]
+    assert FAILED_COLOUR in colours(browser.find_element(By.CSS_SELECTOR, "#progress-bar svg").screenshot_as_png)
+    line = browser.find_element(By.CSS_SELECTOR, "#progress-chart polyline.from-record")
+    assert len(line.get_attribute("points").split()) == 2 and text_of(browser, "chart-source").startswith(
+        "Drawn from the batch's record")
+    assert LINE_COLOUR in colours(browser.find_element(By.CSS_SELECTOR, "#progress-chart svg").screenshot_as_png)
+
+    reason.find_element(By.LINK_TEXT, "HTTP 404").click()
+    wait_for(lambda: "HTTP 404" in (shown(browser, "failed-total") or ""), timeout=10,
+             message="the Failures page, filtered by the reason")
+    assert text_of(browser, "failed-total") == "Batch 2: 2 failed tasks whose reason holds “HTTP 404”"
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#failures td.reason")) == 2
 
 
 def test_actions_in_the_browser_take_the_token_and_crawled_script_stays_text(shared_backend, site, procs, browser):
