@@ -22,7 +22,9 @@ COLUMNS = (("id", "task_id", 20), ("time", "time", 19), ("tries", "attempts", 5)
 def render_text(report: dict) -> str:
     if report["batch"] is None:
         return "no batch has been opened yet: no task has failed"
-    which = "failed tasks" if report["still_failed"] else "failure records"
+    one = report["total"] == 1
+    which = ("failed task" if one else "failed tasks") if report["still_failed"] else \
+        ("failure record" if one else "failure records")
     matching = f" whose reason holds {report['reason']!r}" if report["reason"] else ""
     state = "open" if report["open"] else "closed"
     head = f"batch {report['batch']} ({state}): {report['total']} {which}{matching}"
