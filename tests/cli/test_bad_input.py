@@ -6,6 +6,7 @@ import pytest
 
 from harness import stays_true
 from procs import Proc
+from supervised import SEED, batchd
 from spiders.seed import CrawlTask
 
 PASSWORD = "s3cret-Pa55"
@@ -142,3 +143,57 @@ def test_a_refused_redis_password_is_a_configuration_error(mysql_backend, procs)
         assert proc.wait(30) == 78
     assert_one_clean_error(proc, "setting REDIS_URL", "refused us")
     assert PASSWORD not in proc.output()
+
+
+# -- every verb, every kind of mistake (issue 34, point 1): one line naming the culprit, a documented exit code
+VERBS = (("status",), ("failed",), ("quality",), ("check",), ("pause",), ("resume",), ("open-batch",),
+         ("requeue", "--failed"), ("tasks", "add", "http://a.example/1"), ("run", "--once"))
+DOCUMENTED = {64, 65, 69, 78, 1}     # docs/architecture.md, Exit codes: what a user's mistake may end with
+BROKEN_SPIDER = 'import batchd\n\nclass CrawlTask(batchd.BatchSpider)\n    __task_table__ = "crawl_task"\n'
+
+
+def mistakes(mysql_backend, tmp_path) -> dict:
+    """kind -> (settings, the spider, what the line must name, the exit code): each a newcomer's typo."""
+    database = mysql_backend.mysql_url.rsplit("/", 1)[1]
+    mysql_backend.create_tasks(["http://a.example/0"])        # crawl_task is there; no_such_table is not
+    broken, elsewhere = tmp_path / "broken.py", tmp_path / "elsewhere.py"
+    broken.write_text(BROKEN_SPIDER)
+    elsewhere.write_text('from spiders.seed import CrawlTask\n\n\nclass Elsewhere(CrawlTask):\n'
+                         '    __task_table__ = "no_such_table"\n')
+    return {
+        "bad setting": ({"BATCHD_SPIDER_THREAD_COUNT": "lots"}, SEED, "SPIDER_THREAD_COUNT", 78),
+        "wrong password": ({"BATCHD_MYSQL_URL": f"mysql://root:{PASSWORD}@127.0.0.1:3306/{database}"}, SEED,
+                           "MYSQL_URL", 78),
+        "unreachable server": ({"BATCHD_MYSQL_URL": f"mysql://root:{PASSWORD}@127.0.0.1:1/{database}"}, SEED,
+                               "unreachable", 69),
+        "unreachable Redis": ({"BATCHD_REDIS_URL": f"redis://:{PASSWORD}@127.0.0.1:1/0"}, SEED, "Redis", 69),
+        "spider that does not import": ({}, f"{broken}:CrawlTask", "broken.py line 3", 78),
+        "missing table": ({}, f"{elsewhere}:Elsewhere", "no_such_table", 78),
+    }
+
+
+# What a verb does not touch cannot be its mistake: `tasks add` makes the table it is given and needs no Redis;
+# pause and resume set the namespace's flag in Redis and read no table; failed, quality and requeue read the
+# store alone while no batch is open.
+NOT_ITS_MISTAKE = {"tasks": {"missing table", "unreachable Redis"},
+                   "pause": {"wrong password", "unreachable server", "missing table"},
+                   "resume": {"wrong password", "unreachable server", "missing table"},
+                   "failed": {"unreachable Redis"}, "quality": {"unreachable Redis"}, "requeue": {"unreachable Redis"}}
+# status reads the spider without importing it: one that does not import is named on its `spider` line, and
+# the rest of the status still comes.
+GOES_ON = {("status", "spider that does not import")}
+
+
+@pytest.mark.parametrize("verb", VERBS, ids=" ".join)
+def test_every_verb_answers_a_mistake_with_one_line_and_a_documented_code(mysql_backend, tmp_path, verb):
+    for kind, (env, spider, culprit, code) in mistakes(mysql_backend, tmp_path).items():
+        if kind in NOT_ITS_MISTAKE.get(verb[0], ()):
+            continue
+        args = [*verb[:2], "--spider", spider, *verb[2:]] if verb[0] == "tasks" else [verb[0], spider, *verb[1:]]
+        result = batchd(*args, backend=mysql_backend, env=env, timeout=60)
+        output = result.stdout + result.stderr
+        assert "Traceback" not in output and PASSWORD not in output, f"{kind}, {verb}:\n{output}"
+        code = 0 if (verb[0], kind) in GOES_ON else code
+        assert result.returncode == code and code in DOCUMENTED | {0}, f"{kind}, {verb}: {result.returncode}\n{output}"
+        named = [line for line in output.splitlines() if culprit in line]
+        assert named, f"{kind}, {verb}: no line names {culprit!r}\n{output}"
