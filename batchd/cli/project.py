@@ -59,7 +59,7 @@ class TaskInputParser(argparse.ArgumentParser):
     argparse took for the optional SPIDER goes back to the URLs, and the unlisted `--spider SPIDER`
     names the spider as SPIDER does (not both)."""
 
-    def parse_known_args(self, args=None, namespace=None):       # type: ignore[override]
+    def parse_known_args(self, args=None, namespace=None):
         parsed, extras = super().parse_known_args(args, namespace)
         if getattr(parsed, "urls", None) is not None and parsed.spider and not SPIDER_PATH.fullmatch(parsed.spider):
             parsed.urls, parsed.spider = [parsed.spider] + parsed.urls, None
