@@ -31,7 +31,7 @@ def demo_arguments(parser: argparse.ArgumentParser) -> None:
     workers_option(parser, 2)
 
 
-@verb("demo", "crawl a bundled site on loopback: no network, MySQL or Redis needed", demo_arguments,
+@verb("demo", "crawl a bundled site: no network, MySQL or Redis needed", demo_arguments,
       examples=("batchd demo", "batchd demo --dir /tmp/demo --workers 4"),
       exits=((ExitCode.OK, "the batch ran to its end (one task fails on purpose)"), ExitCode.CONFIG))
 def demo_verb(args: argparse.Namespace) -> int:
@@ -101,7 +101,7 @@ def tasks_arguments(parser: argparse.ArgumentParser) -> None:
               TASKS)
 
 
-@verb("tasks", "load tasks into the spider's task table: add URL..., import FILE.csv", tasks_arguments,
+@verb("tasks", "load tasks into the spider's task table (add, import)", tasks_arguments,
       examples=("batchd tasks add crawl_task.py:CrawlTask https://example.com/", "batchd tasks import tasks.csv"),
       exits=TASK_EXITS)
 def tasks_verb(args: argparse.Namespace) -> int:

@@ -45,9 +45,8 @@ def daemon_arguments(workers: bool, instance_help: str,
                                      "and runs every callback, as after a change of the spider (docs/recrawl.md)")
         parser.add_argument("--instance", type=instance_name, metavar="NAME", help=instance_help)
         parser.add_argument("--once", action="store_true",
-                            help="run / serve the current batch to completion, then exit (for cron): 0 when every "
-                                 "task is done and its data clean, 65 when its data was flagged (batchd quality), "
-                                 "1 when tasks failed")
+                            help="run / serve the current batch to completion, then exit (for cron; its exit "
+                                 "codes below)")
         parser.add_argument("--daemon", action="store_true",
                             help="detach into the background (hosts without systemd; refused under systemd)")
         parser.add_argument("--pidfile", metavar="FILE", help="with --daemon: the pid file, locked while running")
@@ -130,7 +129,7 @@ def reload_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the supervisor to reload (under systemd: $MAINPID)")
 
 
-@verb("reload", "check the config and the spider, then SIGHUP the supervisor (ExecReload=)", reload_arguments,
+@verb("reload", "check the config and the spider, then SIGHUP the supervisor", reload_arguments,
       examples=("batchd reload --pid $MAINPID", "batchd reload --instance 1 --role worker --pid 4242"),
       exits=((ExitCode.OK, "the configuration and the spider load: SIGHUP sent"),
              (ExitCode.UNAVAILABLE, "PID is no batchd supervisor"),
