@@ -118,7 +118,7 @@ def test_batchd_help_lists_the_verbs_grouped_as_the_readme_does(capsys):
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
         readme = f.read().split("\n## The commands\n")[1].split("\n## ")[0]
     rows = re.findall(r"^\| ([a-z ]+) \| (.+) \|$", readme, re.MULTILINE)
-    assert [(title, tuple(re.findall(r"`([a-z-]+)`", verbs))) for title, verbs in rows] == list(SECTIONS)
+    assert [(title, tuple(re.findall(r"`([a-z-]+)`", verbs))) for title, verbs in rows][1:] == list(SECTIONS)
 
 
 def test_tasks_take_spider_as_the_other_verbs_do():
