@@ -1,19 +1,26 @@
-"""What every verb of the `batchd` command shares: its entry in a verb group, the SPIDER, --config
-and --store arguments and how they resolve to settings and a Runtime, the number types.
+"""What every verb of the `batchd` command shares: its entry in a verb group and its help, the arguments
+several verbs take (SPIDER, --config, --store, --batch, --json, --workers), each worded here once, how they
+resolve to settings and a Runtime, the number types.
 
 Each verb module (serve, status_verb, check, operate, project, dashboard) holds one VerbGroup, VERBS, and adds a verb
-with `@verb(name, help, arguments)`: its own arguments and handler (a handler returns the exit
-code). main.py gathers the groups into the parser; a verb module imports this module, never main.py.
+with `@verb(name, summary, arguments, examples=..., exits=...)`: its own arguments and handler (a handler returns
+the exit code). main.py gathers the groups into the parser; a verb module imports this module, never main.py.
+
+Every verb's --help reads the same way: the one-line summary; its arguments in one order (the positionals,
+SPIDER first; --config and --store; the verb's own options; --batch, --reason; --json last); an example or two;
+the exit codes it can return, each from docs/architecture.md's list, in the wording of EXIT_WORDS unless the
+verb's meaning is narrower.
 """
 import argparse
 import logging
 import os
+import textwrap
 from dataclasses import dataclass
 from typing import Callable, Optional
 
 from ..config import (DEFAULT_CONFIG_FILE, ENV_CONFIG, INSTANCE_ROLES, LOCAL_CONFIG_FILE, found_config_file,
                       load_settings)
-from ..errors import ConfigError
+from ..errors import ConfigError, ExitCode
 from ..backends import sqlite_path, store_url
 from ..supervisor.loader import SpiderSource, absolute_spider_path, build_runtime
 from ..service.systemd import setup_logging, under_systemd
@@ -25,16 +32,39 @@ EMBEDDED_FILE = "batchd.db"
 MAKE_STORE = "`batchd tasks add URL...` makes one (then `batchd run`)"
 
 
+HELP_WIDTH = 79
+EXIT_CODES_TITLE = 'exit codes (docs/architecture.md, "Exit codes"):'
+# The exit codes verbs share, each worded once; a verb whose meaning is narrower says its own (exits=...).
+EXIT_WORDS = {ExitCode.OK: "done",
+              ExitCode.UNAVAILABLE: "MySQL or Redis unreachable",
+              ExitCode.CONFIG: "configuration error (a setting, the spider, the store, the task table)"}
+NO_SUCH_BATCH = (ExitCode.FAILURE, "--batch names a batch never opened")
+
+
 @dataclass(frozen=True)
 class Verb:
     name: str
-    help: str
+    help: str                                                 # the one-line summary
     arguments: Callable[[argparse.ArgumentParser], object]    # what it returns is ignored
     handler: Callable[[argparse.Namespace], int]
+    examples: tuple = ()        # one or two real command lines
+    exits: tuple = ()           # the codes it can return: an ExitCode (worded by EXIT_WORDS), or (code, meaning)
+
+    def exit_lines(self) -> list:
+        """[(code, meaning)] in the order given."""
+        return [(int(e), EXIT_WORDS[e]) if isinstance(e, ExitCode) else (int(e[0]), e[1]) for e in self.exits]
+
+    def parser_texts(self) -> dict:
+        """What add_parser takes for this verb's --help: the summary, then the examples and exit codes after
+        the arguments, laid out as written."""
+        examples = ["example:" if len(self.examples) == 1 else "examples:"] + [f"  {line}" for line in self.examples]
+        exits = [EXIT_CODES_TITLE] + [f"  {code:<3} {meaning}" for code, meaning in self.exit_lines()]
+        return dict(help=self.help, description=textwrap.fill(self.help, HELP_WIDTH),
+                    epilog="\n".join(examples + [""] + exits), formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
 class VerbGroup:
-    """The verbs of one module, in the order they are added (the order `batchd --help` lists them)."""
+    """The verbs of one module, in the order they are added."""
 
     def __init__(self) -> None:
         self.verbs: list[Verb] = []
@@ -43,17 +73,32 @@ class VerbGroup:
         return iter(self.verbs)
 
     def verb(self, name: str, help: str,
-             arguments: Callable[[argparse.ArgumentParser], object] = lambda parser: None):
+             arguments: Callable[[argparse.ArgumentParser], object] = lambda parser: None,
+             examples: tuple = (), exits: tuple = ()):
         def register(handler: Callable[[argparse.Namespace], int]):
-            self.verbs.append(Verb(name, help, arguments, handler))
+            self.verbs.append(Verb(name, help, arguments, handler, tuple(examples), tuple(exits)))
             return handler
         return register
 
 
+def add_verbs(subparsers, verbs, listed: bool = True) -> None:
+    """A parser per verb, with its help, its arguments and its handler; `listed`: argparse lists the verbs
+    in the parent's help (`batchd --help` lists them itself, grouped)."""
+    for entry in verbs:
+        texts = entry.parser_texts()
+        if not listed:
+            del texts["help"]
+        sub = subparsers.add_parser(entry.name, **texts)
+        entry.arguments(sub)
+        sub.set_defaults(handler=entry.handler)
+
+
 # -- what every verb shares
+SPIDER_HELP = "path/file.py:Class or module:Class (default: BATCHD_SPIDER, or SPIDER in the config file)"
+
+
 def spider_and_config(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("spider", nargs="?", metavar="SPIDER",
-                        help="path/file.py:Class or module:Class (default: BATCHD_SPIDER, or SPIDER in the config file)")
+    parser.add_argument("spider", nargs="?", metavar="SPIDER", help=f"the spider: {SPIDER_HELP}")
     config_and_store(parser)
 
 
@@ -149,6 +194,20 @@ def existing_store(settings) -> None:
     path = sqlite_path(store_url(settings), "STORE" if settings.STORE else "MYSQL_URL")
     if path and not os.path.exists(path):
         raise ConfigError(f"no store at {os.path.abspath(path)} yet; {MAKE_STORE}")
+
+
+def batch_option(parser: argparse.ArgumentParser, default: str = "the last one") -> None:
+    parser.add_argument("--batch", type=positive, metavar="N", help=f"the batch (default: {default})")
+
+
+def json_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def workers_option(parser: argparse.ArgumentParser, value: Optional[int] = None) -> None:
+    default = "WORKERS, else the CPU count" if value is None else value
+    parser.add_argument("--workers", type=non_negative, default=value, metavar="N",
+                        help=f"worker processes (default: {default})")
 
 
 # -- the number types of several verbs

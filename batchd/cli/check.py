@@ -34,8 +34,10 @@ class Checklist:
         return value
 
 
-@verb("check", "check the config, the connections, the task table and its columns, the index",
-      spider_and_config)
+@verb("check", "check the config, connections, task table, columns and index", spider_and_config,
+      examples=("batchd check crawl_task.py:CrawlTask", "batchd check --config /etc/batchd/batchd.toml"),
+      exits=((ExitCode.OK, "every check passed"), (ExitCode.FAILURE, "a check failed (the state column has no index)"),
+             ExitCode.UNAVAILABLE, ExitCode.CONFIG))
 def check_verb(args: argparse.Namespace) -> int:
     logging.getLogger("batchd.store").setLevel(logging.ERROR)    # the index line says it, once
     checks = Checklist()

@@ -6,12 +6,12 @@ import os
 import signal
 from typing import Optional
 
-from ..errors import ConfigError
+from ..errors import ConfigError, ExitCode
 from ..service.lifecycle import StopFlag
 from ..service.systemd import Notifier, setup_logging
 from ..service.threads import start_thread
 from ..supervisor.loader import build_runtime
-from .arguments import VerbGroup, config_and_store, config_files, spider_source
+from .arguments import SPIDER_HELP, VerbGroup, config_and_store, config_files, spider_source
 from ..web.api import Dashboard
 from ..web.routes import make_router
 from ..web.server import DashboardServer
@@ -23,16 +23,16 @@ VERBS = VerbGroup()
 
 def web_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spiders", nargs="*", metavar="SPIDER",
-                        help="one per namespace shown: path/file.py:Class or module:Class (default: BATCHD_SPIDER, "
-                             "or SPIDER in the config file)")
+                        help=f"the spiders, one per namespace shown: {SPIDER_HELP}")
     config_and_store(parser)
     parser.add_argument("--listen", metavar="ADDR:PORT",
                         help="where to serve it (default: WEB_LISTEN, 127.0.0.1:9380; anything but loopback shows "
                              "it to the network)")
 
 
-@VERBS.verb("web", "serve the dashboard: the batch, workers, queue, hosts, failures, history, and /api/",
-            web_arguments)
+@VERBS.verb("web", "serve the dashboard and its JSON API (/api/)", web_arguments,
+            examples=("batchd web crawl_task.py:CrawlTask", "batchd web news.py:News shop.py:Shop --listen [::1]:9380"),
+            exits=((ExitCode.OK, "stopped (SIGTERM, SIGINT)"), ExitCode.CONFIG))
 def web_verb(args: argparse.Namespace) -> int:
     runtimes = [_runtime(args, spider) for spider in (args.spiders or [None])]
     settings = runtimes[0].settings

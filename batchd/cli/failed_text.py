@@ -5,6 +5,7 @@ report its own way).
 import json
 from urllib.parse import urlsplit
 
+from ..service.systemd import counted
 from .status_text import render_table
 
 
@@ -22,12 +23,10 @@ COLUMNS = (("id", "task_id", 20), ("time", "time", 19), ("tries", "attempts", 5)
 def render_text(report: dict) -> str:
     if report["batch"] is None:
         return "no batch has been opened yet: no task has failed"
-    one = report["total"] == 1
-    which = ("failed task" if one else "failed tasks") if report["still_failed"] else \
-        ("failure record" if one else "failure records")
+    which = "failed task" if report["still_failed"] else "failure record"
     matching = f" whose reason holds {report['reason']!r}" if report["reason"] else ""
     state = "open" if report["open"] else "closed"
-    head = f"batch {report['batch']} ({state}): {report['total']} {which}{matching}"
+    head = f"batch {report['batch']} ({state}): {counted(report['total'], which)}{matching}"
     if not report["total"]:
         return head
     lines = [head + ": " + ", ".join(f"{k['count']} {k['kind']}" for k in report["kinds"]), ""]

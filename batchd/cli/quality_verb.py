@@ -12,7 +12,7 @@ import json
 from ..errors import ExitCode
 from ..reporting.quality_report import against, gather_quality, outcome_line
 from ..service.systemd import escape_controls
-from .arguments import VerbGroup, positive, runtime_from_args, spider_and_config
+from .arguments import VerbGroup, batch_option, json_option, runtime_from_args, spider_and_config
 from .status_text import render_table
 
 VERBS = VerbGroup()
@@ -23,13 +23,17 @@ EXIT_OF = {"flagged": ExitCode.DATAERR, "failed": ExitCode.FAILURE}
 
 def quality_arguments(parser: argparse.ArgumentParser) -> None:
     spider_and_config(parser)
-    parser.add_argument("--batch", type=positive, metavar="N", help="the batch (default: the last one closed)")
     parser.add_argument("--host", metavar="HOST", help="this host only (as the table names it: host[:port])")
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    batch_option(parser, "the last one closed")
+    json_option(parser)
 
 
-@verb("quality", "a closed batch's data quality: its flags, then items, field coverage and the top body's share "
-                 "per host against the baseline (exit 0 clean, 65 flagged, 1 tasks failed)", quality_arguments)
+@verb("quality", "a closed batch's data quality per host, against the baseline", quality_arguments,
+      examples=("batchd quality crawl_task.py:CrawlTask", "batchd quality --batch 12 --host shop.example --json"),
+      exits=((ExitCode.OK, "the batch is clean"),
+             (ExitCode.FAILURE, "the batch ended with failed tasks, or there is no such batch closed"),
+             (ExitCode.DATAERR, "the batch's quality checks flagged it"),
+             ExitCode.UNAVAILABLE, ExitCode.CONFIG))
 def quality_verb(args: argparse.Namespace) -> int:
     report = gather_quality(runtime_from_args(args, read_only=True), args.batch, args.host)
     print(render_json(report) if args.json else render_quality(report))

@@ -20,7 +20,8 @@ from ..supervisor.daemon import RunningSupervisor, run_detached
 from ..supervisor.loader import SpiderSource
 from ..supervisor.supervisor import Plan, Supervisor
 from ..service.systemd import set_process_role, setup_logging, under_systemd
-from .arguments import VerbGroup, announce_config, config_files, non_negative, spider_and_config, spider_source
+from .arguments import (EXIT_WORDS, VerbGroup, announce_config, config_files, spider_and_config, spider_source,
+                        workers_option)
 
 log = logging.getLogger("batchd")
 
@@ -37,17 +38,15 @@ def daemon_arguments(workers: bool, instance_help: str,
     def arguments(parser: argparse.ArgumentParser) -> None:
         spider_and_config(parser)
         if workers:
-            parser.add_argument("--workers", type=non_negative, metavar="N",
-                                help="worker processes (default: WORKERS, else the CPU count)")
+            workers_option(parser)
         if master:
             parser.add_argument("--refetch", action="store_true",
                                 help="the next batch this run opens trusts no validator: it fetches every page whole "
                                      "and runs every callback, as after a change of the spider (docs/recrawl.md)")
         parser.add_argument("--instance", type=instance_name, metavar="NAME", help=instance_help)
         parser.add_argument("--once", action="store_true",
-                            help="run / serve the current batch to completion, then exit (for cron): 0 when every "
-                                 "task is done and its data clean, 65 when its data was flagged (batchd quality), "
-                                 "1 when tasks failed")
+                            help="run / serve the current batch to completion, then exit (for cron; its exit "
+                                 "codes below)")
         parser.add_argument("--daemon", action="store_true",
                             help="detach into the background (hosts without systemd; refused under systemd)")
         parser.add_argument("--pidfile", metavar="FILE", help="with --daemon: the pid file, locked while running")
@@ -76,22 +75,37 @@ def supervise(verb_name: str, args: argparse.Namespace) -> int:
     return Supervisor(plan, source).run()
 
 
+# What a supervisor ends with (docs/architecture.md, Exit codes): resident, 0 or 78; --once, what its batch was.
+ONCE_EXITS = ((ExitCode.OK, "stopped; with --once: the batch is over, every task done, its data clean"),
+              (ExitCode.FAILURE, "--once: the batch ended with failed tasks"),
+              (ExitCode.DATAERR, "--once: the batch's quality checks flagged it (batchd quality)"),
+              (ExitCode.UNAVAILABLE, f"--once: {EXIT_WORDS[ExitCode.UNAVAILABLE]} (resident: waited out)"),
+              (ExitCode.TEMPFAIL, "--once: another master holds the namespace"),
+              ExitCode.CONFIG)
+
+
 @verb("run", "supervisor + master + N workers on this host",
-      daemon_arguments(True, "name this supervisor in logs, process titles and Redis"))
+      daemon_arguments(True, "name this supervisor in logs, process titles and Redis"),
+      examples=("batchd run crawl_task.py:CrawlTask --workers 4", "batchd run --once"), exits=ONCE_EXITS)
 def run_verb(args: argparse.Namespace) -> int:
     return supervise("run", args)
 
 
-@verb("master", "supervisor + the master only (batchd-master.service, batchd-master@.service)",
+@verb("master", "supervisor + the master only (batchd-master.service)",
       daemon_arguments(False, "name the instance in logs, process titles and Redis; also reads "
-                              "master-NAME.toml beside the config file"))
+                              "master-NAME.toml beside the config file"),
+      examples=("batchd master crawl_task.py:CrawlTask", "batchd master --instance news --once"), exits=ONCE_EXITS)
 def master_verb(args: argparse.Namespace) -> int:
     return supervise("master", args)
 
 
 @verb("worker", "supervisor + N workers only (batchd-worker@.service)",
       daemon_arguments(True, "name the instance in logs, process titles and Redis; also reads "
-                             "worker-NAME.toml beside the config file", master=False))
+                             "worker-NAME.toml beside the config file", master=False),
+      examples=("batchd worker crawl_task.py:CrawlTask --instance 1 --workers 8",),
+      exits=((ExitCode.OK, "stopped; with --once: the batch is done"),
+             (ExitCode.UNAVAILABLE, f"--once: {EXIT_WORDS[ExitCode.UNAVAILABLE]} (resident: waited out)"),
+             ExitCode.CONFIG))
 def worker_verb(args: argparse.Namespace) -> int:
     return supervise("worker", args)
 
@@ -115,9 +129,11 @@ def reload_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the supervisor to reload (under systemd: $MAINPID)")
 
 
-@verb("reload", "check the config and the spider as the supervisor would load them, and only then send it "
-                "SIGHUP (ExecReload=; exit 0 signalled, 78 configuration error, 69 PID is no batchd supervisor)",
-      reload_arguments)
+@verb("reload", "check the config and the spider, then SIGHUP the supervisor", reload_arguments,
+      examples=("batchd reload --pid $MAINPID", "batchd reload --instance 1 --role worker --pid 4242"),
+      exits=((ExitCode.OK, "the configuration and the spider load: SIGHUP sent"),
+             (ExitCode.UNAVAILABLE, "PID is no batchd supervisor"),
+             (ExitCode.CONFIG, "the configuration or the spider does not load: nothing signalled")))
 def reload_verb(args: argparse.Namespace) -> int:
     """The supervisor checks a SIGHUP's config too, but it can only say so in the journal: checking
     here first makes `systemctl reload` itself fail on a bad config, and leaves the supervisor alone.

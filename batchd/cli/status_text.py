@@ -13,7 +13,7 @@ from ..hosts.counts import LATENCY_BOUNDS, OTHER
 from ..recrawl.pages import VERDICTS
 from ..reporting.snapshots import duration, paused_text, rate_text
 from ..reporting.status import supervisor_name
-from ..service.systemd import escape_controls
+from ..service.systemd import counted, escape_controls
 from ..settle.batch_stats import summary
 
 
@@ -55,7 +55,7 @@ def render_status(status: dict) -> str:
         for w in host["workers"]:
             lines.append(f"  {escape_controls(host['host'])} {supervisor_name(host)}, {w['name']} "
                          f"(pid {w['pid']}): {w['done']} done, {w['failed']} failed, {w['items']} items, "
-                         f"{w['tasks']} tasks in hand, {w['unflushed']} unflushed, beat {w['silent']:.0f}s ago")
+                         f"{counted(w['tasks'], 'task')} in hand, {w['unflushed']} unflushed, beat {w['silent']:.0f}s ago")
     lines.append(f"unflushed items {status['unflushed']}")
     return "\n".join(lines)
 

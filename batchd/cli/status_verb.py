@@ -16,8 +16,8 @@ from ..errors import ConfigError, ExitCode
 from ..runtime import Runtime
 from ..supervisor.loader import SpiderSource, build_runtime, read_spider
 from ..service.systemd import setup_logging
-from .arguments import (VerbGroup, config_files, config_origin, existing_store, positive, spider_and_config,
-                        spider_source)
+from .arguments import (VerbGroup, config_files, config_origin, existing_store, json_option, positive,
+                        spider_and_config, spider_source)
 from ..reporting.status import gather_history, gather_hosts, gather_status
 from ..reporting.why import gather_why
 from .status_text import render_history, render_hosts, render_json, render_status, render_why
@@ -30,7 +30,6 @@ HISTORY_LENGTH = 10         # batches `batchd status --history` shows unless tol
 
 def status_arguments(parser: argparse.ArgumentParser) -> None:
     spider_and_config(parser)
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--watch", nargs="?", type=float, const=2.0, metavar="SECONDS",
                         help="refresh every SECONDS (default 2) until Ctrl-C")
     parser.add_argument("--history", nargs="?", type=positive, const=HISTORY_LENGTH, metavar="N",
@@ -42,10 +41,12 @@ def status_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--why", action="store_true",
                         help="why the open batch is not finished: tasks pending, queued, leased by live and dead "
                              "workers, set aside per host, paused, outages, the oldest in flight, and a verdict")
+    json_option(parser)
 
 
-@verb("status", "where the batch stands: progress, queue, rate, ETA, workers per host, unflushed items",
-      status_arguments)
+@verb("status", "where the batch stands: progress, queue, rate, ETA, workers", status_arguments,
+      examples=("batchd status crawl_task.py:CrawlTask --why", "batchd status --history 5 --json"),
+      exits=(ExitCode.OK, ExitCode.UNAVAILABLE, ExitCode.CONFIG))
 def status_verb(args: argparse.Namespace) -> int:
     runtime, spider_note = status_runtime(args)
     if args.history:

@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 
 from ..errors import BatchdError, ConfigError, ExitCode
 from ..backends.task_load import ColumnLimit
+from ..service.systemd import counted
 
 log = logging.getLogger("batchd")
 
@@ -103,15 +104,6 @@ class LoadReport:
                  f"{counted(self.duplicates, 'duplicate')} skipped",
                  f"{counted(self.bad, f'bad {self.noun}')} rejected"]
         return ", ".join(parts) + (f" ({'; '.join(more)})" if more else "")
-
-
-def plural(n: int, noun: str) -> str:
-    return noun if n == 1 else f"{noun}s"
-
-
-def counted(n: int, noun: str) -> str:
-    """'1 task', '2 tasks', '0 bad URLs'."""
-    return f"{n} {plural(n, noun)}"
 
 
 def shown(url: str) -> str:

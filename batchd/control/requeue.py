@@ -2,6 +2,7 @@
 from typing import Optional
 
 from ..model import BatchRecord, FailureQuery
+from ..service.systemd import counted
 from ..reporting.failed_tasks import chosen_batch
 from ..settle.settler import Settler
 from ..task import Move
@@ -32,7 +33,7 @@ def requeue_failed(runtime, batch_id: Optional[int] = None, reason: Optional[str
     if requeued:
         wake_master(runtime)
     matching = f" whose reason holds {reason!r}" if reason else ""
-    said = f"batch {asked}: {requeued} failed tasks{matching} back to pending"
+    said = f"batch {asked}: {counted(requeued, 'failed task')}{matching} back to pending"
     if requeued and _closed_meanwhile(store, last):
         return f"{said}; but {_closed(asked)}"
     return said + ("; the workers crawl them again" if requeued else "")

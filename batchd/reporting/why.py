@@ -24,7 +24,7 @@ from typing import Optional
 
 from ..errors import BackendUnavailable, ConfigError
 from ..model import FailureQuery
-from ..service.systemd import escape_controls
+from ..service.systemd import counted, escape_controls
 from ..schedule import next_due
 from .snapshots import duration, paused_text
 from .failed_tasks import summary as failure_summary
@@ -162,11 +162,12 @@ def verdict(why: dict, lease_seconds: float) -> str:
     set_aside = sum(row["waiting"] for row in why["waiting_on_hosts"])
     if set_aside and set_aside * 2 >= (tasks["leased"] or 0):
         top = why["waiting_on_hosts"][0]
-        return (f"{set_aside} tasks in hand wait on their hosts' turn (most on {escape_controls(top['host'])}: "
+        return (f"{counted(set_aside, 'task')} in hand wait on their hosts' turn (most on {escape_controls(top['host'])}: "
                 f"{top['waiting']}): DOMAIN_RATE_LIMIT, the hosts' terms or their breakers pace them")
     if not tasks["queued"] and not tasks["leased"]:
-        return f"{tasks['pending']} tasks wait to be claimed: the master claims them at its next patrol"
-    return (f"working: {tasks['leased']} tasks in flight with {why['workers_alive']} workers alive, "
+        return f"{counted(tasks['pending'], 'task')} wait to be claimed: the master claims them at its next patrol"
+    return (f"working: {counted(tasks['leased'], 'task')} in flight with "
+            f"{counted(why['workers_alive'], 'worker')} alive, "
             f"{remaining} to go, ETA {duration(why['eta_seconds'])}")
 
 
@@ -180,4 +181,4 @@ def _lost_words(lost: list, lease_seconds: float) -> str:
     expires_in = max(h["expires_in"] for h in lost)
     when = (f"their leases expire in {duration(expires_in)} (BATCH_LOST_TASK_STALE {lease_seconds:g} s)"
             if expires_in > 0 else "their leases are due: the master requeues them at its next patrol")
-    return f"waiting on {count} tasks held by {who} on host {escape_controls(first['host'])}: {when}"
+    return f"waiting on {counted(count, 'task')} held by {who} on host {escape_controls(first['host'])}: {when}"

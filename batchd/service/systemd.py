@@ -118,6 +118,11 @@ def failure_line(text: str, most: int = FAILURE_LINE_MOST) -> str:
     return cut_middle(_URL.sub(lambda found: cut_middle(found.group(0), URL_MOST), text), most)
 
 
+def counted(n: int, noun: str) -> str:
+    """'1 task', '2 tasks', '0 bad URLs': a count as a line says it (a noun whose plural takes an s)."""
+    return f"{n} {noun if n == 1 else noun + 's'}"
+
+
 def escape_controls(text: str) -> str:
     """`text` on one line, every control character escaped."""
     return text.translate(_ESCAPES)

@@ -45,7 +45,7 @@ from ..settle.ledger import LedgerBlock, Phase
 from .loader import SpiderSource
 from ..reporting.snapshots import supervisor_ports
 from ..reporting.supervisor_report import Reporter, Supervised, SupervisedChild, SupervisorReport
-from ..service.systemd import Notifier, set_log_namespace, set_process_role, set_process_title
+from ..service.systemd import Notifier, counted, set_log_namespace, set_process_role, set_process_title
 from ..worker.prefetch import worker_token_prefix
 from ..worker.worker import ledger_slots
 
@@ -423,9 +423,11 @@ class Supervisor:
         if self.block is None:
             return          # no child ever ran: the reason was the one line already logged
         left_items, left_tasks = self.ended["left_items"], self.ended["left_tasks"]
-        log.info("exit %d: %d tasks done, %d failed, %d items stored by this host's workers (in %s); %s",
-                 self.exit_code, self.ended["done"], self.ended["failed"], self.ended["items"], self.items_in,
-                 f"{left_items} items of {left_tasks} tasks were left in memory (their leases bring them back)"
+        log.info("exit %d: %s done, %d failed, %s stored by this host's workers (in %s); %s",
+                 self.exit_code, counted(self.ended["done"], "task"), self.ended["failed"],
+                 counted(self.ended["items"], "item"), self.items_in,
+                 f"{counted(left_items, 'item')} of {counted(left_tasks, 'task')} were left in memory (their leases "
+                 "bring them back)"
                  if left_tasks else "the ledger is at 0")
 
     def _kill_leftovers(self) -> None:

@@ -21,6 +21,7 @@ from typing import Iterator, Optional, Sequence
 
 from ..codec import dumps, loads
 from ..errors import BackendUnavailable
+from ..service.systemd import counted
 from ..model import ItemDestination, ItemRow
 from ..backends.store import store_items
 
@@ -378,9 +379,9 @@ class Replay:
             log.error("%d more items refused; each keeps its reason in the `error` field of %s",
                       self.refusals_unlogged, path)
         if r.disk_error:
-            log.error("replay of %s stopped after %d items stored: %s", path, r.stored, r.disk_error)
+            log.error("replay of %s stopped after %s stored: %s", path, counted(r.stored, "item"), r.disk_error)
             return
-        figures = f"{r.stored} items stored, {r.kept} kept for the next retry, {r.moved_aside} moved aside"
+        figures = f"{counted(r.stored, 'item')} stored, {r.kept} kept for the next retry, {r.moved_aside} moved aside"
         if r.interrupted_by_outage:
             log.warning("replay of %s stopped by an outage: %s (%s)", path, self.outage, figures)
         elif r.stored or r.kept or r.moved_aside:

@@ -252,7 +252,7 @@ def test_retry_items_stores_what_it_can_and_says_so(mysql_backend):
 
     dumped.append([failed_item(3), failed_item(4, table="no_such_table")])
     partly = batchd("retry", "--items", dumped.path, backend=mysql_backend)
-    assert partly.returncode == 1 and "1 items stored, 1 kept" in partly.stderr
+    assert partly.returncode == 1 and "1 item stored, 1 kept" in partly.stderr
     assert len(open(dumped.path).readlines()) == 1
 
 

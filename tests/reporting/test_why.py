@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 
+from batchd.service.systemd import counted
 from harness import batch_done, wait_for
 from supervised import DAEMON_SETTINGS, batchd, gated_urls, masters_of, slow_urls, start_batchd, workers_of
 from backend_ports import LONG, opener, ports, pushed  # noqa: F401  (fixtures)
@@ -106,7 +107,7 @@ def test_why_names_a_stopped_worker_its_leases_and_the_oldest_tasks(shared_backe
         assert report["tasks"]["leased"] >= report["tasks"]["leased_live"] + held["leases"]
         assert report["tasks"]["total"] == 40 and report["tasks"]["pending"] + report["tasks"]["queued"] \
             + report["tasks"]["leased"] + report["tasks"]["settled"] == 40
-        assert report["verdict"].startswith(f"waiting on {held['leases']} tasks held by a stalled worker")
+        assert report["verdict"].startswith(f"waiting on {counted(held['leases'], 'task')} held by a stalled worker")
         assert f"pid {frozen}" in report["verdict"] and report["verdict"].endswith(
             "their leases are due: the master requeues them at its next patrol")
         oldest = report["oldest"]
@@ -136,7 +137,7 @@ def test_why_names_the_leases_of_a_dead_worker_whose_supervisor_is_gone(shared_b
         held = holder_of(report, worker)
         assert held["leases"] > 0 and held["worker"] is None and 0 < held["expires_in"] <= DEAD_STALE - 12
         assert report["tasks"]["leased_dead"] == held["leases"] and report["workers_alive"] == 0
-        assert report["verdict"].startswith(f"waiting on {held['leases']} tasks held by a dead worker (pid {worker}) "
+        assert report["verdict"].startswith(f"waiting on {counted(held['leases'], 'task')} held by a dead worker (pid {worker}) "
                                             f"on host {socket.gethostname()}: their leases expire in ")
         assert all(task["state"] == "dead" and task["pid"] == worker for task in report["oldest"])
         assert "dead     " in why_text(shared_backend, DEAD_STALE)

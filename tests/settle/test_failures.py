@@ -234,7 +234,7 @@ def test_requeue_gives_a_task_failed_for_its_attempts_fresh_ones(backend, site):
             wait_for(lambda: backend.states()[1] == F, message="task 1 failed for its attempts")
             assert failed_tasks(runtime)["kinds"] == [
                 {"kind": "leased 1 times without a write-back (BATCH_TASK_MAX_ATTEMPTS=1)", "count": 1}]
-            assert requeue_failed(runtime).startswith("batch 1: 1 failed tasks back to pending")
+            assert requeue_failed(runtime).startswith("batch 1: 1 failed task back to pending")
             wait_for(lambda: backend.states()[1] == D, message="task 1 leased again, and done")
             GatedSpider.gate.set()
             wait_for(lambda: batch_done(backend), message="the batch closed")
@@ -320,11 +320,11 @@ def test_the_requeue_command_during_an_open_batch(mysql_backend, site):
             wait_for(lambda: [mysql_backend.states()[i] for i in (1, 2)] == [F, F], message="two tasks failed")
             requeued = batchd("requeue", "--failed", "--reason", "HTTP 404", SEED, backend=mysql_backend)
             assert (requeued.returncode, requeued.stdout.strip()) == (
-                0, "batch 1: 1 failed tasks whose reason holds 'HTTP 404' back to pending; the workers crawl them again")
+                0, "batch 1: 1 failed task whose reason holds 'HTTP 404' back to pending; the workers crawl them again")
             wait_for(lambda: mysql_backend.states()[1] == D, message="task 1 crawled again, and done")
             assert mysql_backend.states()[2] == F
             listed = batchd("failed", SEED, backend=mysql_backend).stdout
-            assert listed.startswith("batch 1 (open): 1 failed tasks: 1 HTTP 500\n")
+            assert listed.startswith("batch 1 (open): 1 failed task: 1 HTTP 500\n")
             every = json.loads(batchd("failed", SEED, "--all", "--json", backend=mysql_backend).stdout)
             assert [f["task_id"] for f in every["failures"]] == [1, 2]
         finally:

@@ -278,6 +278,27 @@ def test_man_page_names_every_option(verb):
     assert f".B {verb.split()[0]}" in page or f".B batchd {verb.split()[0]}" in page
 
 
+def test_man_page_says_each_verbs_summary_as_its_help_does_and_renders_without_warnings():
+    """batchd(1) and `batchd VERB --help` come from one source: each COMMANDS entry opens with the verb's argparse
+    summary, as a sentence; the old `--spider` of `tasks` is named nowhere; groff and man do not complain."""
+    from batchd.cli.project import TASKS
+    summaries = {**{name: entry.help for name, entry in VERBS.items()},
+                 **{f"tasks {entry.name}": entry.help for entry in TASKS}}
+    with open(MAN_PAGE, encoding="utf-8") as f:
+        page = f.read()
+    commands = page.split(".SH COMMANDS\n")[1].split("\n.SH ")[0]
+    entries = re.findall(r"^\.TP\n\.B ((?:tasks )?[a-z\\-]+)(?: \\-\\-[a-z]+)?\n(.+)$", commands, re.MULTILINE)
+    found = {name.replace("\\-", "-"): line.replace("\\-", "-") for name, line in entries}
+    assert len(entries) == len(found) == len(summaries), [name for name, _ in entries]
+    assert found == {name: summary[0].upper() + summary[1:] + "." for name, summary in summaries.items()}
+    assert "\\-\\-spider" not in page
+    groff = subprocess.run(["groff", "-man", "-Tutf8", "-ww", "-z", MAN_PAGE], capture_output=True, text=True)
+    assert (groff.returncode, groff.stderr) == (0, "")
+    man = subprocess.run(["man", "--warnings", "-E", "UTF-8", "-l", "-Tutf8", "-Z", MAN_PAGE], capture_output=True,
+                         text=True, env={**os.environ, "MANWIDTH": "80", "LC_ALL": "C.UTF-8"})
+    assert (man.returncode, man.stderr) == (0, "")
+
+
 def test_settings_man_page_has_an_entry_per_setting_and_renders_without_warnings(tmp_path):
     """batchd.toml(5) as debian/rules writes it (`python3 -m batchd.cli.manpage`): every declared setting
     with its default and values, the files and the environment, and neither groff nor man complains."""
