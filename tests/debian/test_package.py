@@ -581,7 +581,8 @@ def check_journal_entries(built, box, site, backend):
     # (The box's config sets no NAMESPACE: the task table's name.)
     assert (error["BATCHD_ROLE"], error["BATCHD_NAMESPACE"], error["BATCHD_TASK_ID"]) == ("worker", "crawl_task", "1")
     assert error["BATCHD_BATCH"] == str(backend.records()[-1]["id"])
-    assert message[0].endswith(rf"task 1 failed: ValueError: no parse for {page}\r\nX-Injected: 2"), message[0]
+    assert rf"task 1 failed: ValueError: no parse for {page}\r\nX-Injected: 2 (the traceback starts in the spider's " \
+        "code: " in message[0], message[0]
     assert message[1] == "  | Traceback (most recent call last):"
     assert all(line.startswith("  | ") for line in message[1:])
     assert message[-1] == rf"  | ValueError: no parse for {page}\r\nX-Injected: 2"
