@@ -26,10 +26,11 @@ from typing import Callable, Optional
 from ..hosts.counts import DONE, FAILED, IN_FLIGHT, WAITING, fold_top, split_host_counts
 from ..backends.ports import BatchCounters
 from ..recrawl.pages import FOUND, ITEMS_UNCHANGED, VERDICTS
+from ..service.systemd import counted
 
 # What the report names, in its order: (counter, words). The basics are always shown, the others when not 0.
 REQUESTS, RESPONSES = "downloader/request_count", "downloader/response_count"
-ITEM_BASICS = (("item/stored", "items stored"), ("item/dumped", "dumped"), ("item/invalid", "invalid"))
+ITEM_BASICS = (("item/stored", "stored"), ("item/dumped", "dumped"), ("item/invalid", "invalid"))
 STATUS_PREFIX = "downloader/response_status_count/"
 RETRY_PREFIX = "retry/reason_count/"
 RETRY_COUNT = "retry/count"
@@ -155,12 +156,14 @@ def report(batch_id: int, counts: dict, flags: int = 0) -> str:
 def summary(counts: dict) -> str:
     """A batch's counters in words, on one line: the basics, then what is not 0."""
     responses = counts.get(RESPONSES) or _sum_under(counts, STATUS_PREFIX)
-    parts = [f"{counts.get(REQUESTS, 0)} requests", f"{responses} responses{_breakdown(counts, STATUS_PREFIX)}"]
+    parts = [counted(counts.get(REQUESTS, 0), "request"),
+             counted(responses, "response") + _breakdown(counts, STATUS_PREFIX)]
     retries = counts.get(RETRY_COUNT) or _sum_under(counts, RETRY_PREFIX)
     if retries:
-        parts.append(f"{retries} retries{_breakdown(counts, RETRY_PREFIX)}")
+        parts.append(f"{retries} {'retry' if retries == 1 else 'retries'}{_breakdown(counts, RETRY_PREFIX)}")
     parts.append(size_text(counts.get(BYTES, 0)))
-    parts += [f"{counts.get(name, 0)} {words}" for name, words in ITEM_BASICS]
+    parts += [f"{counted(counts.get(name, 0), 'item') if first else counts.get(name, 0)} {words}"
+              for first, (name, words) in zip((True, False, False), ITEM_BASICS)]     # "1 item stored, 0 dumped"
     if counts.get(ITEMS_UNCHANGED):
         parts.append(f"{counts[ITEMS_UNCHANGED]} unchanged")
     found = [FOUND + verdict for verdict in VERDICTS]

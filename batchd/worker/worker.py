@@ -38,7 +38,7 @@ from .timeout import TaskTimeouts, timeout_grace
 from ..backends.ports import LeaseQueue, WakeChannel, WorkerPorts, claim_namespace
 from ..schedule import is_due
 from ..settle.batch_stats import BatchStats, StatsFlusher
-from ..service.systemd import set_thread_role, task_log_fields
+from ..service.systemd import counted, set_thread_role, task_log_fields
 from ..service.threads import Heart, check_in, guard, start_thread
 
 log = logging.getLogger("batchd.worker")
@@ -217,8 +217,8 @@ class Worker:
         self.alerts.close()
         if landed and not abandon:
             totals = self.ledger.totals()
-            log.info("%s stopped: %d tasks done, %d failed, %d items stored", self.name,
-                     totals["done"], totals["failed"], totals["items"])
+            log.info("%s stopped: %s done, %d failed, %s stored", self.name, counted(totals["done"], "task"),
+                     totals["failed"], counted(totals["items"], "item"))
 
     def _give_back_leases(self) -> None:
         """Tasks this worker will not write back: the master requeues them at its next patrol."""
