@@ -48,6 +48,7 @@ from ..settle.progress_rate import ProgressRate
 from ..task import Move
 from ..service.threads import Heart
 from .lock_keeper import LockKeeper
+from .log_words import some_of, wall_time, what_opens, why_refetch
 from .walks import CHUNK_SECONDS, CountWalk, ResetWalk
 
 log = logging.getLogger("batchd.master")
@@ -330,7 +331,7 @@ class Master:
     def open_batch(self, last: Optional[BatchRecord]) -> BatchRecord:
         """Clear the queue, open the record (its reset still to walk) and start the reset. The record keeps
         the reset's cursor, so a master that dies mid-way leaves a batch whose reset the next one finishes."""
-        log.info("opening a new batch (BATCH_MODE=%s): %s", self.opening.mode, _what_opens(self.opening,
+        log.info("opening a new batch (BATCH_MODE=%s): %s", self.opening.mode, what_opens(self.opening,
                                                                                           self.layout.table))
         self.leases.clear_batch()
         if self.opening.mode == "due":      # what is due is judged once, at the opening: a takeover judges alike
@@ -359,7 +360,7 @@ class Master:
         batch.spider_print, self.refetch = spider.to_json(), False
         if spider.refetches:
             log.info("batch %d trusts no validator: %s; every page is fetched whole and every callback runs",
-                     batch.id, _why_refetch(spider, before))
+                     batch.id, why_refetch(spider, before))
 
     def go_on_resetting(self, batch: BatchRecord, going_on: Callable[[], bool], full: bool) -> bool:
         """Take the reset of `batch` WALK_BUDGET seconds further; True once it is over. A reset this master
@@ -415,7 +416,7 @@ class Master:
         if expired:
             moved = self.settler.settle(Move.REQUEUE, None, expired)
             log.warning("reclaimed %d tasks whose lease expired (holder gone or stalled): %s",
-                        moved, _some(expired))
+                        moved, some_of(expired))
         forgotten = self.leases.forget_if_memory_changed()
         # Orphans are tasks in processing that neither the queue nor a lease holds. Only this thread claims
         # and pushes, so right after an outage (a claim whose answer or push was lost) or a change of the
@@ -585,36 +586,6 @@ class Master:
         return {FLAGGED: ExitCode.DATAERR, FAILED: ExitCode.TASKS_FAILED}.get(self.outcome or "", ExitCode.OK)
 
 
-def _what_opens(opening: BatchOpening, table: str) -> str:
-    if opening.mode == "incremental":
-        return f"nothing is reset; the pending tasks of `{table}` are crawled"
-    if opening.mode == "due":
-        failed = "" if opening.reset_failed else " but the failed ones (BATCH_RESET_FAILED=false)"
-        return f"resetting the tasks of `{table}` whose revisit is due{failed}"
-    if not opening.reset_failed:
-        return f"resetting every task of `{table}` to pending but the failed ones (BATCH_RESET_FAILED=false)"
-    return f"resetting every task of `{table}` to pending"
-
-
-def _why_refetch(spider: SpiderPrint, before: Optional[BatchRecord]) -> str:
-    """Why a batch trusts no validator, for its opening line."""
-    reasons = []
-    if spider.changed and before is not None:       # (a change is only ever judged against a batch before)
-        reasons.append(f"the spider's {' and '.join(spider.changed)} changed since batch {before.id}")
-    if spider.forced:
-        reasons.append("--refetch asked for it")
-    return ", and ".join(reasons)
-
-
-def wall_time(unix: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(unix))
-
-
 def _keep_going(stop: StopFlag, keeper: Optional[LockKeeper]) -> Callable[[], bool]:
     """Whether a walk may take another chunk: not stopped, and the master lock still ours."""
     return lambda: not stop.is_set() and (keeper is None or keeper.holds())
-
-
-def _some(ids: list, shown: int = 10) -> str:
-    text = ", ".join(str(i) for i in ids[:shown])
-    return text + (f" (+{len(ids) - shown} more)" if len(ids) > shown else "")
