@@ -202,12 +202,14 @@ def test_a_value_the_database_refuses_adds_nothing_and_exits_65(db, tmp_path):
 @pytest.mark.parametrize("shape", ["made", "indexed"])
 def test_100000_rows_are_checked_in_chunks_in_flat_memory(db, shape, tmp_path):
     """Correctness and memory only: the speed is bench/task_import.py's. The file repeats its first 1,000 URLs at
-    its end (duplicates of rows added chunks before) and has one bad row; memory stays that of a chunk."""
+    its end (duplicates of rows added chunks before) and has one bad row; memory stays that of a chunk. 100,000
+    rows on SQLite, 20,000 on MariaDB (20 chunks through the same code, in a fifth of the time)."""
+    rows, most = (100_000, 8) if db.kind == "sqlite" else (20_000, 2.5)     # MB: a set of the URLs takes 14, 2.8
     make_table(db, shape)
     path = tmp_path / "tasks.csv"
     with open(path, "w") as f:
         f.write("url\n")
-        f.writelines(f"https://site{n % 97}.example/page/{n}\n" for n in range(100_000))
+        f.writelines(f"https://site{n % 97}.example/page/{n}\n" for n in range(rows))
         f.write("htp:/bad\n")
         f.writelines(f"https://site{n % 97}.example/page/{n}\n" for n in range(1000))
     tracemalloc.start()
@@ -216,9 +218,9 @@ def test_100000_rows_are_checked_in_chunks_in_flat_memory(db, shape, tmp_path):
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert (report.added, report.duplicates, report.bad) == (100_000, 1000, 1)
-    assert db.sql(f"SELECT COUNT(*), COUNT(DISTINCT {q(db, 'url')}) FROM {q(db, LAYOUT.table)}")[0] == (100_000, 100_000)
-    assert peak < 8 * 1024 * 1024, f"peak {peak / 1e6:.1f} MB"     # a set of 100,000 URLs alone is ~14 MB
+    assert (report.added, report.duplicates, report.bad) == (rows, 1000, 1)
+    assert db.sql(f"SELECT COUNT(*), COUNT(DISTINCT {q(db, 'url')}) FROM {q(db, LAYOUT.table)}")[0] == (rows, rows)
+    assert peak < most * 1024 * 1024, f"peak {peak / 1e6:.1f} MB"
 
 
 def test_the_memory_store_checks_the_same(logged):
