@@ -8,8 +8,8 @@ children, the `batchd` command, the spider's start() and start_monitor().
                              and the quality judge of a batch's close
     Assembly.worker(...)     a worker and its parts (worker/worker.py WorkerParts): the downloader and its chain,
                              the pipeline (the write-back gate) with its settler and FAILED_ITEMS_PATH, the runner
-                             and its quality tally, the page memory of re-crawls, the lease prefetch and tokens,
-                             the tasks set aside, the batch's counters, the alerts, the outage watch, TASK_TIMEOUT
+                             and its quality tally, the hosts' render="auto" choices, the page memory of re-crawls, the archive's writer,
+                             the lease prefetch and tokens, the tasks set aside, the batch's counters, the alerts, the outage watch, TASK_TIMEOUT
     Assembly.downloader(...) a downloader with its DOWNLOADER_MIDDLEWARES chain: a worker's, or `batchd check`'s
 
 With QUALITY_CHECKS off neither the quality tally nor the judge is built: nothing is counted, nothing judged.
@@ -18,9 +18,11 @@ The host terms (HOSTS over the global settings) are built once, here, and every 
 same copy; each worker has its own per-host pace (hosts/paces.py), shared by the links of its chain.
 """
 import logging
+from functools import partial
 from typing import Any, Callable, Optional
 
 from .alerts.alerts import Alerts
+from .archive.writer import ArchiveWriter
 from .backends.ports import Backend
 from .config import Settings
 from .download.chain import ChainContext, chain_from_settings, sleep_without_stop
@@ -45,6 +47,8 @@ from .settle.settler import Settler
 from .worker.dumps import FailedItemsFile
 from .worker.pipeline import Pipeline, count_nothing
 from .worker.prefetch import LeasePrefetch, LeaseTokens
+from .worker.render_auto import AutoRender
+from .worker.replays import Replays
 from .worker.task_run import HeldTasks, TaskRunner
 from .worker.timeout import TaskTimeouts
 from .worker.worker import Worker, WorkerParts, ledger_slots, wake_master_when_drained
@@ -96,7 +100,11 @@ class Assembly:
             pipeline.record_outcome(run, ok=False, failure=run.timeout_failure(reason))
 
         memory = PageMemory.for_worker(ports.store, settings, counted, type(spider))
+        archive = ArchiveWriter.for_worker(settings, ports.leases.namespace)
+        downloader.keep_received = archive is not None
         destination = ItemDestination(*self.layout.item_destination)
+        auto = AutoRender(ports.render_choices, settings.RENDER_AUTO_SAMPLE, counted, destination.table)
+        downloader.renders_auto = auto.renders
         quality, breaker = None, None
         if settings.QUALITY_CHECKS:
             breaker = block_hold_of(settings, downloader)
@@ -108,13 +116,16 @@ class Assembly:
                                                                                                       failed=failed)),
                             FailedItemsFile(settings.failed_items_path()),
                             on_written=lambda runs: wake_master_when_drained(ports.leases, ports.wake),
-                            count=counted, stats_flusher=stats_flusher, alerts=alerts, memory=memory)
+                            count=counted, stats_flusher=stats_flusher, alerts=alerts, memory=memory,
+                            archive=archive)
         parts = WorkerParts(
             ledger=ledger, tokens=tokens, stats=stats, stats_flusher=stats_flusher, alerts=alerts, in_flight=in_flight,
             set_aside=set_aside, watch=watch, downloader=downloader, pipeline=pipeline,
             prefetch=LeasePrefetch(ports.leases, settings.BATCH_LOST_TASK_STALE, tokens.next, ledger.free_slots),
             runner=TaskRunner(spider, settings, downloader, pipeline, ports.seen, ports.leases.namespace, name, memory,
-                              quality, breaker, counted),
+                              quality, breaker, counted, auto, archive,
+                              Replays(ports.store.last_batch, partial(archive_replay, settings, self.layout.table),
+                                      counted)),
             timeouts=TaskTimeouts(settings.TASK_TIMEOUT, name, time_out))
         return Worker(settings, self.layout, ports, held, parts, name=name, keep_alive=keep_alive)
 
@@ -155,7 +166,21 @@ def downloader_for(settings: Settings, threads: int, sleep=sleep_without_stop, *
                             verify=settings.TLS_VERIFY, sleep=sleep)
     downloader.use(chain_from_settings(chain_context(settings, threads, host_terms, download=downloader.download_once,
                                                      **collaborators)))
+    downloader.spider = collaborators.get("spider")
+    downloader.make_render_pool = partial(render_pool, settings, collaborators.get("stats"))
     return downloader
+
+
+def archive_replay(settings: Settings, table: str, batch_id: int) -> Any:
+    """A reader of one batch's archive (batchd/archive/replay.py), for a reparse of it: imported only then."""
+    from .archive.replay import ArchiveReplay
+    return ArchiveReplay(settings, table, batch_id)
+
+
+def render_pool(settings: Settings, stats: Any) -> Any:
+    """A worker's browsers (batchd/render/), made on its first rendered request: imported only then."""
+    from .render.chromium import chromium_pool
+    return chromium_pool(settings, stats.inc if stats is not None else lambda name, n: None)
 
 
 def chain_context(settings: Settings, threads: int = 1, host_terms: Optional[HostTerms] = None,

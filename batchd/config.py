@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping, Optional
 from urllib.parse import urlsplit, urlunsplit
 
 from .errors import ConfigError
+from .schedule import EXPRESSION_WORDS, HOURS_WORDS, check_schedule, check_timezone, parse_crawl_hours
 
 
 DEFAULT_CONFIG_FILE = "/etc/batchd/batchd.toml"
@@ -38,9 +39,12 @@ LISTEN_PATTERN = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[^\s:\[\]]+):\d{1,5}$")      
 INTERVAL_UNITS = ("day", "hour")
 SIGNATURES = ("items", "body")    # what tells a changed page from an unchanged one (batchd/recrawl/)
 BATCH_MODES = ("full", "incremental", "due")     # what a new batch crawls (docs/architecture.md, A batch's life)
+ARCHIVE_FORMATS = ("off", "warc")    # what ARCHIVE keeps of each response (batchd/archive/)
+REQUEST_FILTERS = ("exact", "bloom")     # how a batch remembers its requests (backends/mysql_redis/redis_bloom.py)
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 WEBHOOK_FORMATS = ("json", "dingtalk", "feishu", "wecom", "slack")   # what ALERT_WEBHOOK is sent (alerts/webhooks.py)
 # The rules that flag a batch's data (batchd/quality/rules.py, docs/quality.md), as QUALITY_RULES_OFF names them.
+RESOURCE_TYPES = ("image", "font", "media", "stylesheet")     # what RENDER_BLOCK may name (render/chromium.py blocks them)
 QUALITY_RULES = ("coverage_drop", "items_drop", "no_items", "soft_block", "block_marker", "coverage_floor")
 
 
@@ -92,10 +96,21 @@ class Settings:
     BATCH_INTERVAL: int = setting(7, "a new batch opens on the date (or at the hour) this many days (hours) "
                                      "after the last one's", 1, 10000)
     BATCH_INTERVAL_UNIT: str = setting("day", "the unit of BATCH_INTERVAL", choices=INTERVAL_UNITS)
+    BATCH_SCHEDULE: str = setting("", "when batches open, as a cron expression read in BATCH_TIMEZONE (`0 3 * * mon`, "
+                                      "`@daily`): a batch opens at each time it names, instead of BATCH_INTERVAL "
+                                      "(which it overrides); empty: BATCH_INTERVAL",
+                                  parse=lambda raw, source: check_schedule(raw, source), may_hold=EXPRESSION_WORDS)
+    BATCH_TIMEZONE: str = setting("", "the time zone BATCH_SCHEDULE and CRAWL_HOURS are read in (an IANA name such as "
+                                      "Europe/Paris or UTC); empty: the machine's",
+                                  parse=lambda raw, source: check_timezone(raw, source),
+                                  may_hold="an IANA time zone name, or empty")
     BATCH_MODE: str = setting("full", "what a new batch crawls: full resets every task to pending; incremental "
                                       "resets nothing and crawls the pending rows (new ones, requeued ones); due "
                                       "resets the tasks whose revisit is due (REVISIT_INTERVAL_MIN/MAX)",
                               choices=BATCH_MODES)
+    SITEMAPS: Optional[tuple] = setting(None, "sitemaps, sitemap indexes or robots.txt files naming them: as each "
+                                              "batch opens, the master adds a task (its url column) for each new "
+                                              "URL, as `batchd tasks import-sitemap` does", default_text="none")
     BATCH_RESET_FAILED: bool = setting(True, "a full (or due) batch resets the failed tasks too (off: they stay "
                                              "failed, outside the batch)")
     # -- re-crawls: conditional requests, change detection, revisit schedules (batchd/recrawl/)
@@ -137,6 +152,17 @@ class Settings:
     TASK_TIMEOUT: float = setting(300.0, "seconds a task may be processed before it is failed (0: no limit)",
                                   0, 7 * DAY)
     REQUEST_FILTER_ENABLE: bool = setting(False, "drop a request already made in this batch")
+    REQUEST_FILTER: str = setting("exact", "how REQUEST_FILTER_ENABLE remembers a batch's requests (Redis): exact "
+                                           "keeps each fingerprint (about 85 bytes); bloom a Bloom filter (about 2 "
+                                           "bytes), which takes a few new requests for ones already made and drops "
+                                           "them: a request not made (REQUEST_FILTER_ERROR_RATE of the new ones at "
+                                           "most); SQLite and memory stay exact", choices=REQUEST_FILTERS)
+    REQUEST_FILTER_CAPACITY: int = setting(1_000_000, "requests a batch's bloom filter is sized for; past it a new "
+                                                      "layer twice as large, with a tighter error, is added",
+                                           1000, 1_000_000_000)
+    REQUEST_FILTER_ERROR_RATE: float = setting(0.001, "the share of new requests a bloom filter may take for ones "
+                                                      "already made (dropped: not made), every layer counted",
+                                               1e-7, 0.1)
     USER_AGENT: Optional[tuple] = setting(None, "the User-Agent header; with several, one picked at random for "
                                                 "each request", default_text="batchd/VERSION")
     DEFAULT_REQUEST_HEADERS: dict = setting({"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,"
@@ -169,10 +195,16 @@ class Settings:
                                                "once, with one reason and one alert per batch", 0, 30 * DAY)
 
     HOSTS: dict = setting({}, "terms of their own for some hosts: [hosts.\"example.com\"] tables of rate, burst, "
-                              "concurrency, delay, timeout, download_timeout, proxy, headers (see below)",
+                              "concurrency, delay, timeout, download_timeout, proxy, headers, crawl_hours (see below)",
                           parse=lambda raw, source: parse_hosts(raw, source),
                           may_hold="tables by host (`*.example.com`: its subdomains)")
 
+    CRAWL_HOURS: tuple = setting((), "the hours tasks are leased, as windows in BATCH_TIMEZONE "
+                                     "(`[\"01:00-06:00\"]`; `22:00-04:00` crosses midnight); outside them a host's "
+                                     "tasks wait (those in flight finish) and other hosts go on; a [hosts] table's "
+                                     "crawl_hours overrides it for its hosts; []: every hour",
+                                 parse=lambda raw, source: parse_crawl_hours(raw, f"setting CRAWL_HOURS in {source}"),
+                                 may_hold=HOURS_WORDS)
     HOST_STATS_TOP: int = setting(50, "hosts a batch's counters per host keep (`batchd status --hosts`); the "
                                       "others are summed as (other)", 1, 10_000)
     PROXY: Optional[str] = setting(None, "one proxy for every request: http://user:pass@host:port (or https, "
@@ -204,16 +236,54 @@ class Settings:
          "batchd.download.middlewares.stats.StatsMiddleware",
          "batchd.download.middlewares.latency.FetchLatencyMiddleware"),
         "the downloader middleware chain, outermost first: dotted paths of batchd.DownloaderMiddleware classes")
+    # -- pages that need a browser: Request(render=True) (batchd/render/, README "Pages that need a browser")
+    RENDER_BROWSER: str = setting("chromium", "the Chromium a rendered page is loaded in: a path, or a command on "
+                                              "PATH (no browser is ever downloaded)")
+    RENDER_DRIVER: str = setting("chromedriver", "the chromedriver that drives RENDER_BROWSER: a path, or a command "
+                                                 "on PATH (its major version is the browser's)")
+    RENDER_CONCURRENCY: int = setting(2, "pages a worker process renders at once, at most (in one browser, a tab each)",
+                                      1, 64)
+    RENDER_TIMEOUT: float = setting(30.0, "seconds a page may take to load and settle (render_wait included); "
+                                          "past it the page is closed and retried like a timeout", 1, 3600)
+    RENDER_PAGES_PER_BROWSER: int = setting(200, "pages a browser renders before it is replaced by a fresh one",
+                                            1, 1_000_000)
+    RENDER_MAX_MEMORY: int = setting(1024, "MB (PSS of its processes) past which a browser is replaced once its "
+                                           "pages are done", 64, 64 * 1024)
+    RENDER_BLOCK: tuple = setting(("image", "font", "media"), "resource types a rendered page does not load",
+                                  parse=lambda raw, source: parse_render_block(raw, source),
+                                  may_hold="a list of " + ", ".join(RESOURCE_TYPES))
+    RENDER_AUTO_SAMPLE: int = setting(3, "pages of a host a render=\"auto\" request is both rendered and fetched "
+                                         "plain for, before the host is crawled plain (when plain gave the same "
+                                         "items) or rendered", 1, 1000)
     # -- items
     ITEM_FLUSH_SIZE: int = setting(500, "items per flush, at most", 1, 100_000)
     ITEM_FLUSH_INTERVAL: float = setting(1.0, "seconds between two flushes, at most", 0.01, 3600)
     FAILED_ITEMS_PATH: Optional[str] = setting(None, "where items the database will not take are kept",
                                                default_text="failed_items.jsonl in $STATE_DIRECTORY, "
                                                             "else in the working directory")
+    ITEM_BATCH_COLUMN: Optional[str] = setting(None, "a column of the column item tables (__item_table__, an Item's "
+                                                     "__table__) that the worker fills with the batch id of each "
+                                                     "row it writes, so `batchd export --batch N` can pick a batch's "
+                                                     "rows (docs/export.md); the tables must have it",
+                                               identifier=True, default_text="off")
     ITEM_FLUSH_GIVE_UP: float = setting(120.0, "seconds a flush waits out an outage before its items go to "
                                                "FAILED_ITEMS_PATH", 0, DAY)
     STATS_FLUSH_INTERVAL: float = setting(5.0, "seconds between two flushes of a worker's batch counters to the "
                                                "backend, at most (and before every write-back)", 0.05, 3600)
+    # -- the archive: every response a batch fetches, as WARC records (batchd/archive/, docs/recrawl.md)
+    ARCHIVE: str = setting("off", "keep what a batch fetches: warc writes every response as WARC/1.1 records "
+                                  "(needs warcio: pip install 'batchd[archive]'); off keeps nothing",
+                           choices=ARCHIVE_FORMATS)
+    ARCHIVE_PATH: Optional[str] = setting(None, "the folder of the archive: one folder per task table and batch",
+                                          default_text="archive in $STATE_DIRECTORY, else in the working directory")
+    ARCHIVE_MAX_SIZE: int = setting(1024 ** 3, "bytes of a WARC file past which a worker starts the next one",
+                                    1024 * 1024, 1024 ** 4)
+    ARCHIVE_GZIP_LEVEL: int = setting(1, "zlib's level for a record whose body came uncompressed (1: quick; 6: "
+                                         "about a fifth smaller at five times the CPU); a body that came "
+                                         "compressed is kept as it is", 1, 9)
+    ARCHIVE_KEEP: int = setting(4, "batches whose archive folders are kept besides the running one; the master "
+                                   "removes older ones as a batch opens (but those a kept batch's revisit records "
+                                   "still refer to)", 1, 100_000)
     # -- data quality: measured per batch and host, compared with the batches before (batchd/quality/, docs/quality.md)
     QUALITY_CHECKS: bool = setting(True, "measure each batch's data per host (items, field coverage, bodies, block "
                                          "markers, tasks with no item) and flag it against the batches before (off: "
@@ -295,6 +365,9 @@ class Settings:
     def failed_items_path(self) -> str:
         return self.FAILED_ITEMS_PATH or default_failed_items_path()
 
+    def archive_path(self) -> str:
+        return self.ARCHIVE_PATH or state_path("archive")
+
     def replace(self, **changes) -> "Settings":
         return dataclasses.replace(self, **changes)
 
@@ -312,9 +385,14 @@ TYPE_WORDS = {tuple: "a text or a non-empty list of texts (JSON in the environme
 
 
 def default_failed_items_path(environ: Mapping[str, str] = os.environ) -> str:
+    return state_path("failed_items.jsonl", environ)
+
+
+def state_path(name: str, environ: Mapping[str, str] = os.environ) -> str:
+    """`name` in systemd's StateDirectory (the first of $STATE_DIRECTORY), else in the working directory."""
     state_dirs = environ.get("STATE_DIRECTORY")
     base = state_dirs.split(":")[0] if state_dirs else "."
-    return os.path.join(base, "failed_items.jsonl")
+    return os.path.join(base, name)
 
 
 def load_settings(custom: Optional[Mapping[str, Any]] = None, *, config_files=None,
@@ -532,25 +610,33 @@ def parse_floors(raw: Any, source: str) -> dict:
 
 def parse_rules_off(raw: Any, source: str) -> Optional[tuple]:
     """QUALITY_RULES_OFF: None, or rules of QUALITY_RULES."""
-    if raw is None:
-        return None
+    return None if raw is None else _choices_of(raw, source, "QUALITY_RULES_OFF", "rule", QUALITY_RULES)
+
+
+def parse_render_block(raw: Any, source: str) -> tuple:
+    """RENDER_BLOCK: resource types of RESOURCE_TYPES (none, or an empty list: a page loads everything)."""
+    if raw is None or (isinstance(raw, (list, tuple)) and not raw) or raw == "[]":
+        return ()
+    return _choices_of(raw, source, "RENDER_BLOCK", "resource type", RESOURCE_TYPES)
+
+
+def _choices_of(raw: Any, source: str, name: str, what: str, choices: tuple) -> tuple:
+    """A list setting whose every entry is one of `choices` (a ConfigError naming the first that is not)."""
     try:
-        rules = _texts(raw)
+        chosen = _texts(raw)
     except (TypeError, ValueError):
-        raise ConfigError(f"{source}: QUALITY_RULES_OFF: a list of rules is needed ({', '.join(QUALITY_RULES)})") \
-            from None
-    unknown = [rule for rule in rules if rule not in QUALITY_RULES]
+        raise ConfigError(f"{source}: {name}: a list of {what}s is needed ({', '.join(choices)})") from None
+    unknown = [one for one in chosen if one not in choices]
     if unknown:
-        raise ConfigError(f"{source}: QUALITY_RULES_OFF: {unknown[0]!r} is no rule; the rules are "
-                          + ", ".join(QUALITY_RULES))
-    return rules
+        raise ConfigError(f"{source}: {name}: {unknown[0]!r} is no {what}; the {what}s are " + ", ".join(choices))
+    return chosen
 
 
 # -- HOSTS: per-host terms (docs/settings.md, Per-host terms; hosts/terms.py applies them)
 # Each key of a host's table, and the setting it stands in for at that host (its type and bounds hold it).
 HOST_TERMS = {"rate": "DOMAIN_RATE_LIMIT", "burst": "DOMAIN_RATE_BURST", "concurrency": "CONCURRENT_REQUESTS_PER_DOMAIN",
               "delay": "DOWNLOAD_DELAY", "timeout": "REQUEST_TIMEOUT", "download_timeout": "DOWNLOAD_TIMEOUT",
-              "proxy": "PROXY", "headers": "DEFAULT_REQUEST_HEADERS"}
+              "proxy": "PROXY", "headers": "DEFAULT_REQUEST_HEADERS", "crawl_hours": "CRAWL_HOURS"}
 HOST_PATTERN = re.compile(r"^(\*\.)?[a-z0-9_]([a-z0-9_-]{0,62})(\.[a-z0-9_]([a-z0-9_-]{0,62}))*$")
 PROXY_SCHEMES = ("http", "https", "socks5", "socks5h")
 
@@ -576,6 +662,8 @@ def _host_term(where: str, key: Any, value: Any) -> Any:
     if name is None:
         raise ConfigError(f"{where} {key}: unknown; a host's terms are {', '.join(HOST_TERMS)}")
     f = SETTING_FIELDS[name]
+    if key == "crawl_hours":        # (a list of its own shape, not one of _convert's)
+        return parse_crawl_hours(value, f"{where} crawl_hours")
     base, low, high = SETTING_TYPES[name][0], f.metadata["low"], f.metadata["high"]
     try:
         converted = _convert(base, value)

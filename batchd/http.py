@@ -12,6 +12,7 @@ The downloader that turns one into the other is batchd/download/downloader.py.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 import json as jsonlib
 import re
@@ -88,10 +89,40 @@ class RevalidateOptions:
     on_unchanged: Union[Callback, str, None] = None
 
 
-# Each of today's keywords of Request, and the group that keeps it (any other keyword goes to requests).
+RENDER_CHOICES = (False, True, "auto")
+
+
+@dataclass
+class RenderOptions:
+    """Whether the page is loaded in a browser (batchd/render/, README "Pages that need a browser"). `render`:
+    True loads it in Chromium and the response's body is the DOM once its scripts ran; "auto" lets batchd learn
+    per host whether a plain fetch gives the same items (render/auto.py). `render_wait`: a CSS selector that
+    must be on the page, or seconds to wait after it loaded; `render_timeout` overrides RENDER_TIMEOUT;
+    `render_hook(page)` (a callable, or the name of a spider method) acts on the page (render/page.py: click,
+    fill, scroll...) before its DOM is read."""
+    render: Union[bool, str] = False
+    render_wait: Union[str, float, None] = None
+    render_timeout: Optional[float] = None
+    render_hook: Union[Callable[..., Any], str, None] = None
+
+    def __post_init__(self) -> None:
+        if self.render not in RENDER_CHOICES or self.render == 1 and self.render is not True:
+            raise ValueError(f"Request: render={self.render!r}: write True, False or \"auto\"")
+        wait = self.render_wait
+        if wait is not None and (isinstance(wait, bool) or not isinstance(wait, (str, int, float)) or
+                                 (not isinstance(wait, str) and wait < 0)):
+            raise ValueError(f"Request: render_wait={wait!r}: a CSS selector, or seconds (>= 0)")
+
+
+# Each keyword of Request's option groups, and the group that keeps it.
 GROUP_OF_KEYWORD = {**{name: "fetch" for name in FetchOptions.__dataclass_fields__ if name != "extra"},
-                    "max_retry_times": "retry", "revalidate": "revalidation", "on_unchanged": "revalidation"}
-GROUPS = {"fetch": FetchOptions, "retry": RetryOptions, "revalidation": RevalidateOptions}
+                    "max_retry_times": "retry", "revalidate": "revalidation", "on_unchanged": "revalidation",
+                    **{name: "rendering" for name in RenderOptions.__dataclass_fields__}}
+GROUPS = {"fetch": FetchOptions, "retry": RetryOptions, "revalidation": RevalidateOptions,
+          "rendering": RenderOptions}
+# The arguments of requests.Session.request that batchd has no keyword of its own for: they go on to requests.
+# Any other keyword is a mistake (a misspelt option would otherwise be dropped without a word).
+REQUESTS_ONLY_KEYWORDS = ("files", "cert", "hooks")
 
 
 class _Grouped:
@@ -111,8 +142,9 @@ class _Grouped:
 class Request:
     """One HTTP request and what the spider wants done with its response.
 
-    Its options are kept in three groups: how it is sent (`fetch`, FetchOptions), how it is retried
-    (`retry`, RetryOptions), what a re-crawl does with it (`revalidation`, RevalidateOptions). Each option
+    Its options are kept in four groups: how it is sent (`fetch`, FetchOptions), how it is retried
+    (`retry`, RetryOptions), what a re-crawl does with it (`revalidation`, RevalidateOptions), whether a
+    browser loads it (`rendering`, RenderOptions). Each option
     may be given by its own keyword as well (`Request(url, timeout=5, revalidate=False)`), and read or
     set as an attribute of the request (`request.timeout`)."""
 
@@ -131,16 +163,22 @@ class Request:
     max_retry_times = _Grouped()
     revalidate = _Grouped()
     on_unchanged = _Grouped()
+    render = _Grouped()
+    render_wait = _Grouped()
+    render_timeout = _Grouped()
+    render_hook = _Grouped()
 
     def __init__(self, url: str, callback: Union[Callback, str, None] = None, method: str = "GET", *,
                  errback: Union[Errback, str, None] = None, cb_kwargs: Optional[dict[str, Any]] = None,
                  meta: Optional[dict[str, Any]] = None, dont_filter: bool = False,
                  fetch: Optional[FetchOptions] = None, retry: Optional[RetryOptions] = None,
-                 revalidation: Optional[RevalidateOptions] = None, **options: Any) -> None:
+                 revalidation: Optional[RevalidateOptions] = None, rendering: Optional[RenderOptions] = None,
+                 **options: Any) -> None:
         """`errback` is called instead of the spider's failed_request when this request fails for good
         (retries spent, or not retryable); `cb_kwargs` are passed to the callback as keyword arguments;
         `dont_filter` lets it through REQUEST_FILTER_ENABLE's filter. `options`: any option of the groups by
-        its own keyword (over the group's value), and any other argument of requests.Session.request."""
+        its own keyword (over the group's value), and requests.Session.request's files, cert and hooks;
+        any other keyword is a TypeError naming it."""
         self.url = url
         self.callback = callback
         self.errback = errback
@@ -151,11 +189,16 @@ class Request:
         self.fetch = FetchOptions() if fetch is None else fetch
         self.retry = RetryOptions() if retry is None else retry
         self.revalidation = RevalidateOptions() if revalidation is None else revalidation
+        rendered = {name: options.pop(name) for name in list(options) if GROUP_OF_KEYWORD.get(name) == "rendering"}
+        self.rendering = (dataclasses.replace(rendering or RenderOptions(), **rendered) if rendered
+                          else rendering or RenderOptions())     # (replace: the options are checked together)
         for name, value in options.items():
             if name in GROUP_OF_KEYWORD:
                 setattr(getattr(self, GROUP_OF_KEYWORD[name]), name, value)
-            else:
+            elif name in REQUESTS_ONLY_KEYWORDS:
                 self.fetch.extra[name] = value
+            else:
+                raise TypeError(_unknown_keyword(name))
 
     @property
     def kwargs(self) -> dict[str, Any]:
@@ -201,6 +244,13 @@ class Request:
 
     def __repr__(self) -> str:
         return f"<Request {self.method} {self.url}>"
+
+
+def _unknown_keyword(name: str) -> str:
+    known = [*GROUP_OF_KEYWORD, *REQUESTS_ONLY_KEYWORDS]
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"did you mean {close[0]!r}?" if close else "Request's keywords: " + ", ".join(known)
+    return f"Request: unknown keyword {name!r}; {hint}"
 
 
 # Where an element keeps the URL response.follow() takes from it.
@@ -251,6 +301,10 @@ class Response:
         sent = getattr(raw, "request", None)
         self.sent_headers: Mapping[str, Any] = sent.headers if sent is not None else {}
         self.elapsed = 0.0      # seconds from sending the request to the end of its body (the downloader's)
+        self.rendered = False   # its body is a browser's DOM (render=True, or render="auto" on a rendered host)
+        self.replayed = False   # it comes from an archive, not the network (`batchd reparse`)
+        # Each hop (requests' response) with its body as it came, content-coded: kept for ARCHIVE (None: not kept).
+        self.as_received: Optional[list[tuple[Any, bytes]]] = None
         # The redirects followed to get here, oldest first (their status, URL and headers; no body). Not each
         # hop's own history: requests 2.28's hops list one another, round and round.
         self.history: list[Response] = [] if hop else [Response(one, request, b"", hop=True) for one in raw.history]

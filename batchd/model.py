@@ -9,6 +9,7 @@ from typing import Optional
 from .codec import dumps, loads
 from .config import check_identifier
 
+REPARSE_MODE = "reparse"        # BatchOpening.mode of a batch that replays another's archive (`batchd reparse`)
 DEFAULT_ITEM_KIND = "default"   # <task_table>_item: one JSON document per item
 COLUMNS_ITEM_KIND = "columns"   # the spider's __item_table__: item keys are columns
 
@@ -102,6 +103,13 @@ class BatchRecord:
         return BatchOpening.from_json(self.opening)
 
     @property
+    def calendar_date(self) -> datetime:
+        """The date the calendar counts the next batch from: its own opening, or for a reparse (which crawls
+        nothing) the date of the crawl it followed, kept in its opening."""
+        kept = self.how_opened.calendar_date
+        return datetime.fromisoformat(kept) if kept else self.batch_date
+
+    @property
     def spider(self) -> Optional["SpiderPrint"]:
         return SpiderPrint.from_json(self.spider_print)
 
@@ -135,6 +143,18 @@ class BatchOpening:
     kept_failed: int = 0
     opened_with: Optional[int] = None
     due_before: Optional[float] = None     # a due batch: tasks whose revisit is due by then (epoch s) are reset
+    # A reparse (mode "reparse", `batchd reparse`): the batch whose archive it replays, the tasks it takes (all;
+    # those whose BATCH_TASK_HOST_FIELD names `host`; the one `task`), whether it fetches what the archive lacks,
+    # and the date of the last crawl, from which the calendar counts on (a reparse is not a crawl).
+    reparse_of: Optional[int] = None
+    host: Optional[str] = None
+    task: Optional[str] = None
+    fetch_missing: bool = False
+    calendar_date: Optional[str] = None
+
+    @property
+    def is_reparse(self) -> bool:
+        return self.mode == REPARSE_MODE
 
     @property
     def is_default(self) -> bool:
@@ -151,8 +171,11 @@ class BatchOpening:
 
     def to_json(self) -> str:
         kept = asdict(self)
-        if self.due_before is None:        # a due batch's alone
-            del kept["due_before"]
+        for name in ("due_before", "reparse_of", "host", "task", "calendar_date"):   # a due batch's, a reparse's
+            if kept[name] is None:
+                del kept[name]
+        if not self.fetch_missing:
+            del kept["fetch_missing"]
         return dumps(kept)
 
     @classmethod

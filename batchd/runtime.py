@@ -118,20 +118,21 @@ class Runtime:
         """A worker here; with a store no other process reaches, the master too (in once mode unless kept
         alive)."""
         if self.store.runs_in_process:
-            self._run_in_process(stop, once=not keep_alive)
+            self.run_in_process(stop, once=not keep_alive)
         else:
             self.worker(keep_alive=keep_alive).run(stop)
 
     def run_master(self, stop: StopFlag, once: bool) -> None:
         if self.store.runs_in_process:
-            self._run_in_process(stop, once)
+            self.run_in_process(stop, once)
         else:
             set_thread_role("master")
             self.master().run(stop, once=once)
 
-    def _run_in_process(self, stop: StopFlag, once: bool) -> None:
-        """A store no other process can reach: the master here, its worker in a thread beside it. A worker
-        that ends on an error (BatchdError) stops the master too, and the error is this run's."""
+    def run_in_process(self, stop: StopFlag, once: bool) -> None:
+        """The master here, its worker in a thread beside it: for a store no other process can reach, and for
+        `batchd reparse` with no master running (control/reparse.py). A worker that ends on an error
+        (BatchdError) stops the master too, and the error is this run's."""
         worker_stop, ended = StopFlag(), []
         worker = self.worker(keep_alive=True)
 

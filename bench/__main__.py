@@ -114,7 +114,64 @@ def main(argv=None) -> int:
     recrawl.add_argument("--store", choices=("mysql", "sqlite"), default="mysql", help="MySQL + Redis, or SQLite")
     recrawl.add_argument("--monitor-interval", type=float, default=1.0, help="batchd's BATCH_MONITOR_INTERVAL (1)")
     recrawl.add_argument("--json", action="store_true", help="one JSON document instead of the table")
+    archive = commands.add_parser("archive", help="ARCHIVE off against on: worker CPU and bytes written",
+                                  description="what keeping every page costs (issue 36): see bench/archive.py")
+    archive.add_argument("--pages", type=int, default=2000, help="pages of the site, tasks per run (2000)")
+    archive.add_argument("--config", default="2x8", help="PROCESSESxTHREADS: --workers x SPIDER_THREAD_COUNT (2x8)")
+    archive.add_argument("--rounds", type=int, default=2, help="rounds, off and on in turns (2)")
+    archive.add_argument("--store", choices=("mysql", "sqlite"), default="mysql", help="MySQL + Redis, or SQLite")
+    archive.add_argument("--monitor-interval", type=float, default=1.0, help="batchd's BATCH_MONITOR_INTERVAL (1)")
+    archive.add_argument("--export-rows", type=int, default=1_000_000,
+                         help="rows of each item table batchd export writes out (1000000; 0: not measured)")
+    archive.add_argument("--export-stores", default="mysql,sqlite", help="the export's stores, of mysql,sqlite (both)")
+    archive.add_argument("--export-sample", type=float, default=0.1, help="seconds between two RSS samples (0.1)")
+    archive.add_argument("--export-only", action="store_true", help="the export measure alone: no site, no crawl")
+    archive.add_argument("--json", action="store_true", help="one JSON document instead of the table")
+    render = commands.add_parser("render", help="rendered pages: batchd against a bare Playwright loop and scrapy-playwright",
+                                 description="rendered pages (issue 35): see bench/render.py")
+    render.add_argument("--pages", type=int, default=120, help="pages of the site, tasks of the batch (120)")
+    render.add_argument("--workers", type=int, default=2, help="batchd's --workers (2)")
+    render.add_argument("--render-concurrency", type=int, default=2, help="batchd's RENDER_CONCURRENCY (2)")
+    render.add_argument("--concurrency", type=int, help="pages at once of the bare loop and scrapy-playwright "
+                        "(RENDER_CONCURRENCY)")
+    render.add_argument("--only", default="batchd,bare,scrapy", help="contenders, of batchd,bare,scrapy (all)")
+    render.add_argument("--rounds", type=int, default=1, help="rounds, the contenders in turn (1): the medians")
+    render.add_argument("--kills", default="worker,supervisor",
+                        help="batchd runs SIGKILLed a third of the way in, of worker,supervisor (both; none: none)")
+    render.add_argument("--auto", action="store_true", help='render="auto" against render=True, 1 host of 5 dynamic')
+    render.add_argument("--store", choices=("sqlite", "mysql"), default="sqlite",
+                        help="batchd's store: one SQLite file, or the machine's MariaDB and Redis (sqlite)")
+    render.add_argument("--json", action="store_true", help="one JSON document instead of the table")
+    dedup = commands.add_parser("dedup", help="the request filter: exact against bloom at 1 M and 10 M fingerprints",
+                                description="REQUEST_FILTER exact against bloom (issue 37): see bench/dedup.py")
+    dedup.add_argument("--sizes", default="1000000,10000000", help="fingerprints a filter is told (1000000,10000000)")
+    dedup.add_argument("--contenders", default="exact,bloom", help="of exact,bloom,bloom-scaled (exact,bloom)")
+    dedup.add_argument("--error-rate", type=float, default=0.001, help="REQUEST_FILTER_ERROR_RATE (0.001)")
+    dedup.add_argument("--timed", type=int, default=200_000, help="requests of a size through the worker's "
+                       "filter path, timed (200000); the rest are filled pipelined")
+    dedup.add_argument("--rounds", type=int, default=4, help="rounds of the timed part, the contenders in turn (4)")
+    dedup.add_argument("--threads", type=int, default=4, help="threads of the timed part: SPIDER_THREAD_COUNT (4)")
+    dedup.add_argument("--json", action="store_true", help="one JSON document instead of the table")
     args = parser.parse_args(argv)
+    if args.command == "dedup":
+        if min(args.timed, args.rounds, args.threads) < 1 or not 0 < args.error_rate < 1:
+            parser.error("--timed, --rounds and --threads must be at least 1, --error-rate between 0 and 1")
+        from bench.dedup import main as dedup_main
+        return dedup_main(args)
+    if args.command == "render":
+        if args.pages < 3 or min(args.workers, args.render_concurrency, args.concurrency or 1, args.rounds) < 1:
+            parser.error("--pages must be at least 3, --workers, --rounds and the concurrencies at least 1")
+        from bench.render import main as render_main
+        return render_main(args)
+    if args.command == "archive":
+        if args.pages < 1 or args.rounds < 1:
+            parser.error("--pages and --rounds must be at least 1")
+        if args.export_rows < 0 or not set(args.export_stores.split(",")) <= {"mysql", "sqlite"} \
+                or args.export_sample <= 0 or (args.export_only and not args.export_rows):
+            parser.error("--export-rows must be 0 or more (more with --export-only), --export-stores of mysql,sqlite, "
+                         "--export-sample above 0")
+        from bench.archive import main as archive_main
+        return archive_main(args)
     if args.command == "recrawl":
         if args.pages < 10 or not 0 < args.changed < 1:
             parser.error("--pages must be at least 10, --changed between 0 and 1")

@@ -720,6 +720,18 @@ def wait_until(condition: Callable[[], object], timeout: float, children: list, 
         time.sleep(POLL)
 
 
+def vm_rss_kb(pid: int) -> Optional[int]:
+    """A process's resident set now (VmRSS, in kB); None once it has gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except (FileNotFoundError, ProcessLookupError):
+        pass
+    return None
+
+
 class RssSampler:
     """A process's resident set (VmRSS), once a second, on a thread of its own."""
 
@@ -738,14 +750,7 @@ class RssSampler:
                 return
 
     def read(self) -> Optional[int]:
-        try:
-            with open(f"/proc/{self.pid}/status") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        return int(line.split()[1])
-        except (FileNotFoundError, ProcessLookupError):
-            pass
-        return None
+        return vm_rss_kb(self.pid)
 
     def finish(self) -> dict:
         """Start, peak and end, in MB, with one last sample now."""

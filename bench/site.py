@@ -372,7 +372,7 @@ http {{
     log_format hits '$msec $status $request_uri $bytes_sent';
     access_log {dir}/access.log hits;
     sendfile on;
-    tcp_nodelay on;
+    tcp_nodelay on;{extra}
     keepalive_timeout 75s;
     keepalive_requests 1000000;
     types {{ }}
@@ -398,6 +398,7 @@ class NginxSite:
     also has the status and the bytes sent, headers and body, which bench/recrawl.py adds up)."""
 
     kind = "nginx"
+    conf_extra = ""         # more directives of its http block (bench/archive.py's site gzips its pages)
 
     def __init__(self, count: int):
         self.count = count
@@ -430,7 +431,7 @@ class NginxSite:
         self.port = spare_port()
         conf = os.path.join(self.dir, "nginx.conf")
         with open(conf, "w") as f:
-            f.write(NGINX_CONF.format(dir=self.dir, port=self.port))
+            f.write(NGINX_CONF.format(dir=self.dir, port=self.port, extra=self.conf_extra))
         with open(os.path.join(self.dir, "stderr.log"), "ab") as log:
             self.process = subprocess.Popen(["nginx", "-e", os.path.join(self.dir, "error.log"), "-p", self.dir,
                                              "-c", conf], stdout=log, stderr=subprocess.STDOUT)

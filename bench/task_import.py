@@ -33,9 +33,10 @@ def write_csv(path: str, rows: int) -> None:
                      for n in range(rows))
 
 
-def fresh_store(place: str, directory: str, round_no: int):
+def fresh_store(place: str, directory: str, name: str):
+    """An empty store: a new SQLite file `name`.db in `directory`, or `place`'s database without the task table."""
     if place == "sqlite":
-        return store_from_url(f"sqlite:///{directory}/tasks-{round_no}.db")
+        return store_from_url(f"sqlite:///{directory}/{name}.db")
     store = store_from_url(place)
     store.execute(f"DROP TABLE IF EXISTS {store.quote(LAYOUT.table)}")
     return store
@@ -59,7 +60,7 @@ def peak_of_import(store, path: str) -> int:
 def bench(place: str, rows: int, rounds: int, directory: str, path: str) -> dict:
     into_empty, into_full = [], []
     for round_no in range(rounds):
-        store = fresh_store(place, directory, round_no)
+        store = fresh_store(place, directory, f"tasks-{round_no}")
         seconds, report = timed_import(store, path)
         assert (report.added, report.duplicates, report.bad) == (rows, 0, 0), report
         into_empty.append(rows / seconds)
@@ -67,7 +68,7 @@ def bench(place: str, rows: int, rounds: int, directory: str, path: str) -> dict
         assert (report.added, report.duplicates) == (0, rows), report
         into_full.append(rows / seconds)
         store.close()
-    store = fresh_store(place, directory, rounds)
+    store = fresh_store(place, directory, f"tasks-{rounds}")
     peak = peak_of_import(store, path)
     store.close()
     return {"empty": statistics.median(into_empty), "full": statistics.median(into_full), "peak": peak}

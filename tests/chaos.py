@@ -14,14 +14,19 @@ the store straight, never through batchd: a task is lost when it is neither done
 batch is closed; done without items when it is done and neither its item row nor a dumped line in
 FAILED_ITEMS_PATH exists; duplicate item rows are rows beyond one per (batch, task, request, item).
 """
+import glob
 import json
 import os
 import time
 from dataclasses import dataclass, field
 
+from batchd.archive.files import cut_torn_files
+from batchd.archive.replay import ArchiveReplay
+from batchd.config import load_settings
 from batchd.task import TaskState
 from harness import wait_for
 from supervised import start_batchd
+from warcio.checker import Checker
 
 VERDICTS: list = []     # the CHAOS lines of the running test: conftest.py carries them to pytest's summary
 
@@ -92,6 +97,18 @@ class ChaosBatch:
         print(verdict.line())
         VERDICTS.append(verdict.line())
         return verdict
+
+    def done_without_records(self, archive_path: str, batch: int = 1) -> int:
+        """Tasks done whose response the batch's archive (ARCHIVE = "warc" under `archive_path`) does not hold,
+        read as `batchd reparse` reads it; every WARC file found whole by warcio's check."""
+        settings = load_settings(self.backend.settings(ARCHIVE="warc", ARCHIVE_PATH=archive_path), environ={})
+        cut_torn_files(archive_path, settings.namespace_for(self.backend.table))    # as a worker's start would
+        for path in glob.glob(os.path.join(archive_path, "*", "*", "*.warc.gz")):
+            assert Checker(type("Args", (), {"inputs": [path], "verbose": False})()).process_all() == 0, path
+        replay = ArchiveReplay(settings, self.backend.table, batch)
+        url_of = {row[0]: row[1] for row in self.backend.sql(f"SELECT `id`, `url` FROM `{self.backend.table}`")}
+        done = [task for task, state in self.backend.states().items() if state == TaskState.DONE]
+        return sum(1 for task in done if replay.find("GET", url_of[task]) is None)
 
     def _tasks_with_items(self) -> set:
         return {row[0] for row in self.backend.sql(f"SELECT DISTINCT `task_id` FROM `{self.backend.table}_item`")}

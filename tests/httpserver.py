@@ -82,7 +82,25 @@ ignored, before the route answers):
                      site.price_text (if set) in place of every price; site.captcha: one challenge page
                      (CAPTCHA_PAGE) for every URL; n >= site.blocked_from (if set): site.block_page
                      (CAPTCHA_PAGE unless set) instead; site.shop_validators: an ETag per page and 304s.
-
+  /js-shop/<n>       a page a browser is needed for (render="auto" tests): its product (as /shop/<n> lays it out)
+                     is written by a script from /data/<n>.json after the page loaded; plain, it has none.
+  /data/<n>.json     {"title": "Product n", "price": "n.99 EUR"}: what /js-shop/<n>'s script fetches.
+  /static/<n>        /shop/<n>'s product in its HTML (n in site.relaid: its title in an <h2>), and a script that
+                     only fetches /beacon/<n>: a hit of /beacon/<n> says a browser loaded the page, none that
+                     it was fetched plain.
+  /beacon/<n>        204.
+  /js/<n>[?delay=S]  a page built by its script (rendering tests): an empty <div id="app"> the script fills, once
+                     the page has loaded, with what it fetch()es from /js-data/<n> (<h1 class="title">Title n</h1>);
+                     a plain fetch sees the empty shell. delay: the page is answered after S seconds.
+  /js-data/<n>       {"title": "Title n"} as JSON.
+  /js-never          a page that never finishes loading: its <script src> answers part of a body, then nothing.
+  /js-cookies        a page whose script shows document.cookie in <p id="cookies"> and sets from_page=1.
+  /js-late           a page that, 0.6 s after it has loaded, sets the cookie late=1 and fetches /beacon/7.
+  /js-assets         a page with an image, a font, a video and a stylesheet (/asset/<name>: hits counted).
+  /js-click          a page whose <ul id="more"> fills only when its button is clicked.
+  /asset/<name>      a few bytes, of the type the name's extension says.
+  /files/<path>      site.files[path] (bytes a test sets: sitemaps, say) as application/gzip when the path ends
+                     in .gz, else application/xml; 404 when it has none.
 HEAD reaches every route too, and is answered without a body.
 Anything else answers 404. The server speaks HTTP/1.1 with keep-alive and logs nothing.
 """
@@ -377,6 +395,12 @@ class _Handler(BaseHTTPRequestHandler):
         answer = {None: lambda: self.page(number), "drop": self.drop, "stall": self.stall, "reset": self.reset}
         return answer[fault]()
 
+    def file(self, path):
+        body = self.server.site.files.get(path)
+        if body is None:
+            return self.reply(404, b"no such file", "text/plain")
+        self.reply(200, body, "application/gzip" if path.endswith(".gz") else "application/xml")
+
     def robots(self):
         time.sleep(self.server.site.robots_delay)
         text = self.server.site.robots_txt
@@ -438,14 +462,91 @@ class _Handler(BaseHTTPRequestHandler):
         self.reply_html(f"<html><head><title>Shop {n}</title></head><body>{product}<p>{n}</p></body></html>",
                         headers=headers)
 
+    def js_shop(self, number):
+        self.reply_html(f"<html><head><title>Shop {number}</title></head><body><div id='product'></div><script>"
+                        f"fetch('/data/{number}.json').then(r => r.json()).then(d => {{"
+                        "document.getElementById('product').innerHTML = '<h1>' + d.title + '</h1>"
+                        "<span class=\"price\">' + d.price + '</span>';});</script></body></html>")
+
+    def data(self, number):
+        self.reply(200, json.dumps({"title": f"Product {number}", "price": f"{number}.99 EUR"}).encode(),
+                   "application/json")
+
+    def static(self, number):
+        tag = "h2" if int(number) in self.server.site.relaid else "h1"
+        self.reply_html(f"<html><head><title>Shop {number}</title></head><body><{tag}>Product {number}</{tag}>"
+                        f"<span class='price'>{number}.99 EUR</span><script>fetch('/beacon/{number}')</script>"
+                        "</body></html>")
+
+    def beacon(self, number):
+        self.send_head(204, "text/plain")
+
     def log_message(self, format, *args):
         pass  # the suite's output is for test results
 
+    # -- pages built by their scripts (rendering)
+    def js_page(self, number):
+        time.sleep(float(self.query.get("delay", 0)))
+        self.reply_html(JS_PAGE.format(n=int(number)))
+
+    def js_data(self, number):
+        self.reply(200, json.dumps({"title": f"Title {int(number)}"}).encode(), "application/json")
+
+    def js_never(self):
+        self.reply_html('<html><body><p id="early">early</p><script src="/stall?length=100&sent=0"></script>'
+                        "</body></html>")
+
+    def js_cookies(self):
+        self.reply_html('<html><body><p id="cookies"></p><script>document.getElementById("cookies").textContent = '
+                        'document.cookie; document.cookie = "from_page=1; path=/";</script></body></html>')
+
+    def js_late(self):
+        self.reply_html('<html><body><p id="ready">ready</p><script>window.onload = function () { setTimeout('
+                        'function () { document.cookie = "late=1; path=/"; fetch("/beacon/7"); }, 600); };'
+                        '</script></body></html>')
+
+    def js_assets(self):
+        self.reply_html(ASSETS_PAGE)
+
+    def js_click(self):
+        self.reply_html('<html><body><button id="load">more</button><ul id="more"></ul><script>'
+                        'document.getElementById("load").onclick = function () { document.getElementById("more")'
+                        '.innerHTML = "<li>one</li><li>two</li>"; };</script></body></html>')
+
+    def asset(self, name):
+        kind = {"png": "image/png", "woff2": "font/woff2", "mp4": "video/mp4", "css": "text/css"}
+        self.reply(200, b"body { color: black }" if name.endswith(".css") else b"\0" * 64,
+                   kind.get(name.rpartition(".")[2], "application/octet-stream"))
+
+
+JS_PAGE = """<html><head><title>Shell {n}</title></head><body><div id="app"></div><script>
+window.addEventListener("load", function () {{
+  fetch("/js-data/{n}").then(function (r) {{ return r.json(); }}).then(function (d) {{
+    document.getElementById("app").innerHTML = '<h1 class="title">' + d.title + '</h1>';
+  }});
+}});
+</script></body></html>"""
+ASSETS_PAGE = """<html><head><link rel="stylesheet" href="/asset/style.css"><style>
+@font-face { font-family: "f"; src: url("/asset/font.woff2"); } p { font-family: "f"; }</style></head>
+<body><p>text</p><img src="/asset/picture.png"><video src="/asset/film.mp4" autoplay muted></video></body></html>"""
 
 _ROUTES = [
+    (re.compile(r"/js/(\d+)"), _Handler.js_page),
+    (re.compile(r"/js-data/(\d+)"), _Handler.js_data),
+    (re.compile(r"/js-never"), _Handler.js_never),
+    (re.compile(r"/js-cookies"), _Handler.js_cookies),
+    (re.compile(r"/js-late"), _Handler.js_late),
+    (re.compile(r"/js-assets"), _Handler.js_assets),
+    (re.compile(r"/js-click"), _Handler.js_click),
+    (re.compile(r"/asset/([\w.]+)"), _Handler.asset),
+    (re.compile(r"/js-shop/(\d+)"), _Handler.js_shop),
+    (re.compile(r"/data/(\d+)\.json"), _Handler.data),
+    (re.compile(r"/static/(\d+)"), _Handler.static),
+    (re.compile(r"/beacon/(\d+)"), _Handler.beacon),
     (re.compile(r"/shop/(\d+)"), _Handler.shop),
     (re.compile(r"/versioned/(\d+)"), _Handler.versioned),
     (re.compile(r"/robots\.txt"), _Handler.robots),
+    (re.compile(r"/files/(.+)"), _Handler.file),
     (re.compile(r"/moody/(\d+)"), _Handler.moody),
     (re.compile(r"/gated/(\d+)"), _Handler.gated),
     (re.compile(r"/page/(\d+)"), _Handler.page),
@@ -627,6 +728,7 @@ class TestSite(_Served):
         self.robots_txt = None       # what /robots.txt answers (None: 404), with robots_status
         self.robots_status = 200
         self.robots_delay = 0.0
+        self.files = {}              # /files/<path>: path -> the bytes it answers
         self.mood = "ok"             # how /moody/<n> answers: "ok", "503", or seconds to sleep first
         self.gate = threading.Event()    # /gated/<n> answers once it is set
         self._at_gate = 0

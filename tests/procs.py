@@ -71,3 +71,57 @@ class Procs:
     def close(self):
         for proc in self.started:
             proc.stop()
+
+
+def live(pids):
+    """Those of `pids` still running (a zombie waits for its reaper, and runs nothing)."""
+    running = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rpartition(")")[2].split()[0] != "Z":
+                    running.append(pid)
+        except OSError:
+            continue
+    return running
+
+
+# A process that holds some memory and, under it, one that holds more: a worker and its browser, as the
+# supervisor's report measures them (batchd/reporting/process_memory.py).
+HOLDER = """
+import subprocess, sys
+held = b"w" * ({own} << 20)          # written, so resident (a bytearray of zeros may stay unmapped)
+below = subprocess.Popen([sys.executable, "-c", {grandchild!r}], stdout=subprocess.PIPE)
+grandchild = below.stdout.readline().split()[1]
+print("ready", grandchild.decode(), flush=True)
+sys.stdin.read()                     # until the test closes our stdin (the grandchild's too: it is inherited)
+below.wait()
+"""
+HELD_BELOW = """
+import os, sys
+held = b"g" * ({below} << 20)
+print("ready", os.getpid(), flush=True)
+sys.stdin.read()
+"""
+
+
+class MemoryTree:
+    """A child holding `own` MiB and a grandchild holding `below` MiB, both resident once `pid` and
+    `grandchild` are set; closed, both end."""
+
+    def __init__(self, own: int, below: int):
+        script = HOLDER.format(own=own, grandchild=HELD_BELOW.format(below=below))
+        self.popen = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.pid = self.popen.pid
+        self.grandchild = int(self.popen.stdout.readline().split()[1])    # once both hold their memory
+
+    def close(self) -> None:
+        self.popen.stdin.close()
+        self.popen.wait(10)
+        self.popen.stdout.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()

@@ -228,7 +228,7 @@ def test_follow_all_follows_every_link_selected_and_skips_elements_without_one(s
 def test_replace_copies_every_argument_but_those_changed():
     original = Request("http://x.invalid/a", callback="parse", method="post", headers={"X": "1"},
                        data={"q": "1"}, meta={"k": 1}, cb_kwargs={"n": 1}, errback="failed", dont_filter=True,
-                       timeout=3, max_retry_times=2, stream=False)
+                       timeout=3, max_retry_times=2, cert="client.pem")
     copy = original.replace(url="http://x.invalid/b", meta={"k": 2})
     assert (copy.url, copy.meta, original.url, original.meta) == ("http://x.invalid/b", {"k": 2}, "http://x.invalid/a",
                                                                   {"k": 1})
@@ -237,7 +237,7 @@ def test_replace_copies_every_argument_but_those_changed():
         assert getattr(copy, name) == getattr(original, name), name
     copy.cb_kwargs["n"] = 9
     assert original.cb_kwargs == {"n": 1}, "the copy's cb_kwargs are its own"
-    assert original.replace(stream=True).kwargs == {"stream": True}, "requests' own arguments too"
+    assert original.replace(cert="other.pem").kwargs == {"cert": "other.pem"}, "requests' own arguments too"
 
 
 
@@ -264,3 +264,18 @@ def test_replace_gives_the_copy_groups_of_its_own():
     assert (original.fetch.timeout, original.fetch.extra, original.revalidation.on_unchanged) == \
         (3, {"cert": "/c.pem"}, "same")
     assert copy.fetch.timeout == 4
+
+
+def test_an_unknown_keyword_is_an_error_naming_it_not_a_silent_pass_through():
+    with pytest.raises(TypeError, match=r"^Request: unknown keyword 'render_wiat'; did you mean 'render_wait'\?$"):
+        Request("http://x.invalid/", render=True, render_wiat=".price")
+    with pytest.raises(TypeError, match=r"^Request: unknown keyword 'zzz'; Request's keywords: headers, .*, files, "
+                                        r"cert, hooks$"):
+        Request("http://x.invalid/", zzz=1)
+    with pytest.raises(ValueError, match=r'render=.yes.: write True, False or "auto"'):
+        Request("http://x.invalid/", render="yes")
+    with pytest.raises(ValueError, match="render_wait=-1: a CSS selector, or seconds"):
+        Request("http://x.invalid/", render=True, render_wait=-1)
+    rendered = Request("http://x.invalid/", render="auto", render_wait=2, render_timeout=9)
+    assert (rendered.render, rendered.rendering.render_wait, rendered.render_timeout) == ("auto", 2, 9)
+    assert rendered.replace(url="http://x.invalid/b").rendering == rendered.rendering

@@ -16,12 +16,12 @@ import batchd
 PACKAGE = pathlib.Path(batchd.__file__).parent
 SHARED = ("errors", "release", "codec", "http", "schedule", "task", "config", "model", "item")
 FLOORS = {**{name: 0 for name in SHARED},
-          "service": 1, "hosts": 1, "recrawl": 1,
-          "backends": 2, "alerts": 2,
-          "download": 3, "settle": 3, "core": 3, "quality": 3,
+          "service": 1, "hosts": 1, "recrawl": 1, "archive": 1,
+          "backends": 2, "alerts": 2, "render": 2,
+          "download": 3, "settle": 3, "core": 3, "quality": 3, "sitemaps": 3,
           "worker": 4, "master": 4,
           "assembly": 5, "reporting": 5,
-          "runtime": 6, "control": 6,
+          "runtime": 6, "control": 6, "export": 6,
           "spider": 7,
           "__init__": 8, "supervisor": 8, "web": 8,
           "cli": 9,

@@ -13,12 +13,15 @@ The store is named by URL (`STORE`, else `MYSQL_URL`: MySQL is the default, docs
 names its package itself (`BatchStore.served_by`).
 """
 import importlib
+import logging
 from typing import Optional
 
 from ..config import redact_url
 from ..errors import ConfigError
 from .ports import Backend, SupervisorPorts
 from .store import BatchStore
+
+log = logging.getLogger("batchd")
 
 SQLITE_PREFIX = "sqlite:///"
 MYSQL_SCHEMES = ("mysql", "mariadb")
@@ -57,8 +60,11 @@ def sqlite_path(url: Optional[str], setting: str = "STORE") -> Optional[str]:
 
 
 def open_backend(settings, namespace: str, store: Optional[BatchStore] = None) -> Backend:
-    """Every port of `namespace`: for `store` (given in code), else for the store the settings name."""
+    """Every port of `namespace`: for `store` (given in code), else for the store the settings name. Code that
+    gives its store may give no settings (None): the store's defaults."""
     store = store if store is not None else open_store(settings)
+    if settings is not None and settings.REQUEST_FILTER_ENABLE and settings.REQUEST_FILTER == "bloom" and store.served_by != "mysql_redis":
+        log.info('REQUEST_FILTER = "bloom" is for Redis: %s keeps the exact request filter', store.describe())
     return _package(store.served_by).open_backend(store, namespace, settings)
 
 

@@ -10,6 +10,7 @@ each a narrow contract with its guarantees written in its docstring.
     BatchTally       the settled tasks of a batch, counted as write-backs land
     BatchCounters    a batch's Scrapy-like counters (requests, responses, items...), added by every worker
     NamespaceRecord  which store a namespace serves
+    RenderChoices    whether each host's render="auto" pages need a browser, kept across batches
 
 A backend package (batchd/backends/<name>/) provides every port of a namespace from one
 `open_backend(settings, namespace, store)`, bundled in a `Backend`; batchd/backends/__init__.py
@@ -29,6 +30,7 @@ from typing import Callable, Iterable, Iterator, Mapping, Optional, Protocol, Se
 from ..errors import ConfigError
 from ..hosts.breakers import BreakerState, LocalHostBreakers
 from ..hosts.rates import LocalHostRates
+from ..hosts.render_choices import LocalRenderChoices, RenderChoice
 from ..model import Lease, TaskLayout
 from .store import BatchStore
 
@@ -116,7 +118,8 @@ class LeaseQueue(Protocol):
         queue kept with the tasks (SQLite, in memory) is never lost apart from them: False."""
 
     def set_done(self, batch_id: int) -> None:
-        """Set the batch-done flag (`<ns>:batch_done`), cleared when a new batch opens."""
+        """Set the batch-done flag (`<ns>:batch_done`), cleared when a new batch opens; the batch's request filter
+        is dropped (Redis: freed in the background; SQLite's rows go when the next batch opens)."""
 
     def is_done(self) -> bool:
         """The batch-done flag is set."""
@@ -128,12 +131,13 @@ class LeaseQueue(Protocol):
     def paused_since(self) -> Optional[float]:
         """When the namespace was paused, or None."""
 
-    def ask_open_batch(self, force: bool) -> None:
+    def ask_open_batch(self, force: bool, reparse: Optional[str] = None) -> None:
         """Ask the master to open the next batch at its next patrol, whatever the calendar says (`force`:
-        close the open one first, as it stands)."""
+        close the open one first, as it stands; `reparse`: a reparse batch, its BatchOpening as JSON)."""
 
     def take_open_request(self) -> Optional[str]:
-        """The open-batch request ("now" or "force"), removed as it is read; None when there is none."""
+        """The open-batch request ("now", "force" or a reparse's JSON), removed as it is read; None when there
+        is none."""
 
     def close(self) -> None:
         """Release connections."""
@@ -251,6 +255,21 @@ class HostBreakers(Protocol):
         the most recently changed first."""
 
 
+class RenderChoices(Protocol):
+    """Each host's render="auto" choice (hosts/render_choices.py), shared by every worker of the namespace and
+    kept across batches; changed only by `step`, atomically."""
+
+    def choice(self, host: str) -> Optional[RenderChoice]:
+        """The host's record, or None for a host never met."""
+
+    def step(self, host: str, step: str, now: float, batch: Optional[int], why: str, sample_size: int) -> tuple:
+        """(the host's record after render_choices.choice_step, whether its mode changed); (None, False) for a
+        new host when KEPT_HOSTS are kept already."""
+
+    def choices(self, limit: int = 1000) -> dict:
+        """host -> RenderChoice of the `limit` most recently changed hosts, for display."""
+
+
 class BatchTally(Protocol):
     """Done and failed tasks per batch, counted as they settle, so the master never counts rows. Every
     compare-and-set write-back adds the rows it really moved, so the tally is exact but for the write-backs
@@ -331,6 +350,7 @@ class MasterPorts:
     namespaces: NamespaceRecord
     tally: BatchTally
     counters: BatchCounters
+    render_choices: RenderChoices
 
 
 @dataclass(frozen=True)
@@ -347,6 +367,7 @@ class WorkerPorts:
     counters: BatchCounters
     host_rates: HostRates
     host_breakers: HostBreakers
+    render_choices: RenderChoices
 
 
 @dataclass
@@ -365,6 +386,7 @@ class Backend:
     closers: tuple = field(default=())     # what close() releases besides the store
     rates: Optional[HostRates] = None     # DOMAIN_RATE_LIMIT; None: kept in this process (host_rates())
     breakers: Optional[HostBreakers] = None     # None: kept in this process (host_breakers())
+    renders: RenderChoices = field(default_factory=LocalRenderChoices)    # render="auto"'s choice per host
 
     def host_rates(self, namespace: str) -> HostRates:
         """The backend's HostRates, or the one every worker of this process shares for the namespace."""
@@ -375,11 +397,12 @@ class Backend:
         return self.breakers if self.breakers is not None else LocalHostBreakers.for_namespace(namespace)
 
     def master_ports(self) -> MasterPorts:
-        return MasterPorts(self.store, self.leases, self.locks, self.wake, self.namespaces, self.tally, self.counters)
+        return MasterPorts(self.store, self.leases, self.locks, self.wake, self.namespaces, self.tally, self.counters,
+                           self.renders)
 
     def worker_ports(self, namespace: str) -> WorkerPorts:
         return WorkerPorts(self.store, self.leases, self.wake, self.seen, self.namespaces, self.tally, self.counters,
-                           self.host_rates(namespace), self.host_breakers(namespace))
+                           self.host_rates(namespace), self.host_breakers(namespace), self.renders)
 
     def close(self) -> None:
         for close in self.closers:

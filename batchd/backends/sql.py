@@ -65,7 +65,7 @@ class SqlBatchStore(SqlResults):
                       check_duplicates: bool = True) -> Iterator[SqlTaskLoad]:
         columns = self._task_columns(layout, [*names, column])
         with self.transaction():
-            load = SqlTaskLoad(self, layout.table, column, columns, check_duplicates)
+            load = SqlTaskLoad(self, layout, column, columns, check_duplicates)
             yield load
             load.close()
 
@@ -305,6 +305,12 @@ class SqlBatchStore(SqlResults):
                                         f"COALESCE(SUM(CASE WHEN {state} = {p} THEN 1 ELSE 0 END), 0) FROM {table}"
                                         f"{where_all(conditions)}", [int(TaskState.DONE), int(TaskState.FAILED)] + params)[0]
         return int(rows), int(done), int(failed)
+
+    def hosts_in_chunk(self, after, upper) -> list:
+        table, key, _ = self._quoted_task_table()
+        conditions, params = self._id_range(after, upper)
+        return [tuple(row) for row in self.fetch(f"SELECT {key}, {self._host_column} FROM {table}"
+                                                 f"{where_all(conditions)} ORDER BY {key}", params)]
 
     def _id_range(self, after, upper) -> tuple:
         """(conditions, values) of after < id <= upper; either end open when None."""

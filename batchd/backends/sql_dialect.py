@@ -18,6 +18,8 @@ their clock; the store's logic (backends/sql.py, backends/sql_results.py) is wri
                upsert_clause(columns, key)     what turns an INSERT into an upsert
                column_value(value)             an item value as it is bound to a column
     plumbing   fetch(sql, params, dicts)       the rows of one statement
+               stream_select(t, selected, ...) a table's rows in chunks, never all at once (batchd export)
+               exported_column(c, info, text)  what an export selects of a column (times as text, say)
                execute(sql, params)            one writing statement -> rows changed
                execute_many(sql, rows)         one statement over many rows of values
                transaction()                   statements inside it, on this thread, commit together
@@ -31,14 +33,14 @@ their clock; the store's logic (backends/sql.py, backends/sql_results.py) is wri
                create_record_table(t), create_default_item_table(t), create_failure_table(t),
                create_page_table(t), create_revisit_table(t)
     loading    column_limit(info)              how long a value a column (table_columns' entry) takes
-               seen_table_statements(t, c)     a load's temporary table of the keys of t's values in column c
+               seen_table_statements(t, c, i) a load's temporary table of the keys of t's values in column c
                seen_key(url)                   the key of a value in it; drop_seen_statement() drops it
 
 Every statement binds its values; table and column names come from a validated TaskLayout
 (or item keys, checked as identifiers) and always pass through quote().
 """
 import abc
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 from ..codec import plain_json
 from ..config import check_identifier
@@ -129,6 +131,19 @@ class SqlDialect(BatchStore):
         """Run one statement once per row of values."""
 
     @abc.abstractmethod
+    def stream_select(self, table: str, selected: Sequence[str], conditions: list, values: list,
+                      size: int) -> Iterator[list]:
+        """The `selected` expressions (exported_column's) of the rows of `table` where every condition holds, as
+        lists of at most `size` tuples, read as they are asked for: the whole table is never held (MySQL: a
+        server-side cursor on a connection of its own; SQLite: chunks in rowid order). The table is the user's:
+        nothing is added to it to read it."""
+
+    def exported_column(self, column: str, info, as_text: bool) -> str:
+        """What an export selects of `column` (its table_columns() entry `info`): the column itself, or with
+        `as_text` an expression that gives its times and decimals as text (BatchStore.item_rows)."""
+        return self.quote(column)
+
+    @abc.abstractmethod
     def transaction(self):
         """A context manager: the statements this thread runs inside it commit together, or not at all."""
 
@@ -197,9 +212,10 @@ class SqlDialect(BatchStore):
         """How long a value the column whose table_columns() entry is `info` takes."""
 
     @abc.abstractmethod
-    def seen_table_statements(self, table: str, column: str) -> list:
+    def seen_table_statements(self, table: str, column: str, id_column: str) -> list:
         """The statements that (re)make the temporary table SEEN_TABLE of a TaskLoad (backends/task_load.py):
-        its one column `url_key`, the primary key, holds seen_key() of each distinct value of `column`."""
+        its primary key `url_key` holds seen_key() of each distinct value of `column`, and `task_id` the least
+        `id_column` of its rows (NULL for the rows the load adds: TaskLoad.ids_of)."""
 
     @abc.abstractmethod
     def seen_key(self, url: str):

@@ -1,6 +1,7 @@
 """SqlResults: what the tasks leave in an SQL store beside their states, on the dialect's hooks (sql_dialect.py).
 
-    items            the default item table (unique on ITEM_KEY) or the user's own, as upserts
+    items            the default item table (unique on ITEM_KEY) or the user's own, as upserts; read back
+                     by `batchd export` in chunks (the dialect's stream_select)
     failure records  one row per failed task and batch (FAILURE_COLUMNS), for `batchd failures`
     pages            what a re-crawl remembers of each URL (PAGE_COLUMNS): validators, signature
     revisits         when each task is due again (REVISIT_COLUMNS)
@@ -10,10 +11,12 @@ Each is written with one upsert over every row (or one per in_chunk of keys read
 from typing import Optional, Sequence
 
 from ..codec import plain_json
+from ..errors import ConfigError
 from ..model import (COLUMNS_ITEM_KIND, PAGE_URL_MOST, FailureGroup, FailureQuery, ItemRow, PageRecord, Revisit,
                      TaskFailure, task_key, url_key)
 from ..task import TaskState
 from .sql_dialect import SqlDialect, chunks, where_all
+from .store import EXPORT_CHUNK, RowStream
 
 ITEM_KEY = ("batch_id", "task_id", "request_seq", "item_seq")   # the default item table's unique key
 FAILURE_COLUMNS = ("batch_id", "task_id", "url", "reason", "status", "error_class", "attempts", "host", "fail_time")
@@ -48,6 +51,24 @@ class SqlResults(SqlDialect):
             # like MySQL's ON DUPLICATE KEY, any unique key of the user's table counts.
             self._upsert(table, columns, columns, tuple(key) or None,
                          [[self.column_value(item[c]) for c in columns] for item in items])
+
+    def item_rows(self, table: str, kind: str, batch_id: Optional[int] = None, batch_column: Optional[str] = None,
+                  size: int = EXPORT_CHUNK, as_text: bool = False) -> RowStream:
+        columns = self.table_columns(table)
+        if not columns:
+            raise ConfigError(f"item table {self.quote(table)} not found in {self.location()}")
+        names = tuple(columns) if kind == COLUMNS_ITEM_KIND else ("item",)
+        conditions, params = [], []       # type: list, list
+        if batch_id is not None:
+            column = batch_column if kind == COLUMNS_ITEM_KIND else "batch_id"
+            if column is None or column not in columns:
+                raise ConfigError(f"item table {self.quote(table)} has no column for the batch of a row: "
+                                  + ("set ITEM_BATCH_COLUMN to one the worker fills" if column is None else
+                                     f"{self.quote(column)} is not one of its columns (ITEM_BATCH_COLUMN)"))
+            conditions.append(f"{self.quote(column)} = {self.placeholder}")
+            params.append(batch_id)
+        selected = [self.exported_column(name, columns[name], as_text) for name in names]
+        return RowStream(names, self.stream_select(table, selected, conditions, params, size))
 
     # -- failure records
     def record_failures(self, failures: Sequence[TaskFailure]) -> None:

@@ -6,14 +6,27 @@ without them does. The SQL stores share backends/sql.py; the memory store is bac
 The other ports (backends/ports.py) are the queue side of a namespace.
 """
 import abc
-from datetime import datetime
-from typing import ContextManager, Optional, Sequence
+from dataclasses import dataclass
+from datetime import datetime, tzinfo
+from typing import Callable, ContextManager, Iterator, Optional, Sequence
 
 from ..errors import ConfigError
 from ..model import (BatchOpening, BatchRecord, FailureQuery, ItemRow, PageRecord, Progress, Revisit, SpiderPrint,
                      TaskFailure, TaskLayout)
 from ..task import Move
 from .task_load import TaskLoad
+
+
+EXPORT_CHUNK = 2000     # rows an item table is read in at a time for `batchd export`
+
+
+@dataclass(frozen=True)
+class RowStream:
+    """An item table's rows as `BatchStore.item_rows` reads them, for `batchd export`: the column names, then the
+    rows as tuples in chunks (lists), read as they are asked for, never the table at once."""
+
+    columns: tuple
+    chunks: Iterator[list]
 
 
 def opened_with(walked: int, opening: Optional[BatchOpening]) -> int:
@@ -65,6 +78,21 @@ class BatchStore(abc.ABC):
     @abc.abstractmethod
     def now(self) -> datetime:
         """The store's clock: every batch date and every staleness test uses it, never the host's."""
+
+    def clock_zone(self) -> Optional[tzinfo]:
+        """The zone now() and the batch dates are read in (BATCH_SCHEDULE reads them in BATCH_TIMEZONE,
+        batchd/schedule.py); None: the machine's local time, as the memory store's."""
+        return None
+
+    def hold_hosts(self, held: Optional[Callable[[str], bool]]) -> bool:
+        """Claims from now on take no task of a host for which `held(host)` is true (CRAWL_HOURS: it waits for
+        its hours); None: no host waits. True when this store honours it: one whose claims go across hosts
+        (BATCH_TASK_HOST_FIELD, hosts/claims.py); a store without is told nothing (False)."""
+        host_claim = getattr(self, "host_claim", None)
+        if host_claim is None:
+            return False
+        host_claim.held = held
+        return True
 
     @abc.abstractmethod
     def last_batch(self) -> Optional[BatchRecord]:
@@ -134,6 +162,11 @@ class BatchStore(abc.ABC):
         the move keeps, and those not due are left alone. How many moved. One short statement (the
         revisit table is read by its primary key, row by row of the chunk)."""
         raise NotImplementedError(f"{self.describe()} keeps no revisits")
+
+    def hosts_in_chunk(self, after, upper) -> list:
+        """[(id, the BATCH_TASK_HOST_FIELD column's value)] of the rows with after < id <= upper, in id order: a
+        reparse of one host (`batchd reparse --host`) picks its tasks so. One short statement."""
+        raise ConfigError(f"{self.describe()} reads no host column of its tasks")
 
     # -- what a re-crawl remembers (keeps_pages); a store without it is never asked
     def recall_pages(self, urls: Sequence[str]) -> dict:
@@ -205,6 +238,18 @@ class BatchStore(abc.ABC):
         old one). `kind` is DEFAULT_ITEM_KIND or COLUMNS_ITEM_KIND. `key`: the columns a column table's
         rows are upserted on (an Item's __unique_key__, a UNIQUE index of the table); empty: any unique
         key the table has. Raise on failure: nothing of the batch counts as stored unless this returns."""
+
+    def item_rows(self, table: str, kind: str, batch_id: Optional[int] = None, batch_column: Optional[str] = None,
+                  size: int = EXPORT_CHUNK, as_text: bool = False) -> RowStream:
+        """For `batchd export`: the rows of an item table in constant memory, `size` at a time. `kind`
+        DEFAULT_ITEM_KIND: the one column `item`, each item's JSON document (text; a dict where the store keeps
+        dicts); COLUMNS_ITEM_KIND: every column of the table, in its order. `batch_id`: only that batch's rows,
+        the default item table's `batch_id`, or `batch_column` of a column table (ConfigError naming the table
+        and the column when it has none). `as_text`: times and decimals may come as the text JSON and CSV write
+        (ISO 8601, the exact digits), made by the database, where converting each value here costs more. A store
+        that cannot read its items back says so (ConfigError)."""
+        raise ConfigError(f"{self.describe()} cannot read its items back (batchd export); read table {table} "
+                          "where the store keeps it")
 
     def create_task_table(self, layout: TaskLayout) -> bool:
         """For `batchd tasks` and the demo: make the seed's task table (primary key, `url`, state and

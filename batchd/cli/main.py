@@ -11,7 +11,8 @@ one log line. A usage error is argparse's: one line after the usage, exit 2; Ctr
 
 Each verb group is a module with its own VerbGroup (cli/arguments.py): serve (run, master, worker,
 reload), status_verb (status), quality_verb (quality), check (check), operate (pause, resume, open-batch, failed,
-requeue, retry), project (demo, init, tasks) and dashboard (web). This module only gathers them into the parser.
+requeue, retry), project (demo, init, tasks), dashboard (web), reparse_verb (reparse) and export_verb (export). This module only gathers
+them into the parser.
 """
 import argparse
 import logging
@@ -19,7 +20,7 @@ import textwrap
 from typing import Optional
 
 from ..release import VERSION
-from . import check, dashboard, operate, project, quality_verb, serve, status_verb
+from . import check, dashboard, export_verb, operate, project, quality_verb, reparse_verb, serve, status_verb
 from .arguments import EXIT_CODES_TITLE, HELP_WIDTH, SPIDER_HELP, add_verbs
 from ..errors import BatchdError
 from ..service.systemd import setup_logging
@@ -27,7 +28,7 @@ from ..service.systemd import setup_logging
 log = logging.getLogger("batchd")
 
 VERBS = {entry.name: entry for group in (serve.VERBS, status_verb.VERBS, quality_verb.VERBS, check.VERBS, operate.VERBS,
-                                        project.VERBS, dashboard.VERBS)
+                                        project.VERBS, dashboard.VERBS, reparse_verb.VERBS, export_verb.VERBS)
          for entry in group}
 
 
@@ -35,7 +36,8 @@ VERBS = {entry.name: entry for group in (serve.VERBS, status_verb.VERBS, quality
 SECTIONS = (("run a crawl", ("run", "master", "worker", "reload")),
             ("watch it", ("status", "failed", "quality", "web")),
             ("operate it", ("pause", "resume", "open-batch", "requeue", "retry")),
-            ("set up a project", ("demo", "init", "tasks", "check")))
+            ("set up a project", ("demo", "init", "tasks", "check")),
+            ("keep what you fetched", ("reparse", "export")))
 # The codes every verb may end with besides its own (`batchd VERB --help` lists those).
 COMMON_EXITS = ((2, "usage error: the usage, then one line on what is wrong"), (130, "interrupted (Ctrl-C)"))
 EXAMPLES = ("batchd demo", "batchd status crawl_task.py:CrawlTask --why")

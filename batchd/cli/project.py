@@ -1,7 +1,8 @@
 """First steps: `batchd demo` (a whole batch on a bundled site), `batchd init` (a starter spider
-and config), `batchd tasks add|import` (tasks into the task table).
+and config), `batchd tasks add|import|import-sitemap` (tasks into the task table).
 
-`tasks add [SPIDER] URL...` and `tasks import [SPIDER] FILE.csv` name the spider as every other verb does.
+`tasks add [SPIDER] URL...`, `tasks import [SPIDER] FILE.csv` and `tasks import-sitemap [SPIDER] URL...` name the
+spider as every other verb does.
 Their `--spider SPIDER` of old still works, unlisted, for the scripts that use it (TaskInputParser).
 """
 import argparse
@@ -9,6 +10,7 @@ import re
 
 from ..config import check_identifier
 from ..errors import ExitCode
+from ..sitemaps.sitemap_import import import_sitemaps
 from .arguments import VerbGroup, add_verbs, runtime_from_args, spider_and_config, workers_option
 from .starter import next_steps, write_starter
 from .task_import import add_urls, import_csv
@@ -71,14 +73,18 @@ class TaskInputParser(argparse.ArgumentParser):
 
 
 def task_input(parser: argparse.ArgumentParser) -> None:
-    """What both actions take after their input."""
-    parser.add_argument("--column", default="url", metavar="NAME",
-                        help="the task table's column for the URL (default: url)")
+    """What add and import take after their input."""
+    column_option(parser)
     parser.add_argument("--skip-bad", action="store_true",
                         help="add the good rows and count the bad ones (default: a bad row adds nothing)")
     parser.add_argument("--allow-duplicates", action="store_true",
                         help="add a URL the task table already holds, or that the input repeats")
     parser.add_argument("--spider", dest="spider_option", metavar="SPIDER", help=argparse.SUPPRESS)
+
+
+def column_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--column", default="url", metavar="NAME",
+                        help="the task table's column for the URL (default: url)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -96,12 +102,21 @@ def import_arguments(parser: argparse.ArgumentParser) -> None:
     task_input(parser)
 
 
+def sitemap_arguments(parser: argparse.ArgumentParser) -> None:
+    spider_and_config(parser)
+    parser.add_argument("urls", nargs="+", metavar="URL",
+                        help="a sitemap, a sitemap index (either may be gzipped) or a robots.txt whose Sitemap: "
+                             "lines name them")
+    column_option(parser)
+    parser.add_argument("--spider", dest="spider_option", metavar="SPIDER", help=argparse.SUPPRESS)
+
+
 def tasks_arguments(parser: argparse.ArgumentParser) -> None:
     add_verbs(parser.add_subparsers(dest="action", metavar="ACTION", required=True, parser_class=TaskInputParser),
               TASKS)
 
 
-@verb("tasks", "load tasks into the spider's task table (add, import)", tasks_arguments,
+@verb("tasks", "load tasks into the task table (add, import, import-sitemap)", tasks_arguments,
       examples=("batchd tasks add crawl_task.py:CrawlTask https://example.com/", "batchd tasks import tasks.csv"),
       exits=TASK_EXITS)
 def tasks_verb(args: argparse.Namespace) -> int:
@@ -120,3 +135,18 @@ TASKS.verb("add", "add tasks to the spider's task table, one per URL", add_argum
 TASKS.verb("import", "add tasks from a CSV file whose header names the columns", import_arguments,
            examples=("batchd tasks import crawl_task.py:CrawlTask tasks.csv", "batchd tasks import tasks.csv --skip-bad"),
            exits=TASK_EXITS)(tasks_verb)
+
+
+@TASKS.verb("import-sitemap", "add a task for each new URL of sitemaps (robots.txt's, indexes)",
+            sitemap_arguments,
+            examples=("batchd tasks import-sitemap https://example.com/robots.txt",
+                      "batchd tasks import-sitemap crawl_task.py:CrawlTask https://example.com/sitemap.xml.gz"),
+            exits=((ExitCode.OK, "every sitemap read; new URLs added, the others counted"),
+                   (ExitCode.FAILURE, "a sitemap could not be read (each named in a line); the others' URLs added"),
+                   ExitCode.UNAVAILABLE, ExitCode.CONFIG))
+def sitemap_verb(args: argparse.Namespace) -> int:
+    """Streams the sitemaps into the task table (sitemaps/sitemap_import.py)."""
+    runtime = runtime_from_args(args)
+    report = import_sitemaps(runtime.settings, runtime.store, runtime.layout, args.urls,
+                             column=check_identifier(args.column, "--column"))
+    return ExitCode.FAILURE if report.failed else ExitCode.OK

@@ -1,8 +1,9 @@
 """`batchd quality [--batch N] [--host H] [--json]`: a closed batch's data quality, from its record: the flags
 first (one line each, as the master logged them), then a row per host: items, the coverage of each field,
-the share of the top body, each against the baseline (the median of the batches before). It changes
-nothing: reporting/quality_report.py gathers, this module lays out. Text from the crawl (hosts, fields,
-markers) is shown with its control characters escaped.
+the share of the top body, each against the baseline (the median of the batches before); last, the hosts'
+render="auto" choices as they stand now (crawled plain or rendered, since when and why). It changes nothing:
+reporting/quality_report.py gathers, this module lays out. Text from the crawl (hosts, fields, markers) is shown
+with its control characters escaped.
 
 The exit code says what the batch was, as `batchd run --once` does: 0 clean, 65 flagged, 1 tasks failed.
 """
@@ -41,11 +42,28 @@ def quality_verb(args: argparse.Namespace) -> int:
 
 
 def render_json(report: dict) -> str:
-    return json.dumps({key: report[key] for key in ("batch", "outcome", "flags", "hosts", "compared")}, indent=2,
-                      sort_keys=True)
+    return json.dumps({key: report[key] for key in ("batch", "reparse_of", "outcome", "flags", "hosts", "compared",
+                                                    "render")},
+                      indent=2, sort_keys=True)
 
 
 def render_quality(report: dict) -> str:
+    return "\n".join([_judgement(report), *_render_choices(report["render"])])
+
+
+def _render_choices(rows) -> list:
+    """The lines of the hosts' render="auto" choices (none when no host was learnt)."""
+    if rows is None:
+        return ["", 'render="auto": the hosts\' choices cannot be read now (the backend is unreachable)']
+    if not rows:
+        return []
+    table = [[escape_controls(row["host"]), row["choice"], row["since"].replace("+00:00", "Z"),
+              escape_controls(row["why"])] for row in rows]
+    return ["", 'render="auto" per host (now):',
+            render_table(("host", "crawled", "since", "why"), table, (0, 1, 2, 3))]
+
+
+def _judgement(report: dict) -> str:
     if not report["judged"]:
         return outcome_line(report)
     lines = [outcome_line(report)]

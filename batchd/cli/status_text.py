@@ -14,8 +14,11 @@ from ..recrawl.pages import VERDICTS
 from ..reporting.snapshots import duration, paused_text, rate_text
 from ..reporting.status import supervisor_name
 from ..service.systemd import counted, escape_controls
-from ..settle.batch_stats import summary
+from ..settle.batch_stats import size_text, summary
 
+
+# Where the items are shown, how to get them out (a newcomer finds the verb here).
+EXPORT_HINT = "export   batchd export -o items.jsonl (or .csv, .parquet; --batch N: one batch's rows)"
 
 def render_json(data) -> str:
     return json.dumps(data, indent=2, sort_keys=True)
@@ -39,11 +42,13 @@ def render_status(status: dict) -> str:
                      else "batch    unknown")
     else:
         opened = f" opened {batch['date']}" if batch["date"] else ""
-        lines.append(f"batch    {batch['id']}{opened}, {'finished' if batch['is_done'] else 'running'}")
+        lines.append(f"batch    {batch_name(batch)}{opened}, {'finished' if batch['is_done'] else 'running'}")
     lines += _progress_lines(tasks)
+    lines += calendar_lines(status)
     if status["counters"] is not None:
         lines.append(f"counters {summary(status['counters'])}")
     lines.append(f"items    in {status['items_in']}")
+    lines.append(EXPORT_HINT)
     if status.get("quality") is not None:
         lines.append(quality_text(status["quality"]))
     if queue["waiting"] is not None:
@@ -55,9 +60,46 @@ def render_status(status: dict) -> str:
         for w in host["workers"]:
             lines.append(f"  {escape_controls(host['host'])} {supervisor_name(host)}, {w['name']} "
                          f"(pid {w['pid']}): {w['done']} done, {w['failed']} failed, {w['items']} items, "
-                         f"{counted(w['tasks'], 'task')} in hand, {w['unflushed']} unflushed, beat {w['silent']:.0f}s ago")
+                         f"{counted(w['tasks'], 'task')} in hand, {w['unflushed']} unflushed, beat {w['silent']:.0f}s ago"
+                         f"{worker_memory_text(w)}")
+    if status.get("memory") is not None:
+        lines.append(f"memory   {memory_text(status['memory'])}")
     lines.append(f"unflushed items {status['unflushed']}")
     return "\n".join(lines)
+
+
+def calendar_lines(status: dict) -> list:
+    """When the next batch is due, and the hosts waiting for their crawl hours (until when)."""
+    lines = []
+    next_batch = status.get("next_batch")
+    if next_batch is not None:
+        rule = f"BATCH_SCHEDULE {next_batch['schedule']!r}" if next_batch["schedule"] else "BATCH_INTERVAL"
+        due = next_batch["due"] or "at once (no batch yet)"
+        lines.append(f"next     batch due {due} ({rule})")
+    for waiting in status.get("hosts_waiting") or ():
+        hosts = "every host" if waiting["hosts"] == "*" else f"hosts {escape_controls(waiting['hosts'])}"
+        lines.append(f"waiting  {hosts} until {waiting['until']} (crawl hours {', '.join(waiting['windows'])})")
+    return lines
+
+
+def worker_memory_text(worker: dict) -> str:
+    """A worker line's tail, `, memory 212.0 MB (browsers 160.0 MB)`: its process tree (nothing from an older
+    batchd)."""
+    if "memory" not in worker:
+        return ""
+    return (f", memory {size_text(worker['memory'])} (browsers {size_text(worker['browser_memory'])})"
+            f"{measure_words(worker['memory_measure'])}")
+
+
+def memory_text(memory: dict) -> str:
+    """Every worker listed, with its browsers: `424.0 MB in 2 workers, browsers 320.0 MB of it`."""
+    return (f"{size_text(memory['bytes'])} in {counted(memory['workers'], 'worker')}, browsers "
+            f"{size_text(memory['browsers'])} of it{measure_words(memory['measure'])}")
+
+
+def measure_words(measure: str) -> str:
+    """Nothing for PSS (what the figures are); said when some processes could only be read as RSS."""
+    return {"pss": "", "rss": " (RSS)"}.get(measure, " (PSS, RSS where unreadable)")
 
 
 def quality_text(quality: dict) -> str:
@@ -125,6 +167,12 @@ def _progress_lines(tasks: Optional[dict]) -> list:
             f"{tasks['processing']} processing, {tasks['pending']} pending"]
 
 
+def batch_name(batch: dict) -> str:
+    """A batch as its lines name it: "12", or "14 (reparse of 12)" for a batch that parsed 12's archive again."""
+    of = batch.get("reparse_of")
+    return f"{batch['id']}" if of is None else f"{batch['id']} (reparse of {of})"
+
+
 def bar(done: int, failed: int, total: int, width: int = 30) -> str:
     """[#####xx.....]: # done, x failed, . still to go."""
     if total <= 0:
@@ -180,6 +228,8 @@ def _history_row(entry: dict) -> tuple:
     def blank_or(value, shown) -> str:
         return "" if value is None else shown(value)
     mode = entry["mode"] if entry["reset_failed"] or entry["mode"] == "incremental" else f"{entry['mode']}, failed kept"
+    if entry.get("reparse_of") is not None:
+        mode = f"reparse of {entry['reparse_of']}"
     found = entry["found"] or {}
     return (str(entry["id"]), mode, entry["opened"], entry["closed"] or ("" if entry["is_done"] else "(running)"),
             blank_or(entry["duration_seconds"], duration), blank_or(entry["opened_with"], str), str(entry["done"]),
@@ -212,7 +262,7 @@ def render_why(why: dict) -> str:
     batch, tasks = why["batch"], why["tasks"]
     if batch is not None:
         opened = f" opened {batch['date']}" if batch["date"] else ""
-        lines.append(f"batch    {batch['id']}{opened}, {'finished' if batch['is_done'] else 'running'}")
+        lines.append(f"batch    {batch_name(batch)}{opened}, {'finished' if batch['is_done'] else 'running'}")
     if why["paused_since"] is not None:
         lines.append(f"paused   since {paused_text(why['paused_since'])} (batchd resume)")
     for outage in why["outages"]:

@@ -19,26 +19,17 @@ refuses a chunk, nothing lands. At most MOST_SHOWN lines of each kind are logged
 """
 import csv
 import logging
-import re
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Optional
-from urllib.parse import urlsplit
 
 from ..errors import BatchdError, ConfigError, ExitCode
-from ..backends.task_load import ColumnLimit
+from ..backends.task_load import shown, url_problem
 from ..service.systemd import counted
 
 log = logging.getLogger("batchd")
 
 CHUNK = 1000
 MOST_SHOWN = 20          # lines of each kind (bad rows, duplicates) logged; the rest are counted
-SHOWN_URL = 100          # characters of a URL quoted in a line
-SCHEMES = ("http", "https")
-SPACE_OR_CONTROL = re.compile(r"[\x00-\x20\x7f]")
-# The common good URL, told at once (urlsplit costs 25 us a URL, this 1): http(s)://, a host of ASCII name
-# characters or an IPv6 literal, no port, then a path, a query or a fragment with no space or control character.
-# Anything else (a port, user info, a non-ASCII host, a bad URL) goes through urlsplit.
-PLAIN_URL = re.compile(r"(?i:https?)://(?:[A-Za-z0-9._~%!$&'()*+,;=-]+|\[[0-9A-Fa-f:.]+\])(?:[/?#][^\x00-\x20\x7f]*)?")
 
 
 class RefusedInput(BatchdError):
@@ -104,35 +95,6 @@ class LoadReport:
                  f"{counted(self.duplicates, 'duplicate')} skipped",
                  f"{counted(self.bad, f'bad {self.noun}')} rejected"]
         return ", ".join(parts) + (f" ({'; '.join(more)})" if more else "")
-
-
-def shown(url: str) -> str:
-    return repr(url if len(url) <= SHOWN_URL else f"{url[:SHOWN_URL]}...")
-
-
-def url_problem(url: Optional[str], column: str, limit: ColumnLimit) -> Optional[str]:
-    """What makes `url` no task URL, or None: an absolute http(s) URL with a host, that fits the column."""
-    if not url:
-        return f"no URL (column {column} is empty)"
-    if not limit.fits(url):
-        return (f"the URL is {limit.size_of(url):,} {limit.unit} long, more than column {column} takes "
-                f"({limit.describe()}): {shown(url)}")
-    if PLAIN_URL.fullmatch(url):
-        return None
-    odd = SPACE_OR_CONTROL.search(url)
-    if odd:
-        return f"a space or control character at position {odd.start() + 1} of the URL: {shown(url)}"
-    try:
-        parts = urlsplit(url)
-        parts.port          # a port that is no number raises
-    except ValueError as e:
-        return f"not a URL ({e}): {shown(url)}"
-    if parts.scheme.lower() not in SCHEMES:
-        what = f"its scheme is {parts.scheme!r}" if parts.scheme else "it has no scheme"
-        return f"not an absolute http or https URL ({what}): {shown(url)}"
-    if not parts.hostname:
-        return f"no host in the URL: {shown(url)}"
-    return None
 
 
 def add_urls(runtime, urls: Iterable[str], column: str = "url", skip_bad: bool = False,

@@ -29,12 +29,16 @@ def hooks_with(reader, hooks):
 
 class BodyReader:
     """The response hook that reads each body of an attempt (redirects too), decoded, within
-    DOWNLOAD_MAXSIZE and the attempt's deadline. `body` is the last one read: the final response's."""
+    DOWNLOAD_MAXSIZE and the attempt's deadline. `body` is the last one read: the final response's.
+    `keep_received`: each body is also kept as it came, content-coded, in `received` with its response (the
+    archive's, ARCHIVE)."""
 
-    def __init__(self, download, maxsize):
+    def __init__(self, download, maxsize, keep_received=False):
         self.download = download
         self.maxsize = maxsize
         self.body = b""
+        self.received: list = []     # (requests' response, its body as it came), one per hop
+        self.keep_received = keep_received
 
     def __call__(self, response, **_send_options):
         try:
@@ -47,12 +51,18 @@ class BodyReader:
         declared = response.raw.length_remaining  # urllib3's reading of Content-Length (0 for HEAD)
         if declared is not None and declared > self.maxsize:
             raise ResponseTooLarge(f"Content-Length {declared} exceeds DOWNLOAD_MAXSIZE ({self.maxsize} bytes)")
-        pieces, size = [], 0
-        for piece in _decoded(self._chunks(response.raw), response.headers.get("Content-Encoding", "")):
+        pieces, size, chunks = [], 0, self._chunks(response.raw)
+        if self.keep_received:
+            as_it_came: list = []
+            self.received.append((response, as_it_came))
+            chunks = _kept(chunks, as_it_came)
+        for piece in _decoded(chunks, response.headers.get("Content-Encoding", "")):
             size += len(piece)
             if size > self.maxsize:
                 raise ResponseTooLarge(f"decoded body exceeds DOWNLOAD_MAXSIZE ({self.maxsize} bytes)")
             pieces.append(piece)
+        if self.keep_received:
+            self.received[-1] = (response, b"".join(as_it_came))
         return b"".join(pieces)
 
     def _chunks(self, raw):
@@ -66,6 +76,13 @@ class BodyReader:
             yield chunk
         if raw.length_remaining:  # urllib3 1.26 leaves a short body unnoticed; 2.x raised already
             raise ChunkedEncodingError(f"connection closed {raw.length_remaining} bytes short of the Content-Length")
+
+
+def _kept(chunks, into: list):
+    """`chunks` as they pass, each appended to `into`."""
+    for chunk in chunks:
+        into.append(chunk)
+        yield chunk
 
 
 def _read_chunk(raw):

@@ -24,7 +24,7 @@ import socket
 import threading
 import time
 from functools import cache, partial
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 from urllib.parse import urlsplit
 
 import requests
@@ -35,6 +35,7 @@ from requests.exceptions import InvalidSchema, InvalidURL, MissingSchema, SSLErr
 from .bodies import ACCEPT_ENCODING, BodyReader, hooks_with
 from ..release import VERSION
 from ..http import Request, RequestFailed, Response
+from ..render.renderer import RenderUnavailable
 from .chain import CHECK_IN_SLACK, TRANSIENT_ERRORS, MiddlewareChain, NotYet, PageRejected, sleep_without_stop
 from ..hosts.terms import HostTerms, Terms
 from .middlewares.retry import RetryMiddleware
@@ -101,6 +102,14 @@ class Downloader:
         self.sleep = sleep
         self._attempt_ended = threading.Condition()    # a host's place may be free again
         self.on_attempt_ended = _nothing_to_tell
+        # Rendered pages (render=True): the pool's maker, the spider whose methods a render_hook may name, and
+        # whether a render="auto" request is rendered (worker/render_auto.py answers from each host's choice; with
+        # none, it is).
+        self.make_render_pool: Optional[Callable[[], Any]] = None
+        self._render_pool: Any = None
+        self.spider: Any = None
+        self.renders_auto: Callable[[Request], bool] = _always
+        self.keep_received = False      # each hop's body kept as it came too (ARCHIVE: batchd/archive/)
 
     def use(self, chain: MiddlewareChain) -> None:
         self.chain = chain
@@ -150,6 +159,24 @@ class Downloader:
             elif self.sleep(wait.after):
                 raise RequestFailed(wait.request, InterruptedError("stopped"), "stopped", attempts)
 
+    def fetch_plain(self, request, prepare=None, accept=None) -> Response:
+        """`request` fetched without a browser, whatever its render option, and not retried: the plain half of a
+        render="auto" sample (worker/render_auto.py). It goes through the chain as any request does (robots.txt,
+        the host's pace, its breaker, the proxy: a sample is a request to the host like any other), waiting out
+        a pace in this thread; the spider's download_midware (`prepare`) and validate (`accept`) judge it as they
+        would any attempt. A 2xx Response, or RequestFailed (its response, if one came back; a NotYet when the
+        chain would have it wait for another request to end: the task's own may be that one, a breaker's probe
+        judged once its callback is done, and a sample is not worth a deadlock)."""
+        plain = request.replace(render=False, max_retry_times=0)
+        while True:
+            try:
+                return self.fetch(plain, prepare, accept, park=True)
+            except NotYet as wait:
+                if wait.after == float("inf"):
+                    raise RequestFailed(request, Exception(str(wait)), f"no plain sample now: {wait}", 0) from None
+                self._wait_out(wait, 0)
+                plain = wait.request
+
     def download_once(self, request) -> Response:
         """One attempt at `request`, outside the chain: a Response whatever its status, or the error."""
         with guard.waiting(self._attempt_bound(request)):
@@ -183,9 +210,11 @@ class Downloader:
     def _attempt(self, request):
         """A Response, whatever its status; a transient exception raised as it is (the retry middleware
         judges it); RequestFailed for an error no retry heals."""
+        if request.rendering.render and (request.rendering.render is True or self.renders_auto(request)):
+            return self._rendered(request)
         started = time.monotonic()
         try:
-            raw, body = self._send(request)
+            raw, reader = self._send(request)
         except MALFORMED_URL_ERRORS as exc:
             raise RequestFailed(request, exc, f"invalid URL: {request.url!r} ({_one_line(exc)})", 1) from exc
         except SSLError as exc:
@@ -198,17 +227,52 @@ class Downloader:
             raise
         except requests.RequestException as exc:  # too large, bad header values...
             raise RequestFailed(request, exc, _failure_reason(exc, 1), 1) from exc
-        response = Response(raw, request, body)
+        response = Response(raw, request, reader.body)
         response.elapsed = time.monotonic() - started
+        if self.keep_received:
+            response.as_received = reader.received
         return response
 
+    def _rendered(self, request):
+        """The page loaded in a browser of the render pool (batchd/render/): the same headers, cookies and proxy
+        as a plain attempt would have."""
+        refused = _unrenderable(request)
+        if refused:
+            raise RequestFailed(request, ValueError(refused), refused, 1)
+        proxy = self._proxies_for(request).get(urlsplit(request.url).scheme)
+        if proxy and urlsplit(proxy).password is not None:
+            reason = (f"render: Chromium takes no proxy with a password ({_without_password(proxy)}): give "
+                      "rendered requests a proxy that needs none")
+            raise RequestFailed(request, ValueError(reason), reason, 1)
+        headers = {"User-Agent": self.user_agents[0], **self.headers,
+                   **(self._headers_for(request, self.host_terms.for_url(request.url)) or {})}
+        try:
+            pool = self.render_pool()
+        except RenderUnavailable as missing:
+            raise RequestFailed(request, missing, str(missing), 1) from None
+        hook = request.rendering.render_hook
+        page = pool.render(request, self._session().cookies, headers, proxy, request.rendering.render_timeout,
+                           getattr(self.spider, hook) if isinstance(hook, str) else hook)
+        return page.response(request)
+
+    def render_pool(self):
+        """The worker's browsers (batchd/render/pool.py), made on the first rendered request: a spider that
+        never renders imports nothing of it and starts no browser."""
+        with self._sessions_lock:
+            if self._render_pool is None:
+                if self.make_render_pool is None:
+                    raise RenderUnavailable("render: this downloader renders no page (no render pool)")
+                self._render_pool = self.make_render_pool()
+            return self._render_pool
+
     def _send(self, request):
-        """(requests' final response, its decoded body), or DownloadTimeout past the deadline."""
+        """(requests' final response, the BodyReader that read its bodies), or DownloadTimeout past the deadline."""
         session, terms = self._session(), self.host_terms.for_url(request.url)
         download = self._deadlines.begin(terms.download_timeout)
         _in_flight.download = download
         options = request.fetch
-        reader = BodyReader(download, self.maxsize if options.maxsize is None else options.maxsize)
+        reader = BodyReader(download, self.maxsize if options.maxsize is None else options.maxsize,
+                            self.keep_received)
         try:
             raw = session.request(
                 request.method, request.url, params=options.params, data=options.data,
@@ -229,7 +293,7 @@ class Downloader:
         if self.warnsize and len(reader.body) > self.warnsize:
             log.warning("%s: a body of %d bytes, over DOWNLOAD_WARNSIZE (%d)", request.url, len(reader.body),
                         self.warnsize)
-        return raw, reader.body
+        return raw, reader
 
     def _headers_for(self, request, terms: Terms):
         """The request's headers over its host's, with one of several User-Agents picked for it unless
@@ -305,6 +369,10 @@ class Downloader:
             session.close()
         self.chain.close()
         self._deadlines.stop()
+        with self._sessions_lock:
+            pool, self._render_pool = self._render_pool, None
+        if pool is not None:
+            pool.close()
 
 
 # --- the deadline ----------------------------------------------------------------------
@@ -442,6 +510,23 @@ class _TrackingAdapter(HTTPAdapter):
 
     def proxy_manager_for(self, proxy, **proxy_kwargs):
         return _track_connections(super().proxy_manager_for(proxy, **proxy_kwargs))
+
+
+def _always(request) -> bool:
+    return True
+
+
+def _unrenderable(request) -> str:
+    """Why a browser cannot load this request as asked, or ''."""
+    options = request.fetch
+    if request.method != "GET" or options.data is not None or options.json is not None:
+        return f"render: {request.url}: a browser loads a page with GET only (no method {request.method}, data or json)"
+    return ""
+
+
+def _without_password(proxy: str) -> str:
+    parts = urlsplit(proxy)
+    return f"{parts.scheme}://{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
 
 
 def _succeeded(outcome):

@@ -24,7 +24,7 @@ the next refill claims again.
 import math
 import re
 import typing
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 HEAD_FACTOR = 4       # rows of the head read per task claimed
 STRETCHES = 8         # reads of `limit` rows each past the head
@@ -49,12 +49,15 @@ def host_of(value) -> str:
     return (bracketed or plain or "").lower()
 
 
-def interleave(rows: Sequence[tuple], limit: int) -> list:
+def interleave(rows: Sequence[tuple], limit: int, held: Optional[Callable[[str], bool]] = None) -> list:
     """The ids to claim from `rows` ((id, host value) in id order): round robin over their hosts, at most
-    ceil(limit / hosts) from one host, at most `limit` in all, in the order they were picked."""
+    ceil(limit / hosts) from one host, at most `limit` in all, in the order they were picked; none of a host
+    `held` says waits (CRAWL_HOURS)."""
     by_host: dict = {}
     for task_id, value in rows:
         by_host.setdefault(host_of(value), []).append(task_id)
+    if held is not None:
+        by_host = {host: ids for host, ids in by_host.items() if not held(host)}
     if not by_host:
         return []
     groups = list(by_host.values())
@@ -74,6 +77,7 @@ class HostClaim:
     def __init__(self, pending_hosts: PendingHosts, last_pending: LastPending):
         self.pending_hosts, self.last_pending = pending_hosts, last_pending
         self.claims = 0      # claims so far: how far the stretches' starts are shifted
+        self.held: Optional[Callable[[str], bool]] = None    # hosts whose tasks wait (BatchStore.hold_hosts)
 
     def pick(self, limit: int, upto=None) -> list:
         limit = min(limit, MOST_PER_CLAIM)
@@ -81,7 +85,7 @@ class HostClaim:
         if len(rows) == HEAD_FACTOR * limit:         # else the head holds every pending row there is
             for after, until, n in self.stretches(rows[-1][0], upto, limit):
                 rows += self.pending_hosts(after, until, n)
-        return interleave(rows, limit)
+        return interleave(rows, limit, self.held)
 
     def stretches(self, after, upto, limit: int) -> list:
         """(after, until, rows) of each read past the head, which ends at id `after`."""

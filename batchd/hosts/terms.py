@@ -28,6 +28,7 @@ class Terms:
     download_timeout: float = 180.0
     proxy: Optional[str] = None
     headers: dict = field(default_factory=dict)
+    crawl_hours: tuple = ()       # windows "HH:MM-HH:MM" in BATCH_TIMEZONE (hosts/crawl_hours.py); (): every hour
     pattern: str = ""
 
     def describe(self) -> str:
@@ -39,6 +40,8 @@ class Terms:
             shown.append(f"proxy {redact_url(self.proxy)}")
         if self.headers:
             shown.append("headers " + ", ".join(sorted(self.headers)))
+        if self.crawl_hours:
+            shown.append("crawl hours " + ", ".join(self.crawl_hours))
         return ", ".join(shown)
 
 
@@ -46,7 +49,8 @@ def global_terms(settings: Settings) -> Terms:
     """The terms of every host no [hosts] table names."""
     return Terms(rate=settings.DOMAIN_RATE_LIMIT, burst=settings.DOMAIN_RATE_BURST,
                  concurrency=settings.CONCURRENT_REQUESTS_PER_DOMAIN, delay=settings.DOWNLOAD_DELAY,
-                 timeout=settings.REQUEST_TIMEOUT, download_timeout=settings.DOWNLOAD_TIMEOUT)
+                 timeout=settings.REQUEST_TIMEOUT, download_timeout=settings.DOWNLOAD_TIMEOUT,
+                 crawl_hours=settings.CRAWL_HOURS)
 
 
 class HostTerms:

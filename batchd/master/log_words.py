@@ -1,12 +1,22 @@
-"""How the master words its log lines: what an opening resets, why a batch trusts no validator, a wall-clock
-time, a few task ids of many. Kept apart from the patrol (master/patrol.py), which says when."""
+"""How the master words its log lines: what an opening resets, why a batch trusts no validator, a forced close,
+an idle master, a wall-clock time, a few task ids of many. Kept apart from the patrol (master/patrol.py), which says when."""
 import time
 from typing import Optional
 
 from ..model import BatchOpening, BatchRecord, SpiderPrint
+from .reparse_opening import what_reparses
 
 
 def what_opens(opening: BatchOpening, table: str) -> str:
+    """What a batch's opening line says it does: `(BATCH_MODE=full): resetting every task of ...`."""
+    if opening.is_reparse:
+        missing = " (what it lacks is fetched)" if opening.fetch_missing else ""
+        return (f"(a reparse of batch {opening.reparse_of}): {what_reparses(opening)} of `{table}` parsed again from "
+                f"its archive{missing}")
+    return f"(BATCH_MODE={opening.mode}): {what_a_mode_opens(opening, table)}"
+
+
+def what_a_mode_opens(opening: BatchOpening, table: str) -> str:
     if opening.mode == "incremental":
         return f"nothing is reset; the pending tasks of `{table}` are crawled"
     if opening.mode == "due":
@@ -15,6 +25,15 @@ def what_opens(opening: BatchOpening, table: str) -> str:
     if not opening.reset_failed:
         return f"resetting every task of `{table}` to pending but the failed ones (BATCH_RESET_FAILED=false)"
     return f"resetting every task of `{table}` to pending"
+
+
+def forced_close_words(batch_id: int, total: int, done: int, failed: int) -> str:
+    return (f"batch {batch_id} closed by batchd open-batch --force: {done} done, {failed} failed of {total}; the "
+            f"{total - done - failed} others are crawled in the next batch")
+
+
+def idle_words(batch_id: int, due: str) -> str:
+    return f"no batch due: batch {batch_id} has finished; the next is due at {due} (batchd open-batch opens one now)"
 
 
 def why_refetch(spider: SpiderPrint, before: Optional[BatchRecord]) -> str:

@@ -12,7 +12,8 @@ walk of the table is under way):
 5. close: once the queue runs dry and the state index shows no unsettled row, count the table
    chunk by chunk and write those exact figures, the batch's counters (batchd/settle/batch_stats.py), how it
    ended and its quality flags (batchd/quality/verdict.py), `is_done=1` and the `<ns>:batch_done` flag; log
-   one WARNING line per flag and the counters in one line.
+   one WARNING line per flag and the counters in one line. A render="auto" host crawled plain whose data a
+   flag says fell is learning again (batchd/hosts/render_choices.py).
 
 Alerts (batchd/alerts/alerts.py): a stall and the failure ratio at each progress check, the failure ratio
 again at the close and a flagged batch's quality, an overdue batch at the patrol that finds it.
@@ -28,27 +29,30 @@ import os
 import socket
 import time
 from dataclasses import replace
-from datetime import datetime
 from typing import Callable, Optional
 
 from ..settle import failures
 from ..recrawl.revisits import check_bounds
 from ..settle.settler import Settler
 from ..alerts.alerts import Alerts
+from ..archive.keeping import remove_old_batches
 from ..config import DAY, Settings
 from ..errors import BackendUnavailable, ConfigError, ExitCode, MasterLockHeld
 from ..service.lifecycle import StopFlag
 from ..model import BatchOpening, BatchRecord, Progress, SpiderPrint, TaskLayout
 from ..service.outages import OutageWatch, retry_through_outages
 from ..backends.ports import MasterPorts, claim_namespace
+from ..hosts.render_choices import relearn_flagged
 from ..quality.verdict import FAILED, FLAGGED, QualityJudge, outcome_of
-from ..schedule import is_due, next_due
 from ..settle.batch_stats import report
 from ..settle.progress_rate import ProgressRate
+from ..sitemaps.sitemap_import import import_at_opening
 from ..task import Move
 from ..service.threads import Heart
 from .lock_keeper import LockKeeper
-from .log_words import some_of, wall_time, what_opens, why_refetch
+from .timing import Timing
+from .log_words import forced_close_words, idle_words, some_of, wall_time, what_opens, why_refetch
+from .reparse_opening import opening_after, reparse_asked
 from .walks import CHUNK_SECONDS, CountWalk, ResetWalk
 
 log = logging.getLogger("batchd.master")
@@ -79,10 +83,11 @@ class Master:
         self.settings, self.layout, self.store, self.leases = settings, layout, ports.store, ports.leases
         self.spider, self.refetch = spider, refetch
         self.locks, self.wake, self.namespaces = ports.locks, ports.wake, ports.namespaces
-        self.tally, self.counters = ports.tally, ports.counters
+        self.tally, self.counters, self.render_choices = ports.tally, ports.counters, ports.render_choices
         self.settler, self.alerts = settler, alerts
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}"
         self.rate = ProgressRate()
+        self.timing = Timing(settings, self.store, layout.host_field)    # BATCH_SCHEDULE, CRAWL_HOURS
         self.last_progress: Optional[Progress] = None
         self.batch: Optional[BatchRecord] = None
         self._heartbeat: Callable = lambda: None
@@ -241,11 +246,11 @@ class Master:
         asked = self.leases.take_open_request()
         if asked is not None:
             batch = self.open_on_request(batch, asked)
-        elif batch is None or (batch.is_done and self._due(batch, now) and self.paused_since is None):
+        elif batch is None or (batch.is_done and self.timing.is_due(batch, now) and self.paused_since is None):
             batch = self.open_batch(batch)
-        elif self._due(batch, now) and not batch.is_done and full:
-            self.alerts.overdue(batch.id, next_due(batch, self.settings.BATCH_INTERVAL,
-                                                   self.settings.BATCH_INTERVAL_UNIT))
+        elif self.timing.is_due(batch, now) and not batch.is_done and full:
+            self.timing.note_overlap(batch)
+            self.alerts.overdue(batch.id, self.timing.next_due(batch))
         self.batch = batch
         self._drop_stale_walks(batch)
         if batch.is_done:
@@ -256,7 +261,7 @@ class Master:
             return False
         self.reclaim()
         claimed = self.refill(batch) if self.paused_since is None else 0
-        if self.count is not None or self._queue_dry(claimed):
+        if self.count is not None or (self._queue_dry(claimed) and self.timing.may_close(full)):
             if self.go_on_reconciling(batch, claimed, going_on):
                 return True
         if full:
@@ -276,15 +281,15 @@ class Master:
 
     def open_on_request(self, batch: Optional[BatchRecord], asked: str) -> BatchRecord:
         """`batchd open-batch`: the next batch now, whatever the calendar says; with --force ("force") the
-        open one is closed first, as it stands."""
+        open one is closed first, as it stands. `batchd reparse`: a reparse batch (reparse_opening.py)."""
+        verb = "batchd reparse" if (reparse := reparse_asked(asked)) else "batchd open-batch"
         if batch is not None and not batch.is_done:
             if asked != "force":
-                log.warning("batchd open-batch: batch %d is still open; nothing done (--force closes it first)",
-                            batch.id)
+                log.warning("%s: batch %d is still open; nothing done", verb, batch.id)
                 return batch
             self.close_as_it_stands(batch)
-        log.info("batchd open-batch: the next batch opens now, whatever the calendar says")
-        return self.open_batch(batch)
+        log.info("%s: the next batch opens now, whatever the calendar says", verb)
+        return self.open_batch(batch, opening_after(reparse, batch) if reparse else None)
 
     def close_as_it_stands(self, batch: BatchRecord) -> None:
         """Close an open batch with its tally's figures; the tasks not settled are crawled in the next."""
@@ -294,8 +299,7 @@ class Master:
         self.store.update_batch(batch.id, progress, is_done=True)
         self.reset = self.count = None
         batch.is_done, batch.done_count, batch.fail_count = True, done, failed
-        log.warning("batch %d closed by batchd open-batch --force: %d done, %d failed of %d; the %d others are "
-                    "crawled in the next batch", batch.id, done, failed, total, total - done - failed)
+        log.warning(forced_close_words(batch.id, total, done, failed))
 
     def _drop_stale_walks(self, batch: BatchRecord) -> None:
         """Walks another master ended while this one had lost the lock are over here too."""
@@ -311,9 +315,7 @@ class Master:
 
     def next_due_text(self) -> str:
         """When the next batch is due, on the store's clock ("" before the first batch)."""
-        if self.batch is None:
-            return ""
-        return f"{next_due(self.batch, self.settings.BATCH_INTERVAL, self.settings.BATCH_INTERVAL_UNIT):%Y-%m-%d %H:%M}"
+        return self.timing.due_text(self.batch) if self.batch is not None else ""
 
     def _announce_idle(self, batch: BatchRecord) -> None:
         if self.last_progress is None:      # a master that starts idle: the record has the last batch's figures
@@ -321,27 +323,27 @@ class Master:
                                           pending=0, processing=0)
         if self._idle_announced != batch.id:
             self._idle_announced = batch.id
-            log.info("no batch due: batch %d has finished; the next is due at %s (batchd open-batch opens one "
-                     "now)", batch.id, next_due(batch, self.settings.BATCH_INTERVAL, self.settings.BATCH_INTERVAL_UNIT))
-
-    def _due(self, batch: BatchRecord, now: datetime) -> bool:
-        return is_due(batch, now, self.settings)
+            log.info(idle_words(batch.id, self.timing.due_text(batch)))
 
     # -- opening a batch: the reset
-    def open_batch(self, last: Optional[BatchRecord]) -> BatchRecord:
-        """Clear the queue, open the record (its reset still to walk) and start the reset. The record keeps
-        the reset's cursor, so a master that dies mid-way leaves a batch whose reset the next one finishes."""
-        log.info("opening a new batch (BATCH_MODE=%s): %s", self.opening.mode, what_opens(self.opening,
-                                                                                          self.layout.table))
+    def open_batch(self, last: Optional[BatchRecord], opening: Optional[BatchOpening] = None) -> BatchRecord:
+        """Clear the queue, open the record (its reset still to walk), start the reset (`opening`: a reparse's). The
+        record keeps the reset's cursor: a master that dies mid-way leaves a batch whose reset the next one finishes."""
+        opening = opening or self.opening
+        log.info("opening a new batch %s", what_opens(opening, self.layout.table))
         self.leases.clear_batch()
-        if self.opening.mode == "due":      # what is due is judged once, at the opening: a takeover judges alike
-            self.opening = replace(self.opening, due_before=time.time())
+        if not opening.is_reparse:      # (a reparse parses the tasks its archive has: no import, no prune)
+            import_at_opening(self.settings, self.store, self.layout, self._heartbeat)    # SITEMAPS: new tasks first
+        if opening.mode == "due":      # what is due is judged once, at the opening: a takeover judges alike
+            opening = self.opening = replace(opening, due_before=time.time())
         expected = last.total_count if last is not None else 0
         batch = self.store.insert_batch(self.settings.BATCH_INTERVAL, self.settings.BATCH_INTERVAL_UNIT, expected)
         self._record_spider(batch, last)
         if self.store.keeps_openings:
-            self.store.record_reset(batch.id, None, 0, opening=self.opening)
-            batch.opening = self.opening.to_json()
+            self.store.record_reset(batch.id, None, 0, opening=opening)
+            batch.opening = opening.to_json()
+        if not opening.is_reparse:
+            remove_old_batches(self.settings, self.leases.namespace, batch.id)     # ARCHIVE_KEEP
         self.tally.set_settled(batch.id, 0, 0)
         self.rate.clear()
         self.reset = ResetWalk(self.store, self.settings.BATCH_RESET_CHUNK, batch, feeds=True)
@@ -451,12 +453,16 @@ class Master:
         claimed (about 10 us a task: 50 ms for 5,000)."""
         self.queue_length = self.leases.pending_count()
         room = self.settings.BATCH_PUSH_LIMIT - self.queue_length
-        if room <= 0:
+        hours = self.timing.hold_claims(sends=not batch.how_opened.is_reparse)    # CRAWL_HOURS: waiting hosts wait
+        if room <= 0 or (hours is not None and not hours.claims):
             return 0
         if self.queue_length == 0 and room > FIRST_CLAIM:
             first = self._claim_and_push(batch, FIRST_CLAIM, upto)
-            return first if first < FIRST_CLAIM else first + self._claim_and_push(batch, room - first, upto)
-        return self._claim_and_push(batch, room, upto)
+            claimed = first if first < FIRST_CLAIM else first + self._claim_and_push(batch, room - first, upto)
+        else:
+            claimed = self._claim_and_push(batch, room, upto)
+        self.timing.claimed(hours, claimed, resetting=upto is not None)
+        return claimed
 
     def _claim_and_push(self, batch: BatchRecord, room: int, upto) -> int:
         rows = self.store.claim(room, upto)
@@ -492,9 +498,9 @@ class Master:
         progress = Progress.from_counters(batch.total_count if total is None else total, done, failed, in_flight)
         self.store.update_batch(batch.id, progress, is_done=False)
         self._log_progress(batch, progress)
-        self.alerts.progress_checked(batch.id, progress, paused=self.paused_since is not None,
-                                     rate=self.rate.per_second(), now=self.store.now(),
-                                     due=next_due(batch, self.settings.BATCH_INTERVAL, self.settings.BATCH_INTERVAL_UNIT))
+        waiting = self.timing.tasks_wait() and not progress.processing      # (waiting for hours is no stall)
+        self.alerts.progress_checked(batch.id, progress, paused=self.paused_since is not None or waiting,
+                                     rate=self.rate.per_second(), now=self.store.now(), due=self.timing.next_due(batch))
         return progress
 
     def _log_progress(self, batch: BatchRecord, progress: Progress) -> None:
@@ -503,7 +509,8 @@ class Master:
         paused = f"; paused since {wall_time(self.paused_since)}" if self.paused_since is not None else ""
         log.info("批次进度 %d/%d  batch %d: done %d, failed %d, processing %d, pending %d; %.1f tasks/s, ETA %s%s",
                  progress.settled, progress.total, batch.id, progress.done, progress.failed, progress.processing,
-                 progress.pending, self.rate.per_second(), self.rate.eta(progress.total - progress.settled), paused)
+                 progress.pending, self.rate.per_second(),
+                 self.timing.eta_text(progress.total - progress.settled, self.rate.per_second()), paused)
 
     def _settled(self, batch: BatchRecord) -> tuple:
         """(done, failed) of the batch from its tally; a tally lost with Redis is restored from the record."""
@@ -552,6 +559,8 @@ class Master:
         self.store.record_stats(batch.id, counters)
         quality = self.judge.judge(batch, failed) if self.judge is not None else None
         outcome = quality.outcome if quality is not None else outcome_of(0, failed)
+        if quality is not None:     # (before is_done: a close an outage interrupts does it again)
+            relearn_flagged(self.render_choices, quality.flags, batch.id, time.time())
         self.store.record_outcome(batch.id, outcome, None if quality is None else quality.record)
         self.store.update_batch(batch.id, progress, is_done=True)
         self.tally.set_settled(batch.id, done, failed)
@@ -560,7 +569,7 @@ class Master:
         self.leases.set_done(batch.id)
         self._idle_announced = batch.id
         log.info("batch %d finished: %d done, %d failed of %d; the next is due at %s", batch.id, done, failed, total,
-                 next_due(batch, self.settings.BATCH_INTERVAL, self.settings.BATCH_INTERVAL_UNIT))
+                 self.timing.due_text(batch))
         for flag in quality.flags if quality is not None else ():
             log.warning("batch %d quality: %s", batch.id, flag.message)
         log.info("%s", report(batch.id, counters, 0 if quality is None else len(quality.flags)))

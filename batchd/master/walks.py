@@ -15,6 +15,7 @@ from typing import Callable
 from ..backends.store import BatchStore
 from ..model import BatchRecord
 from ..task import Move
+from .reparse_opening import reset_reparse_chunk, take_the_task
 
 CHUNK_SECONDS = 0.05       # what one chunk should take
 MAX_CHUNK = 1_000_000      # rows, at most, whatever the machine
@@ -83,9 +84,10 @@ class ResetWalk(TableWalk):
     """The walk that opens a batch, as the batch record says it opened (BatchOpening): a full batch sets
     every row back to pending (Move.RESET), or every row but the failed ones (RESET_KEEPING_FAILED, which
     counts those it leaves); a due one the rows whose revisit is due as of its opening (reset_due_chunk),
-    counting those it leaves; an incremental one moves nothing and counts the rows it finds settled, so that
-    the batch's figures are its own. The cursor (and the opening, counts so far) is kept in the record after
-    each chunk, in one statement, so that a master taking over goes on from there. `feeds`: the master that
+    counting those it leaves; a reparse the tasks it takes (reparse_opening.py), counting the rest; an
+    incremental one moves nothing and counts the rows it finds settled, so that the batch's figures are its own.
+    The cursor (and the opening, counts so far) is kept in the record after each chunk, in one statement, so
+    that a master taking over goes on from there. `feeds`: the master that
     opened the batch claims the rows already walked as it goes (never a row not walked yet, whose state is
     still to count); one that took over finishes the walk before it claims anything."""
 
@@ -94,6 +96,8 @@ class ResetWalk(TableWalk):
         super().__init__(store, first_chunk, after, walked)
         self.batch_id, self.feeds, self.moved = batch.id, feeds, 0
         self.opening = batch.how_opened
+        if feeds and after is None and walked == 0:      # the batch opens: a reparse of one task takes it now
+            self.moved += take_the_task(store, self.opening)
 
     def handle(self, after, upper, rows: int) -> None:
         opening = self.opening
@@ -105,6 +109,8 @@ class ResetWalk(TableWalk):
         elif opening.mode == "due":
             due_before = opening.due_before if opening.due_before is not None else time.time()
             self.moved += self.store.reset_due_chunk(after, upper, due_before, move)
+        elif opening.is_reparse:
+            self.moved += reset_reparse_chunk(self.store, after, upper, opening)
         if not self.opening.is_default:      # a batch that resets all leaves nothing settled: nothing to count
             _, done, failed = self.store.count_chunk(after, upper)
             self.opening = self.opening.counted(done, failed)

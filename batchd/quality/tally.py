@@ -187,17 +187,10 @@ class QualityTally:
         """An item a callback yielded: counted for its table, and each field for a good value."""
         run.items_yielded += 1
         host, batch_id = run.quality_host or _host_of(run.url), run.lease.batch_id
-        table = self.spider_table
-        judges: Mapping = {}
-        if isinstance(item, Item):
-            table = type(item).__table__ or table
-            judges = type(item).__fields__
+        table, judged = judged_fields(item, self.spider_table)
         self.count(name(ITEMS + table, host), 1, batch_id)
-        for field in dict.fromkeys([*judges, *item]):
-            value = item.get(field)
-            refused = not empty(value) and field in judges and not judges[field].accepts(value)
+        for field, good, refused in judged:
             key = f"{table}.{quoted(str(field))}"
-            good = not empty(value) and not refused
             self.count(name(GOOD + key, host), int(good), batch_id)
             run.page_gaps = run.page_gaps or not good
             if refused:
@@ -213,6 +206,22 @@ class QualityTally:
         self.count(name(TASKS, host), 1, batch_id)
         if not run.items_yielded:
             self.count(name(NO_ITEM, host), 1, batch_id)
+
+
+def judged_fields(item: Mapping, spider_table: str) -> tuple:
+    """(the item's table, [(field, good, refused)]): each field of the item (and of its Item class) with whether
+    it has a good value (not empty, and accepted by its Field) and whether its Field refused a value. The
+    quality counters count these; render="auto" compares a page's plain and rendered items by them."""
+    table, judges = spider_table, {}
+    if isinstance(item, Item):
+        table = type(item).__table__ or table
+        judges = type(item).__fields__
+    judged = []
+    for field in dict.fromkeys([*judges, *item]):
+        value = item.get(field)
+        refused = not empty(value) and field in judges and not judges[field].accepts(value)
+        judged.append((field, not empty(value) and not refused, refused))
+    return table, judged
 
 
 def _host_of(url: Optional[str]) -> str:

@@ -80,12 +80,19 @@ class QualityJudge:
     def baseline_before(self, batch: BatchRecord) -> tuple:
         """([batch id], BaselineTable) of the QUALITY_BASELINE closed batches before `batch` opened in its
         BATCH_MODE and judged, newest first: the records are searched without their quality, then the
-        chosen ones' read one at a time."""
-        mode = batch.how_opened.mode
+        chosen ones' read one at a time. A reparse is judged against the batch it parsed again and the batches
+        of that one's mode before it: what the corrected spider finds in the same pages, beside what the crawl
+        found."""
+        records = self.store.recent_batches(RECORDS_SEARCHED)
+        mode, before = batch.how_opened.mode, batch.id
+        reparse_of = batch.how_opened.reparse_of
+        if reparse_of is not None:
+            crawl = next((record for record in records if record.id == reparse_of), None)
+            mode, before = crawl.how_opened.mode if crawl is not None else "full", reparse_of + 1
         compared: list = []
         table = BaselineTable()
-        for record in self.store.recent_batches(RECORDS_SEARCHED):
-            if record.id >= batch.id or not record.is_done or record.how_opened.mode != mode:
+        for record in records:
+            if record.id >= before or not record.is_done or record.how_opened.mode != mode:
                 continue
             kept = self.store.batch_quality(record.id)
             if not kept:

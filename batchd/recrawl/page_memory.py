@@ -141,7 +141,8 @@ class PageMemory:
         if CONDITIONAL_META in sent.meta:
             return sent, page
         conditional = None
-        if self.settings.REVALIDATE and sent.revalidation.revalidate and trusted:
+        # A rendered page goes whole: a browser's navigation is not made conditional (its signature still tells).
+        if self.settings.REVALIDATE and sent.revalidation.revalidate and trusted and not sent.rendering.render:
             conditional = conditional_of(page, self.clock(), self.settings.REVISIT_INTERVAL_MAX)
         return sent.replace(meta={**sent.meta, CONDITIONAL_META: conditional}), page
 

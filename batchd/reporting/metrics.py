@@ -22,6 +22,10 @@ Every metric carries the label `namespace`. The supervisor's, as of its last rep
     batchd_batch_id, batchd_batch_total_tasks, batchd_batch_settled_tasks{outcome=done|failed},
     batchd_queue_length                          (a supervisor that runs the master: its last patrol's view,
                                                  kept once the master stopped, as its snapshot keeps it)
+    batchd_worker_memory_bytes{worker}           a worker's process tree: its PSS and its browsers'
+                                                 (process_memory.py; RSS for a process whose PSS cannot be read)
+    batchd_worker_browser_memory_bytes{worker}   ... of which its browsers (its descendants); `worker` is the
+                                                 seat's number ("1"), a retiring worker summed with its successor
 
 Per host, from the supervisor that runs the master only (so that a sum over every supervisor of the
 namespace counts each host once), read at each report tick from the batch's counters per host, the workers'
@@ -178,6 +182,7 @@ class SupervisorCollector:
             yield settled
             yield gauge("batchd_queue_length", "tasks waiting in the queue at the master's last patrol",
                         batch["queued"])
+        yield from memory_families(namespace, figures.get("memory", {}))
         if figures.get("hosts") is not None:
             yield from host_families(namespace, figures["hosts"])
 
@@ -190,6 +195,23 @@ class SupervisorCollector:
         for backend in sorted(self._backends_seen):
             family.add_metric([namespace, backend], int(backend in down))
         return family
+
+
+def memory_families(namespace: str, memory: dict):
+    """The gauges of each worker seat's memory: {seat: (bytes of its tree, bytes of its browsers)}. A seat
+    whose worker ended leaves no series behind: each scrape shows the last tick's seats only."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    total = GaugeMetricFamily("batchd_worker_memory_bytes", "a worker's memory with its browsers': the PSS of "
+                              "its process tree (RSS for a process whose PSS cannot be read)",
+                              labels=["namespace", "worker"])
+    browsers = GaugeMetricFamily("batchd_worker_browser_memory_bytes", "the memory of the browsers a worker "
+                                 "started (its descendants), within batchd_worker_memory_bytes",
+                                 labels=["namespace", "worker"])
+    for seat, (tree, below) in sorted(memory.items(), key=lambda item: int(item[0])):
+        total.add_metric([namespace, seat], tree)
+        browsers.add_metric([namespace, seat], below)
+    return total, browsers
 
 
 def host_families(namespace: str, rows: list):

@@ -3,9 +3,13 @@ close): `batchd quality` lays it out (cli/quality_verb.py), the dashboard's qual
 `batchd status` says how many flags. (/metrics shows what the judge gathered as it went: quality/metric_figures.py.)
 
 Nothing is measured or judged again here: the flags, each host's figures and its baseline are what the
-master kept, so the report of an old batch reads as its close did.
+master kept, so the report of an old batch reads as its close did. Beside them, the hosts' render="auto" choices
+as they stand now (hosts/render_choices.py: kept across batches, not per batch).
 """
+from datetime import datetime, timezone
 from typing import Optional
+
+from ..errors import BackendUnavailable
 
 from ..model import BatchRecord
 from ..quality.measures import Baseline, BaselineTable, HostMeasures
@@ -25,8 +29,25 @@ def gather_quality(runtime, batch_id: Optional[int] = None, host: Optional[str] 
         before.add(kept_measures(store.batch_quality(compared) or "{}"))
     hosts = [host_row(name, HostMeasures.from_json(data), before.of(name))
              for name, data in sorted(kept.get("hosts", {}).items()) if host is None or name == host]
-    return {"batch": record.id, "outcome": record.outcome, "judged": bool(kept), "flags": flags, "hosts": hosts,
-            "compared": kept.get("compared", [])}
+    return {"batch": record.id, "reparse_of": record.how_opened.reparse_of, "outcome": record.outcome,
+            "judged": bool(kept), "flags": flags, "hosts": hosts,
+            "compared": kept.get("compared", []), "render": render_rows(runtime, host)}
+
+
+RENDER_ROWS = 1000        # the hosts' render choices shown, the most recently changed first
+
+
+def render_rows(runtime, host: Optional[str] = None) -> Optional[list]:
+    """The hosts' render="auto" choices now, the most recently changed first (`host`: that host's only): each
+    {"host", "choice", "since" (ISO 8601, UTC), "batch", "samples", "why"}; None when the backend holding them
+    cannot be read now (Redis down: the rest of the report is the store's)."""
+    try:
+        choices = runtime.backend.renders.choices(RENDER_ROWS)
+    except BackendUnavailable:
+        return None
+    return [{"host": name, "choice": choice.mode.value, "batch": choice.batch, "samples": choice.samples,
+             "since": datetime.fromtimestamp(choice.since, timezone.utc).isoformat(timespec="seconds"),
+             "why": choice.why} for name, choice in choices.items() if host is None or name == host]
 
 
 def _closed_record(store, batch_id: Optional[int]) -> BatchRecord:
@@ -63,12 +84,14 @@ def _sum_or_none(items: dict) -> Optional[float]:
 
 def outcome_line(report: dict) -> str:
     """The first line of a report: the outcome, the flags, the batches of the baseline."""
+    of = report.get("reparse_of")
+    batch = f"batch {report['batch']}" + (f" (a reparse of batch {of})" if of is not None else "")
     if not report["judged"]:
-        return (f"batch {report['batch']}: {report['outcome'] or 'closed'}; its data was not judged (QUALITY_CHECKS "
+        return (f"{batch}: {report['outcome'] or 'closed'}; its data was not judged (QUALITY_CHECKS "
                 "off, or closed by a batchd without quality checks)")
     compared = ", ".join(map(str, report["compared"]))
     flags = len(report["flags"])
-    return (f"batch {report['batch']}: {report['outcome']}, {flags} flag{'' if flags == 1 else 's'} "
+    return (f"{batch}: {report['outcome']}, {flags} flag{'' if flags == 1 else 's'} "
             + (f"(baseline: the median of batches {compared})" if compared else "(no baseline: a first batch)"))
 
 

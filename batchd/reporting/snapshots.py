@@ -15,10 +15,15 @@ namespace and a host, and must not overwrite each other's snapshot. Fields, all 
     done failed items                       tasks written back and items landed by its workers
     unflushed in_flight                     items in memory, tasks held (from the ledger)
     rate                                    its workers' settled tasks per second
+    workers                                 JSON: a list, each worker's name pid done failed items unflushed
+                                            tasks silent, and its process tree's memory in bytes, memory
+                                            (browsers included) browser_memory memory_measure (pss; rss or
+                                            pss+rss where a process's PSS cannot be read): process_memory.py
     batch_id batch_settled batch_total      the master's view (a supervisor running one)
     batch_samples                           ... the batch's tally over the last RATE_WINDOW (below)
     batch_life                              ... and over its whole life, thinned to LIFE_POINTS (its chart)
     batch_is_done batch_done batch_failed batch_next_due   ... and, once the batch is over, its result
+    batch_wait_until                        ... when the last host waiting for its crawl hours may go on (0: none)
     outage_backend outage_since outage_reason       what its children wait for (only during an outage)
 
 `batchd status` reads these snapshots back (reporting/status.py gathers them, cli/status_text.py lays them

@@ -13,10 +13,14 @@ from datetime import datetime
 from typing import Any, Optional
 
 from ..hosts.counts import breaker_phases, host_rows
+from ..hosts.crawl_hours import CrawlHours
+from ..hosts.terms import HostTerms
+from ..schedule import due_text
 from ..errors import BackendUnavailable
 from ..service.systemd import escape_controls
 from ..model import BatchRecord, Progress, SpiderPrint
 from ..recrawl.pages import FOUND, VERDICTS
+from .process_memory import measure_of
 from .quality_report import quality_line
 from .snapshots import RATE_WINDOW, eta, freshest_master, samples_of, window_rate
 
@@ -31,6 +35,8 @@ def gather_status(runtime) -> dict:
     reached = read_or_note(unreachable, lambda: (store.open(layout), store.last_batch(), quality_line(store),
                                                  store.now()))
     record = reached[1] if reached else None
+    next_batch = read_or_note(unreachable, lambda: next_batch_entry(runtime.settings, store, record)) \
+        if reached else None
     # The tally before the queue, as the master reads them (master/patrol.py, check_progress).
     seen = read_or_note(unreachable, lambda: (backend.board.read_statuses(),
                                           backend.tally.settled(record.id) if record else None,
@@ -44,6 +50,8 @@ def gather_status(runtime) -> dict:
     samples = samples_of(master) if of_this_batch else []
     pace = batch_pace(record, tasks, samples, now, reached[3] if reached else None)
     finished = bool(batch and batch["is_done"])
+    hours = CrawlHours(HostTerms.from_settings(runtime.settings), runtime.settings)
+    hosts = [_host_entry(s, finished) for s in sorted(snapshots, key=lambda s: (s["host"], s["instance"]))]
     return {
         "namespace": runtime.namespace,
         "table": layout.table,
@@ -63,9 +71,15 @@ def gather_status(runtime) -> dict:
         "rate_window": RATE_WINDOW,
         "life": samples_of(master, "batch_life") if of_this_batch else [],    # (Unix time, settled): its chart
         # None once the batch is over (nothing left to time), while paused, and while nothing has settled.
-        "eta_seconds": None if finished or tasks is None else eta(tasks["total"] - tasks["settled"],
-                                                                  None if paused_since else pace.rate),
-        "hosts": [_host_entry(s, finished) for s in sorted(snapshots, key=lambda s: (s["host"], s["instance"]))],
+        # ... and counted through the closed hours of CRAWL_HOURS (hosts/crawl_hours.py), and no sooner than the
+        # last host its master's claims left waiting may go on.
+        "eta_seconds": None if finished or tasks is None else eta_through_hours(
+            hours, eta(tasks["total"] - tasks["settled"], None if paused_since else pace.rate),
+            float((master or {}).get("batch_wait_until") or 0) if of_this_batch else 0.0, now),
+        "next_batch": next_batch,           # when the next batch is due (BATCH_INTERVAL or BATCH_SCHEDULE)
+        "hosts_waiting": hours.waiting(),   # [{hosts, windows, until}]: the hosts outside their CRAWL_HOURS now
+        "hosts": hosts,
+        "memory": workers_memory(hosts),
         "workers_alive": sum(int(s.get("workers_alive", 0)) for s in snapshots),
         "workers_wanted": sum(int(s.get("workers_wanted", 0)) for s in snapshots),
         # A finished batch has every item of its tasks landed (a task settles only then): a snapshot taken
@@ -86,6 +100,22 @@ class Pace:
     seconds: Optional[float] = None     # over how long
     as_of: Optional[float] = None       # up to when (Unix time)
     basis: Optional[str] = None         # one of PACE_BASES
+
+
+def eta_through_hours(hours: CrawlHours, work: Optional[float], wait_until: float, now: float) -> Optional[float]:
+    """Seconds until `work` seconds of crawling are done within the global crawl hours, and no sooner than
+    `wait_until` (Unix time, 0: no host waits); None when the work is not known."""
+    seconds = hours.seconds_for(work)
+    return max(seconds, wait_until - now) if seconds is not None and wait_until else seconds
+
+
+def next_batch_entry(settings, store, record: Optional[BatchRecord]) -> dict:
+    """When the next batch is due and by which rule: {"due": text, "rule": "BATCH_SCHEDULE" or
+    "BATCH_INTERVAL", "schedule": the expression or None}; due None before the first batch (the master opens
+    it at once)."""
+    rule = "BATCH_SCHEDULE" if settings.BATCH_SCHEDULE else "BATCH_INTERVAL"
+    return {"due": due_text(record, settings, store) if record is not None else None, "rule": rule,
+            "schedule": settings.BATCH_SCHEDULE or None}
 
 
 def batch_pace(record: Optional[BatchRecord], tasks: Optional[dict], samples: list, now: float,
@@ -143,7 +173,8 @@ def _batch_and_tasks(record: Optional[BatchRecord], settled: Optional[tuple], in
     and the queue; without the store, from the master's last snapshot."""
     if record is not None:
         progress = _progress_of(record, settled, in_flight)
-        return ({"id": record.id, "date": record.batch_date.isoformat(sep=" "), "is_done": bool(record.is_done)},
+        return ({"id": record.id, "date": record.batch_date.isoformat(sep=" "), "is_done": bool(record.is_done),
+                 "reparse_of": record.how_opened.reparse_of},
                 {"total": progress.total, "settled": progress.settled, "done": progress.done,
                  "failed": progress.failed, "processing": progress.processing, "pending": progress.pending})
     if master is None:
@@ -178,6 +209,17 @@ def _host_entry(snapshot: dict, finished: bool = False) -> dict:
         entry["outage"] = {"backend": snapshot.get("outage_backend", "?"), "since": float(snapshot["outage_since"]),
                            "reason": snapshot.get("outage_reason", "")}
     return entry
+
+
+def workers_memory(hosts: list) -> Optional[dict]:
+    """The memory of every worker the snapshots list, their browsers included, in bytes, and how it was measured
+    (reporting/process_memory.py); None when no snapshot measures it (an older batchd)."""
+    measured = [w for host in hosts for w in host["workers"] if "memory" in w]
+    if not measured:
+        return None
+    return {"bytes": sum(w["memory"] for w in measured), "browsers": sum(w["browser_memory"] for w in measured),
+            "workers": len(measured),
+            "measure": measure_of(how for w in measured for how in w["memory_measure"].split("+"))}
 
 
 def supervisor_name(entry: dict) -> str:
@@ -217,7 +259,7 @@ def history_entry(record: BatchRecord, now, counters_so_far: Optional[dict] = No
         rate = settled / max(seconds, 1.0) if seconds is not None else None
     counters = record.counters if record.stats else counters_so_far
     opening = record.how_opened
-    return {"id": record.id, "mode": opening.mode, "reset_failed": opening.reset_failed,
+    return {"id": record.id, "mode": opening.mode, "reset_failed": opening.reset_failed, "reparse_of": opening.reparse_of,
             "opened_with": opening.opened_with, "opened": record.batch_date.isoformat(sep=" "),
             "closed": closed.isoformat(sep=" ") if closed else None, "is_done": bool(record.is_done),
             "duration_seconds": seconds, "done": record.done_count, "failed": record.fail_count,

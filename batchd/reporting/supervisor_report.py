@@ -12,6 +12,11 @@ none out:
     status_text()      the STATUS= line (snapshots.py status_line)
     metric_figures()   the gauges of a /metrics scrape (metrics.py SupervisorCollector)
 
+Each worker's memory, its browsers included, is measured apart (process_memory.py `MemoryWatch`, a thread of
+its own: reading Chromium's PSS is too slow for the loop); the tick takes its last measurement, at most
+STATUS_INTERVAL old (longer only when measuring would keep that thread busy more than MOST_BUSY of the time),
+so a scrape or a `batchd status` costs the supervisor no read of its own.
+
 A scrape runs on the metrics thread: the figures are replaced whole at each tick and never changed, so a
 scrape sees one tick's figures, at most STATUS_INTERVAL old, and reads nothing the loop changes meanwhile.
 """
@@ -27,6 +32,7 @@ from ..config import Settings
 from ..settle.progress_rate import ProgressRate
 from ..settle.ledger import LedgerBlock
 from .metrics import MetricsServer
+from .process_memory import MemoryWatch, TreeMemory
 from .snapshots import SettledSamples, SnapshotPublisher, status_line
 
 log = logging.getLogger("batchd.report")
@@ -41,6 +47,7 @@ class SupervisedChild:
     pid: int
     row: int             # its row of the LedgerBlock
     serving: bool        # False once it is told to stop (a warm stop, a reload's retirement)
+    number: int = 0      # its seat: 2 for "worker 2" (a retiring worker and its successor share one)
 
 
 @dataclass(frozen=True)
@@ -68,6 +75,7 @@ class BatchFigures:
     next_due: str
     paused_since: float          # Unix time; 0.0: not paused
     queued: int                  # tasks in the queue after its last refill (/metrics only)
+    wait_until: float = 0.0      # Unix time the last host waiting for its crawl hours may go on; 0.0: none waits
     samples: Optional[str] = None    # the tally over the last RATE_WINDOW, while the batch runs
     life: Optional[str] = None       # the tally over the batch's whole life, thinned (its chart)
 
@@ -75,7 +83,8 @@ class BatchFigures:
         """As the snapshot names them (a sample series this report did not take is no field)."""
         fields = {"batch_id": self.id, "batch_settled": self.settled, "batch_total": self.total,
                   "batch_is_done": self.is_done, "batch_done": self.done, "batch_failed": self.failed,
-                  "batch_next_due": self.next_due, "batch_paused_since": self.paused_since}
+                  "batch_next_due": self.next_due, "batch_paused_since": self.paused_since,
+                  "batch_wait_until": self.wait_until}
         series = {"batch_samples": self.samples, "batch_life": self.life}
         return {**fields, **{name: value for name, value in series.items() if value is not None}}
 
@@ -95,7 +104,8 @@ class SupervisorFigures:
     unflushed: int = 0             # items in its workers' memory now
     in_flight: int = 0             # tasks its workers hold now
     rate: float = 0.0              # its workers' settled tasks per second
-    workers: tuple = ()            # each worker as `batchd status` lists it
+    workers: tuple = ()            # each worker as `batchd status` lists it, its memory included
+    memory: Mapping[str, TreeMemory] = field(default_factory=dict)   # worker seat ("1") -> its workers' memory
     outages: tuple = ()            # (backends, since as Unix time, reason) of each child waiting for one
     restarts: Mapping[str, int] = field(default_factory=dict)
     batch: Optional[BatchFigures] = None     # this host's master's view; the last one's once it stopped
@@ -125,6 +135,26 @@ class Reporter:
         return self.role != "worker"
 
 
+def _worker_entry(block: LedgerBlock, child: SupervisedChild, memory: Optional[TreeMemory]) -> dict:
+    """A worker as `batchd status` lists it; no memory fields for one that ended before it was measured."""
+    return {"name": child.name, "pid": child.pid, **block.view(child.row),
+            **(memory.fields() if memory is not None else {})}
+
+
+def memory_by_seat(workers: list, memory: Mapping[int, TreeMemory]) -> dict:
+    """seat number (as text, the label's value) -> the memory of its workers: during a reload a retiring worker
+    and its successor hold one seat, and their memory is summed into it rather than told apart by pid (which
+    would leave a series behind each worker that ever ran)."""
+    seats: dict = {}
+    for child in workers:
+        tree = memory.get(child.pid)
+        if tree is None:
+            continue
+        seat = str(child.number)
+        seats[seat] = seats[seat].plus(tree) if seat in seats else tree
+    return seats
+
+
 class SupervisorReport:
     """One supervisor's report: its figures at each tick, and every view of them (the board, STATUS=,
     /metrics)."""
@@ -140,6 +170,7 @@ class SupervisorReport:
         self._rate = ProgressRate()             # its workers' settled tasks
         self._samples = SettledSamples()        # the batch's tally at each tick (its rate, its ETA, its chart)
         self._batch: Optional[BatchFigures] = None
+        self.memory: Optional[MemoryWatch] = None       # its children's memory, measured once the spider is loaded
 
     # -- what the supervisor tells it
     def adopt(self, settings: Settings, namespace: str, where: str, ports: Optional[SupervisorPorts]) -> None:
@@ -149,6 +180,10 @@ class SupervisorReport:
                                           != (self.settings.METRICS_PORT, self.settings.METRICS_ADDRESS)):
             log.warning("METRICS_PORT and METRICS_ADDRESS take effect at a restart, not at a reload")
         self.settings, self.namespace, self.where = settings, namespace, where
+        if self.memory is None:
+            self.memory = MemoryWatch(self.reporter.pid, settings.STATUS_INTERVAL)
+            self.memory.start()
+        self.memory.interval = settings.STATUS_INTERVAL
         # A scrape until the next tick sees the last tick's figures, under the namespace's new name.
         self.figures = dataclasses.replace(self.figures, namespace=namespace)
         if ports is not None:
@@ -185,13 +220,15 @@ class SupervisorReport:
         done, failed = totals["done"] + ended["done"], totals["failed"] + ended["failed"]
         self._rate.add(done + failed)
         batch = self._batch_now(block, [child for child in children if child.role == "master"])
+        memory = self.memory.trees() if self.memory is not None else {}
         return SupervisorFigures(
             namespace=self.namespace, updated=round(time.time(), 3),
             workers_alive=sum(1 for child in workers if child.serving), workers_wanted=supervised.workers_wanted,
             master_alive=int(any(child.role == "master" and child.serving for child in children)),
             done=done, failed=failed, items=totals["items"] + ended["items"],
             unflushed=totals["unflushed"], in_flight=totals["in_flight"], rate=round(self._rate.per_second(), 3),
-            workers=tuple({"name": child.name, "pid": child.pid, **block.view(child.row)} for child in workers),
+            workers=tuple(_worker_entry(block, child, memory.get(child.pid)) for child in workers),
+            memory=memory_by_seat(workers, memory),
             outages=tuple(outage for outage in map(block.outage, (child.row for child in children))
                           if outage is not None),
             restarts=dict(supervised.restarts), batch=batch,
@@ -207,7 +244,8 @@ class SupervisorReport:
             self._batch = BatchFigures(
                 id=row.batch_id, settled=row.settled, total=row.total, is_done=row.is_done,
                 done=row.done_count, failed=row.fail_count, next_due=row.next_due.decode("ascii", "replace"),
-                paused_since=row.paused_since, queued=row.queued, **self._tally_samples(row))
+                paused_since=row.paused_since, queued=row.queued, wait_until=row.wait_until,
+                **self._tally_samples(row))
         return self._batch
 
     def _tally_samples(self, row) -> dict:
@@ -270,6 +308,7 @@ class SupervisorReport:
                                "queued": batch.queued}
         if figures.hosts is not None:
             gauges["hosts"] = figures.hosts
+        gauges["memory"] = {seat: (tree.total, tree.browsers) for seat, tree in figures.memory.items()}
         return gauges
 
     # -- the end
@@ -278,6 +317,10 @@ class SupervisorReport:
         board, self.board = self.board, None
         if board is not None:
             board.withdraw()
+
+    def stop_measuring(self) -> None:
+        if self.memory is not None:
+            self.memory.stop()
 
     def stop_serving_metrics(self) -> None:
         metrics, self.metrics = self.metrics, None

@@ -25,7 +25,7 @@ from typing import Optional
 from ..errors import BackendUnavailable, ConfigError
 from ..model import FailureQuery
 from ..service.systemd import counted, escape_controls
-from ..schedule import next_due
+from ..schedule import due_text
 from .snapshots import duration, paused_text
 from .failed_tasks import summary as failure_summary
 from .status import gather_status, read_or_note, supervisor_name
@@ -44,7 +44,8 @@ def gather_why(runtime) -> dict:
     why = {"namespace": runtime.namespace, "unreachable": unreachable, "batch": batch, "time": status["time"],
            "paused_since": status["paused_since"], "workers_alive": status["workers_alive"],
            "outages": _outages(status["hosts"]), "next_due": None, "tasks": None, "holders": [], "oldest": [],
-           "waiting_on_hosts": [], "failures": [], "eta_seconds": status["eta_seconds"]}
+           "waiting_on_hosts": [], "failures": [], "eta_seconds": status["eta_seconds"],
+           "hosts_waiting": status["hosts_waiting"]}
     reached = status["store_reached"]       # else the batch is the master's last word on it, and no record is read
     if batch is not None and batch["is_done"]:
         why["next_due"] = _next_due(runtime, status) if reached else None
@@ -71,14 +72,13 @@ def _outages(hosts: list) -> list:
 
 
 def _next_due(runtime, status: dict) -> Optional[str]:
-    """When the next batch is due, by the batch record and BATCH_INTERVAL (as the master reckons it)."""
+    """When the next batch is due, by the batch record and BATCH_INTERVAL or BATCH_SCHEDULE (as the master reckons it)."""
     try:
         record = runtime.store.last_batch()
     except BackendUnavailable:
         record = None
     if record is not None:
-        settings = runtime.settings
-        return f"{next_due(record, settings.BATCH_INTERVAL, settings.BATCH_INTERVAL_UNIT):%Y-%m-%d %H:%M}"
+        return due_text(record, runtime.settings, runtime.store)
     return None
 
 
@@ -157,6 +157,11 @@ def verdict(why: dict, lease_seconds: float) -> str:
     remaining = tasks["total"] - tasks["settled"]
     if remaining <= 0:
         return "every task is settled: the master closes the batch at its next patrol"
+    # Nothing in the queue nor leased while hosts wait for their hours: the master holds their tasks back.
+    if not tasks["queued"] and not tasks["leased"] and why.get("hosts_waiting"):
+        shown = ", ".join(f"{'every host' if w['hosts'] == '*' else escape_controls(w['hosts'])} until {w['until']}"
+                          for w in why["hosts_waiting"])
+        return f"{counted(tasks['pending'], 'task')} pending, hosts outside their crawl hours: {shown} (CRAWL_HOURS)"
     if why["workers_alive"] == 0 and not any(h["state"] == UNLISTED for h in why["holders"]):
         return "the workers are idle: none alive"
     set_aside = sum(row["waiting"] for row in why["waiting_on_hosts"])

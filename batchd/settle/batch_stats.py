@@ -26,6 +26,7 @@ from typing import Callable, Optional
 from ..hosts.counts import DONE, FAILED, IN_FLIGHT, WAITING, fold_top, split_host_counts
 from ..backends.ports import BatchCounters
 from ..recrawl.pages import FOUND, ITEMS_UNCHANGED, VERDICTS
+from ..render.renderer import BROWSER_RESTARTS, BROWSER_STARTS, RENDER_MS, RENDERED
 from ..service.systemd import counted
 
 # What the report names, in its order: (counter, words). The basics are always shown, the others when not 0.
@@ -171,11 +172,20 @@ def summary(counts: dict) -> str:
         parts.append("tasks: " + " / ".join(f"{counts.get(FOUND + v, 0)} {v}" for v in VERDICTS))
     if counts.get(PROXY_FAILURES):
         parts.append(f"{counts[PROXY_FAILURES]} proxy failures")
+    if counts.get(RENDERED) or counts.get(BROWSER_STARTS):
+        parts.append(_rendering(counts))
     known = ({name for name, _ in ITEM_BASICS} | {REQUESTS, RESPONSES, RETRY_COUNT, BYTES, PROXY_FAILURES, ITEMS_UNCHANGED}
-             | set(found))
+             | set(found) | {RENDERED, RENDER_MS, BROWSER_STARTS, BROWSER_RESTARTS})
     parts += [f"{name} {n}" for name, n in sorted(counts.items())
               if n and name not in known and not name.startswith((STATUS_PREFIX, RETRY_PREFIX))]
     return ", ".join(parts)
+
+
+def _rendering(counts: dict) -> str:
+    """ "12 pages rendered in 3.4 s (2 browsers started, 1 replaced)" """
+    started, replaced = counts.get(BROWSER_STARTS, 0), counts.get(BROWSER_RESTARTS, 0)
+    return (f"{counted(counts.get(RENDERED, 0), 'page')} rendered in {counts.get(RENDER_MS, 0) / 1000:.1f} s "
+            f"({counted(started, 'browser')} started, {replaced} replaced)")
 
 
 def _sum_under(counts: dict, prefix: str) -> int:

@@ -148,10 +148,11 @@ class _Row(ctypes.Structure):
     _fields_ = [("pid", ctypes.c_int64), ("phase", ctypes.c_int64), ("heartbeat", ctypes.c_double),
                 ("done", ctypes.c_int64), ("failed", ctypes.c_int64), ("items", ctypes.c_int64),
                 ("served", ctypes.c_int64),                 # 1 once it leased a task / finished a patrol
-                # the master's row only: its view of the batch; next_due: when the next opens (Unix time)
+                # the master's row only: its view of the batch; next_due: when the next opens (next_due_text)
                 ("batch_id", ctypes.c_int64), ("settled", ctypes.c_int64), ("total", ctypes.c_int64),
                 ("rate", ctypes.c_double), ("is_done", ctypes.c_int64), ("done_count", ctypes.c_int64),
-                ("fail_count", ctypes.c_int64), ("next_due", ctypes.c_char * 24),
+                ("fail_count", ctypes.c_int64), ("next_due", ctypes.c_char * 64),
+                ("wait_until", ctypes.c_double),            # when the last host waiting for its crawl hours may go on
                 ("paused_since", ctypes.c_double),          # `batchd pause`: since when (Unix time, 0: not paused)
                 ("queued", ctypes.c_int64),                 # tasks in the queue after its last refill
                 # the backend it waits for, since when (Unix time, 0: none) and why
@@ -262,7 +263,9 @@ class LedgerBlock:
             row.batch_id, row.settled, row.total = batch.id, progress.settled, progress.total
             row.done_count, row.fail_count = progress.done, progress.failed
             row.is_done, row.rate = int(batch.is_done), master.rate.per_second()
-            row.next_due = master.next_due_text().encode()[:24]
+            row.next_due = master.next_due_text().encode()[:64]
+            waiting = master.timing.hosts_wait_until()
+            row.wait_until = waiting.timestamp() if waiting is not None else 0.0
         row.paused_since = master.paused_since or 0.0
         row.queued = master.queue_length
 

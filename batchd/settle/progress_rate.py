@@ -6,7 +6,7 @@ RATE_WINDOW = 120.0     # seconds of progress samples behind the rate and the ET
 
 
 class ProgressRate:
-    """Settled tasks per second over the last RATE_WINDOW seconds, and the ETA it gives."""
+    """Settled tasks per second over the last RATE_WINDOW seconds (the master's ETA: master/timing.py)."""
 
     def __init__(self):
         self.samples: collections.deque = collections.deque()
@@ -26,11 +26,8 @@ class ProgressRate:
         (t0, s0), (t1, s1) = self.samples[0], self.samples[-1]
         return max(0.0, (s1 - s0) / (t1 - t0)) if t1 > t0 else 0.0
 
-    def eta(self, remaining: int) -> str:
-        rate = self.per_second()
-        if remaining <= 0:
-            return "0s"
-        if rate <= 0:
-            return "unknown"
-        seconds = int(remaining / rate)
-        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+def eta_words(seconds: float) -> str:
+    """An ETA for a log line: 1h05m, 4m30s."""
+    seconds = int(seconds)
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"

@@ -410,7 +410,8 @@ class Supervisor:
     def _report_tick(self) -> str:
         """The report's figures made from what this supervisor knows now; the STATUS= text back."""
         children = tuple(SupervisedChild(role=c.spec.role, name=c.spec.name, pid=c.pid, row=c.spec.row,
-                                         serving=c.retiring_since is None) for c in self.children)
+                                         serving=c.retiring_since is None, number=c.spec.number)
+                         for c in self.children)
         wanted = self.seats["worker"].wanted if "worker" in self.seats else 0
         return self.report.tick(Supervised(self._ledger, children, wanted, self.ended, self.restarts))
 
@@ -419,6 +420,7 @@ class Supervisor:
         _step("kill the children left", self._kill_leftovers)
         _step("remove the status snapshot", self._close_ports)
         _step("stop serving metrics", self.report.stop_serving_metrics)
+        _step("stop measuring the workers' memory", self.report.stop_measuring)
         _step("restore the signal handlers", self.signals.restore)
         if self.block is None:
             return          # no child ever ran: the reason was the one line already logged

@@ -12,7 +12,8 @@ Policy forbids both); /static/app.js refreshes a page every REFRESH seconds and 
     /ns/NS/failures    failures by reason, and the tasks behind a reason (URL, reason, attempts, time)
     /ns/NS/history     the last batches: charts of tasks, duration and items, and a table
     /ns/NS/quality     a closed batch's data quality (?batch=N, else the last one closed): its flags, and a
-                       host × field table of coverage against the baseline, the flagged cells marked; the
+                       host × field table of coverage against the baseline, the flagged cells marked; below, the
+                       hosts' render="auto" choices as they stand now (plain or rendered, since when, why); the
                        batch page shows the last closed batch's flags. The figures are `batchd quality`'s
                        (reporting/quality_report.py): the dashboard and the command say the same.
 """
@@ -99,6 +100,7 @@ def batch_page(status: dict, figures: dict, why: dict, namespaces: list, actions
         parts.append(f'<p class="batch">Batch <b id="batch-id">{esc(batch["id"])}</b>'
                      f'{" opened " + esc(batch["date"]) if batch["date"] else ""}, <span id="batch-state">{state}'
                      '</span></p>')
+    parts.append(batch_calendar(status))
     if tasks is not None:
         parts.append(_progress(tasks, status, figures))
     if figures["failures"] and figures["failures"]["total"]:
@@ -115,6 +117,22 @@ def batch_page(status: dict, figures: dict, why: dict, namespaces: list, actions
         parts.append(_actions())
     return page(f"Batch {batch['id']}" if batch else "No batch yet", status["namespace"], "", "".join(parts),
                 namespaces, actions)
+
+
+def batch_calendar(status: dict) -> str:
+    """When the next batch is due; the hosts that wait for their crawl hours, and until when."""
+    next_batch, shown = status.get("next_batch"), []
+    if next_batch is not None and next_batch["due"]:
+        schedule = next_batch["schedule"]
+        rule = f'BATCH_SCHEDULE <code>{esc(schedule)}</code>' if schedule else "BATCH_INTERVAL"
+        shown.append(f'<p id="next-batch">Next batch due <b>{esc(next_batch["due"])}</b> ({rule})</p>')
+    waiting = status.get("hosts_waiting") or []
+    if waiting:
+        rows = "".join(f'<tr><td>{"every host" if w["hosts"] == "*" else esc(w["hosts"])}</td>'
+                       f'<td>{esc(w["until"])}</td><td>{esc(", ".join(w["windows"]))}</td></tr>' for w in waiting)
+        shown.append('<table class="figures" id="hosts-waiting"><tr><th>waiting for its crawl hours</th><th>until</th>'
+                     f'<th>crawl hours</th></tr>{rows}</table>')
+    return "".join(shown)
 
 
 def _progress(tasks: dict, status: dict, figures: dict) -> str:
@@ -229,11 +247,19 @@ def _workers(status: dict) -> str:
             rows.append(f'<tr><td>{esc(host["host"])}</td><td>{supervisor}</td><td>{esc(w.get("name", "-"))}</td>'
                         f'<td>{esc(w.get("pid", "-"))}</td><td>{esc(w.get("tasks", "-"))}</td>'
                         f'<td>{esc(w.get("unflushed", "-"))}</td><td>{esc(w.get("done", "-"))}</td>'
-                        f'<td>{esc(w.get("failed", "-"))}</td><td>{waits}</td></tr>')
+                        f'<td>{esc(w.get("failed", "-"))}</td><td>{esc(_memory(w))}</td><td>{waits}</td></tr>')
     return (f'<section><h2>Workers</h2><p id="workers-alive">{esc(status["workers_alive"])} alive of '
             f'{esc(status["workers_wanted"])} wanted; {esc(status["unflushed"])} items unflushed</p>'
             '<table id="workers"><tr><th>host</th><th>supervisor</th><th>worker</th><th>pid</th><th>tasks in hand</th>'
-            f'<th>unflushed</th><th>done</th><th>failed</th><th>outage</th></tr>{"".join(rows)}</table></section>')
+            f'<th>unflushed</th><th>done</th><th>failed</th><th>memory</th><th>outage</th></tr>{"".join(rows)}</table>'
+            '</section>')
+
+
+def _memory(worker: dict) -> str:
+    """212.4 MB (browsers 160.2 MB): the worker's process tree as its supervisor measured it (batchd status's words)."""
+    if "memory" not in worker:
+        return "-"
+    return f'{size_text(worker["memory"])} (browsers {size_text(worker["browser_memory"])})'
 
 
 def _quality_summary(namespace: str, answer: dict) -> str:
@@ -341,8 +367,25 @@ def quality_page(namespace: str, quality: Optional[dict], namespaces: list, word
             '<section><h2>Flags</h2><table id="flags"><tr><th>host</th><th>rule</th><th>field</th><th>now</th>'
             f'<th>before</th><th>message</th></tr>{flags}</table></section>'
             f'<section><h2>Hosts × fields</h2><p>Each figure against its baseline (in brackets); a flagged '
-            f'cell is marked, its flag in its tooltip.</p>{_host_field_table(quality)}</section>')
+            f'cell is marked, its flag in its tooltip.</p>{_host_field_table(quality)}</section>'
+            f'{_render_choices(quality.get("render"))}')
     return page(f"Quality of batch {quality['batch']}", namespace, "quality", body, namespaces)
+
+
+def _render_choices(rows: Optional[list]) -> str:
+    """The hosts' render="auto" choices as they stand now (none learnt: no section)."""
+    if rows is None:
+        return ('<section id="render-choices"><h2>Rendered or plain</h2><p>The hosts\' render="auto" choices '
+                'cannot be read now (the backend is unreachable).</p></section>')
+    if not rows:
+        return ""
+    lines = "".join(f'<tr data-host="{esc(row["host"])}"><td>{esc(row["host"])}</td>'
+                    f'<td class="choice">{esc(row["choice"])}</td><td>{esc(row["since"])}</td>'
+                    f'<td>{esc(row["batch"])}</td><td class="reason">{esc(row["why"])}</td></tr>' for row in rows)
+    return ('<section id="render-choices"><h2>Rendered or plain</h2><p>How each host\'s render="auto" pages '
+            'are crawled now, as batchd learnt it: plain when a plain fetch gave the same items as a browser.</p>'
+            '<table id="render-choices-table"><tr><th>host</th><th>crawled</th><th>since</th><th>batch</th>'
+            f'<th>why</th></tr>{lines}</table></section>')
 
 
 def _share(value, kind: str) -> str:

@@ -41,11 +41,13 @@ class BadItem(ValueError):
     """An item its destination cannot store; the message names the key and what it holds."""
 
 
-def check_item_table(store, item_class) -> None:
+def check_item_table(store, item_class, batch_column: Optional[str] = None) -> None:
     """ConfigError, one line, unless the store can take `item_class`'s items as declared: its table exists,
-    every field is a column, and its __unique_key__ is the primary key or a UNIQUE index of the table."""
+    every field is a column, its __unique_key__ is the primary key or a UNIQUE index of the table, and it has
+    the `batch_column` (ITEM_BATCH_COLUMN) when one is set."""
     table, name = item_class.__table__, item_class.__name__
     columns = store.item_columns(table, setting=f"{name}.__table__")
+    check_batch_column(columns, batch_column, table)
     strays = [field for field in item_class.__fields__ if columns is not None and field not in columns]
     if strays:
         raise ConfigError(f"{name}: field {strays[0]!r} is not a column of item table `{table}`")
@@ -54,6 +56,14 @@ def check_item_table(store, item_class) -> None:
     if keys is not None and frozenset(key) not in keys:
         raise ConfigError(f"item table `{table}` has no UNIQUE index or primary key on exactly ({', '.join(key)}), "
                           f"which {name}.__unique_key__ upserts on: add one")
+
+
+def check_batch_column(columns: Optional[frozenset], batch_column: Optional[str], table: str) -> None:
+    """ConfigError naming the table and the setting when ITEM_BATCH_COLUMN is set and `columns` (a column item
+    table's, None when the store cannot tell) lack it: batchd fills the column, it never adds one."""
+    if batch_column is not None and columns is not None and batch_column not in columns:
+        raise ConfigError(f"item table `{table}` has no column `{batch_column}` (ITEM_BATCH_COLUMN): add it "
+                          "(an integer, the batch id) or unset the setting")
 
 
 class InvalidItems:

@@ -14,6 +14,8 @@ One thread per worker process (the lander, under the thread guard) does both job
    upsert for the turn, batchd/settle/failures.py), or done / back to pending (its requests ended without
    update_task) once none of its items is left unflushed. The worker's batch counters are
    flushed first (batchd/settle/batch_stats.py: a batch's counts reach the backend before its last task settles).
+   With ARCHIVE, the records written so far are fsynced once for the turn before any task is written done
+   (batchd/archive/writer.py: every record of a task was appended before its requests ended).
    The leases are renewed, then what re-crawls remember of the tasks' pages kept (recrawl/page_memory.py),
    then the tasks written, then the leases released, then the tasks added to the
    batch's tally: a task whose lease was reclaimed meanwhile is not written (its new holder owns it now),
@@ -42,9 +44,10 @@ from ..recrawl.page_memory import PageMemory
 from ..recrawl.pages import settled_unchanged
 from ..errors import BackendUnavailable, ConfigError
 from ..alerts.alerts import Alerts
+from ..archive.writer import ArchiveWriter
 from .dumps import FailedItemsFile
 from ..item import Item
-from .item_checks import InvalidItems, check_item, check_item_table, item_document
+from .item_checks import InvalidItems, check_batch_column, check_item, check_item_table, item_document
 from .task_run import CheckedItem, TaskRun, count_nothing
 from ..service.lifecycle import Backoff
 from ..model import COLUMNS_ITEM_KIND, ItemDestination, ItemRow, TaskFailure
@@ -54,12 +57,13 @@ from ..backends.store import store_items
 from ..settle.batch_stats import StatsFlusher
 from ..task import TaskState, settling_move
 from ..service.systemd import failure_line
-from ..service.threads import check_in, start_thread
+from ..service.threads import check_in, guard, start_thread
 
 log = logging.getLogger("batchd.pipeline")
 
 IDLE_CHECK_IN = 1.0       # the lander's longest wait for work: it checks in at least this often
 REPLAY_DISK_RETRY = 60.0  # a replay the disk refused is tried again this much later
+ARCHIVE_RETRY = 1.0       # s: an fsync of the archive that failed is tried again this much later
 COLUMN_IN_MESSAGE = re.compile(r"""(?:column|field)\s+['"]?((?:`[^`]+`\.?)+|[A-Za-z0-9_$]+)""", re.IGNORECASE)
 
 
@@ -71,13 +75,17 @@ class Pipeline:
     def __init__(self, ports: WorkerPorts, ledger, settings, destination: ItemDestination, watch: OutageWatch,
                  settler: Settler, failed_items: FailedItemsFile, on_written=lambda runs: None,
                  count: Callable[[str, int, Any], None] = count_nothing, stats_flusher: Optional[StatsFlusher] = None,
-                 alerts: Optional[Alerts] = None, memory: Optional[PageMemory] = None):
+                 alerts: Optional[Alerts] = None, memory: Optional[PageMemory] = None,
+                 archive: Optional[ArchiveWriter] = None):
         """`destination`: where a spider's dicts go; `settler`: the one settle path, counting in `ledger`;
         `failed_items`: FAILED_ITEMS_PATH; `on_written(runs)` hears each write-back; `count(name, n, batch
-        id)` the pipeline's figures; `memory`: what re-crawls remember of pages (None: nothing)."""
+        id)` the pipeline's figures; `memory`: what re-crawls remember of pages (None: nothing); `archive`: where
+        the responses are kept (None: ARCHIVE off), made durable before a task is written done."""
         self.store, self.leases, self.tally = ports.store, ports.leases, ports.tally
-        self.memory = memory
+        self.memory, self.archive = memory, archive
         self.ledger, self.watch, self.alerts, self.stats_flusher = ledger, watch, alerts, stats_flusher
+        self.batch_column: Optional[str] = settings.ITEM_BATCH_COLUMN
+        self._batch_column = frozenset([self.batch_column] if self.batch_column else [])
         self.flush_size = settings.ITEM_FLUSH_SIZE
         self.flush_interval = settings.ITEM_FLUSH_INTERVAL
         self.give_up = settings.ITEM_FLUSH_GIVE_UP
@@ -99,6 +107,7 @@ class Pipeline:
         self._no_waiting = threading.Event()   # set by stop(): an outage is no longer waited out
         self._replay_due = False               # items were dumped: replay them once the database is back
         self._disk_refused = False             # FAILED_ITEMS_PATH refused the last dump (said once)
+        self._archive_refused = False          # the archive's fsync failed last time (said once)
         self._replay_after = 0.0
         self._flush_outage_since: Optional[float] = None   # the flush's groups share one ITEM_FLUSH_GIVE_UP
         self._thread: Optional[threading.Thread] = None
@@ -139,10 +148,12 @@ class Pipeline:
             destination = type(item).destination(self.spider_destination)
             if destination is not self.spider_destination:
                 self._check_class(type(item))
-                columns = frozenset(type(item).__fields__)    # (checked to be columns of the table)
+                columns = frozenset(type(item).__fields__) | self._batch_column  # (checked to be the table's)
         data = dict(item)
         if columns is None:     # a JSON document: checked as it is made, here, not again in the flush
             return CheckedItem(data, item_document(data), destination)
+        if self.batch_column is not None:     # ITEM_BATCH_COLUMN: the batch that wrote the row (batchd export)
+            data[self.batch_column] = run.lease.batch_id
         check_item(data, columns, destination.table)
         return CheckedItem(data, None, destination)
 
@@ -166,7 +177,7 @@ class Pipeline:
             retry_through_outages(lambda: self._pass_class(item_class), self.watch, self._no_waiting)
 
     def _pass_class(self, item_class: type) -> None:
-        check_item_table(self.store, item_class)
+        check_item_table(self.store, item_class, self.batch_column)
         self._checked_classes.add(item_class)
 
     def record_outcome(self, run: TaskRun, ok: bool, failure: Optional[TaskFailure] = None) -> None:
@@ -195,8 +206,8 @@ class Pipeline:
             self._free_slot_if_empty(run)
 
     def put_back(self, run: TaskRun) -> None:
-        """Its page was a block page (task_run.py): the task goes back to pending once its requests end, whatever
-        the spider said of it (a failure is written at once: it stays)."""
+        """Its page was a block page, or its batch's record could not be read (task_run.py): the task goes back to
+        pending once its requests end, whatever the spider said of it (a failure is written at once: it stays)."""
         with self._cond:
             if run.outcome != TaskState.FAILED and not run.settled:
                 run.outcome = TaskState.PENDING
@@ -233,6 +244,7 @@ class Pipeline:
         """Land from now on (the store is open: a columns item table's columns are read here)."""
         if self.spider_destination.kind == COLUMNS_ITEM_KIND:
             self._columns = self.store.item_columns(self.spider_destination.table)
+            check_batch_column(self._columns, self.batch_column, self.spider_destination.table)
         self._thread = start_thread(self._land_loop, "batchd-lander")
 
     def stop(self, timeout: float, abandon: bool = False) -> bool:
@@ -252,6 +264,8 @@ class Pipeline:
         with self._cond:
             left = len(self._buffer) + len(self._writebacks)
         self.invalid.summary()
+        if self.archive is not None:
+            self.archive.close()
         if left:
             log.warning("stopped with %d items / write-backs not landed; their tasks are not marked done and "
                         "come back through their leases", left)
@@ -475,6 +489,8 @@ class Pipeline:
             self._check_leases(unchecked)
             self.watch.ok(self.leases.backend_name)      # a write that worked: an outage still open is over
         unwritten = [r for r in runs if not r.lease_lost and not r.written]
+        if not self._archive_durable(unwritten):
+            return 0
         if self.memory is not None:
             self.memory.count_found(unwritten)     # with the batch's counters, flushed before the tasks settle
         if self.stats_flusher is not None:
@@ -493,6 +509,28 @@ class Pipeline:
         self.leases.release([r.lease for r in runs if not r.lease_lost and r not in unwritten])
         self._forget(runs)
         return len(runs)
+
+    def _archive_durable(self, runs: list) -> bool:
+        """The gate's archive half: the records of the tasks about to be written done are on disk, one fsync for
+        the turn. A disk that refuses it holds every write-back (said once), tried again ARCHIVE_RETRY later; a
+        stop does not wait for it (the tasks come back through their leases)."""
+        if self.archive is None or not any(r.outcome == TaskState.DONE for r in runs):
+            return True
+        try:
+            self.archive.make_durable()
+        except OSError as e:
+            if not self._archive_refused:
+                log.error("archive: the records of %d tasks cannot be made durable (%s); no task is written done "
+                          "until they are, tried again every %g s", len(runs), e, ARCHIVE_RETRY)
+            self._archive_refused = True
+            with guard.waiting(ARCHIVE_RETRY + IDLE_CHECK_IN):
+                if self._no_waiting.wait(ARCHIVE_RETRY):
+                    raise Abandoned() from None
+            return False
+        if self._archive_refused:
+            self._archive_refused = False
+            log.info("archive: records are made durable again; the tasks waiting are written")
+        return True
 
     def _check_leases(self, runs: list) -> None:
         """Renewed for the write ahead (a lease the keeper has not renewed lately could expire during it);

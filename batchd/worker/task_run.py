@@ -9,6 +9,10 @@ its host's last pages; quality/tally.py) is not data: the items its callback yie
 goes back to pending (whatever the spider said of it, but a failure already written), and its host's breaker
 opens (download/middlewares/breaker.py), so that its other tasks wait for a probe as behind a host that fails.
 
+A render="auto" page whose host is learning (worker/render_auto.py) is rendered and its callback's items stored as
+any page's; then the same request is fetched plain and the callback run on that in a dry run (`dry_run`: what it
+yields is measured and dropped, its update_task ignored), and the two yields go to the host's choice.
+
 What the spider's code raises fails the task, not the worker (its traceback logged once per task and
 error); an Item class its table cannot take stops the worker (ConfigError: no task of it could
 succeed). The spider's code runs under TASK_TIMEOUT's watch (timeout.py).
@@ -27,10 +31,13 @@ from typing import Any, Callable, NamedTuple, Optional, Protocol
 
 from requests.cookies import RequestsCookieJar
 
+from ..archive.writer import ArchiveWriter
 from ..config import Settings
 from ..download.chain import NotYet
+from ..download.replayed import NotArchived
 from ..errors import ConfigError
-from ..http import Request, RequestFailed
+from ..hosts.render_choices import PageYield
+from ..http import Request, RequestFailed, Response
 from ..model import Lease, TaskFailure, task_key
 from ..recrawl.page_memory import PageMemory
 from ..recrawl.pages import ITEMS_UNCHANGED, UNCHANGED, items_signature, settled_unchanged
@@ -41,6 +48,8 @@ from ..settle import failures
 from ..task import TaskState
 from ..backends.ports import SeenFilter
 from .item_checks import BadItem
+from .render_auto import AutoRender
+from .replays import BatchUnknown, Replays
 from .timeout import TaskTimedOut, outside_user_code, user_code
 
 log = logging.getLogger("batchd.worker")
@@ -82,6 +91,10 @@ class TaskRun:
     page_items: int = 0           # items_yielded when the last response came (quality/tally.py)
     page_gaps: bool = False       # an item of that response lacks a good value somewhere
     page_one_body: bool = False   # that response had the body of most of its host's last pages
+    render_sample: Optional[PageYield] = None    # the yield of a rendered page sampled for render="auto"
+    dry_run: bool = False         # its callback runs on a plain sample's page: nothing it says is the task's
+    replay: Any = None            # its batch is a reparse: the Replay its requests are answered from (replays.py)
+    not_archived: int = 0         # of its requests, those the reparse's archive lacked (skipped)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -139,6 +152,8 @@ class HeldTasks:
         if held is None:
             return False
         gate, run = held
+        if run.dry_run:
+            return True         # the callback on a plain sample's page: the rendered page's run said its word
         with outside_user_code(run):
             gate.record_outcome(run, ok, None if ok else run.failure_at_hand())
         return True
@@ -190,14 +205,21 @@ class TaskRunner:
 
     def __init__(self, spider, settings: Settings, downloader, gate: Gate, seen: SeenFilter, namespace: str,
                  worker_name: str, memory: Optional[PageMemory] = None, quality: Optional[QualityTally] = None,
-                 breaker=None, count: Callable[[str, int, Any], None] = count_nothing):
+                 breaker=None, count: Callable[[str, int, Any], None] = count_nothing,
+                 auto: Optional[AutoRender] = None, archive: Optional[ArchiveWriter] = None,
+                 replays: Optional[Replays] = None):
         """`memory`: what re-crawls remember of pages (None: nothing, every page is fetched and parsed);
         `quality`: the worker's quality counters (None: QUALITY_CHECKS off, nothing counted); `breaker`: the
         chain's HostBreakerMiddleware that holds a host found serving a block page (None: the hold is off);
-        `count(name, n, batch id)`: the batch's counters (FILTERED: the requests REQUEST_FILTER_ENABLE dropped)."""
+        `count(name, n, batch id)`: the batch's counters (FILTERED: the requests REQUEST_FILTER_ENABLE dropped);
+        `auto`: the hosts' render="auto" choices, which its samples teach (None: no request is sampled);
+        `archive`: where each response is written as it comes, before its callback runs (None: ARCHIVE off);
+        `replays`: the reparse batches, whose tasks' requests are answered from an archive (replays.py; None: every
+        batch crawls)."""
         self.spider, self.settings, self.downloader, self.gate, self.seen = spider, settings, downloader, gate, seen
         self.namespace, self.worker_name = namespace, worker_name
-        self.memory, self.quality, self.breaker, self.count = memory, quality, breaker, count
+        self.memory, self.quality, self.breaker, self.count, self.auto = memory, quality, breaker, count, auto
+        self.archive, self.replays = archive, replays
         self.judges_pages = breaker is not None and quality is not None and bool(quality.holds)
         self._overridden_hooks = overridden_hooks(spider)
 
@@ -219,6 +241,9 @@ class TaskRunner:
         except BadItem as e:
             log.error("%s", failure_line(f"task {run.task_id} failed: {e}"))
             self._fail_with(run, e)
+        except BatchUnknown as e:      # crawled or replayed? Neither until its batch's record is read
+            log.warning("task %s goes back to pending: %s", run.task_id, e)
+            self.gate.put_back(run)
         except ConfigError as e:     # an Item class its table cannot take: no task of it could succeed
             log.critical("%s: %s; this worker stops (task %s is given back)", self.worker_name, e, run.task_id)
             raise
@@ -235,6 +260,10 @@ class TaskRunner:
             if wait is None:
                 if stop.cold:
                     log.info("task %s abandoned at a cold stop; its lease is given back", run.task_id)
+                elif run.not_archived and run.outcome is None:      # (replays.py: not back to pending for ever)
+                    self.gate.record_outcome(run, ok=False, failure=failures.failure(
+                        run.task_id, run.lease.batch_id, f"not in the archive of batch {run.replay.opening.reparse_of} "
+                        "(batchd reparse --fetch-missing fetches what it lacks)", url=run.url))
                 self.gate.finish_requests(run)
                 if self.quality is not None and run.outcome == TaskState.DONE:
                     self.quality.task_done(run, unchanged=settled_unchanged(run.visits))
@@ -243,6 +272,7 @@ class TaskRunner:
     def _advance(self, run: TaskRun, stop) -> Optional[NotYet]:
         task = run.lease.task
         if run.pending is None:
+            run.replay = self.replays.of(run.lease.batch_id) if self.replays is not None else None
             with user_code(run):
                 own = _as_requests(self.spider.task_requests(task), "task_requests")
             run.pending = collections.deque(self._without_repeats(run, own))
@@ -276,51 +306,110 @@ class TaskRunner:
         errback if it failed); returns the follow-ups. NotYet when it may not go yet."""
         run.url = request.url
         page = None
-        if self.memory is not None:
-            sent, page = self.memory.prepare(sent, run.lease.batch_id)
+        memory = self.memory if run.replay is None else None      # a reparse runs every callback
+        if memory is not None:
+            sent, page = memory.prepare(sent, run.lease.batch_id)
         try:
             response = self._fetch(run, sent, attempts)
-            if response.status_code == 304 and response.history and self.memory is not None:
-                response = self._fetch(run, self.memory.whole(sent), 0)
+            if response.status_code == 304 and response.history and memory is not None:
+                response = self._fetch(run, memory.whole(sent), 0)
+            if self.archive is not None and not response.replayed:      # (a replayed page is archived already)
+                self.archive.record(run.lease.batch_id, response, page.whole_at if page is not None else None)
             if self.quality is not None:
                 self.quality.answered(run, response)
+        except NotArchived:
+            run.not_archived += 1
+            return []
         except RequestFailed as failure:
             if self.quality is not None:
                 self.quality.failed(run, sent.url, failure.response_or_exception)
-            if self.memory is not None:
-                self.memory.failed(run, request, failure.response_or_exception, page)
+            if memory is not None:
+                memory.failed(run, request, failure.response_or_exception, page)
             run.last_failure = failure
             try:
                 return self._run_errback(run, request, request_seq, failure, task)
             finally:
                 run.last_failure = None
         block = None
+        if self.auto is not None and run.replay is None and self.auto.samples(sent, response):
+            run.render_sample = PageYield()
         try:
-            if self.memory is not None and request.method == "GET":
-                return self._run_remembered(run, request, request_seq, response, page, task)
-            return self._run_callback(run, request, request.callback or self.spider.parse, request_seq, response,
-                                      task)
+            if memory is not None and request.method == "GET":
+                follow_ups = self._run_remembered(run, request, request_seq, response, page, task)
+            else:
+                follow_ups = self._run_callback(run, request, request.callback or self.spider.parse, request_seq,
+                                                response, task)
         except BlockPage as found:
             block = BLOCK_REASONS[found.cause]
             raise
         finally:
-            if self.judges_pages:
+            rendered, run.render_sample = run.render_sample, None
+            if self.judges_pages and run.replay is None:
                 self.breaker.page_judged(response, block)
+        if rendered is not None:
+            rendered.follow_ups = len(follow_ups)
+            self._sample_plain(run, request, sent, rendered, task)
+        return follow_ups
+
+    def _sample_plain(self, run: TaskRun, request: Request, sent: Request, rendered: PageYield, task: dict) -> None:
+        """The plain half of a render="auto" sample: `sent` fetched without a browser (once, through the chain),
+        the callback run on it in a dry run, and the two yields handed to the host's choice. An attempt that failed
+        for a passing reason (no answer) makes no sample."""
+        assert self.auto is not None
+        plain, failed = PageYield(), ""
+        try:
+            response = self.downloader.fetch_plain(sent, *self._spider_hooks(run))
+        except RequestFailed as e:
+            answered = e.response_or_exception
+            if not isinstance(answered, Response):
+                log.debug("task %s: %s: no render=\"auto\" sample (%s)", run.task_id, sent.url, e)
+                return
+            failed = ("validate() refused the plain page" if 200 <= answered.status_code < 300
+                      else f"the plain fetch answered {answered.status_code}")
+        else:
+            if self.archive is not None:
+                self.archive.record(run.lease.batch_id, response, sample=True)
+            failed = self._dry_run(run, request, response, task, plain)
+        self.auto.record(sent, rendered, plain, failed, run.lease.batch_id)
+
+    def _dry_run(self, run: TaskRun, request: Request, response, task: dict, page: PageYield) -> str:
+        """The request's callback on `response`, its items and requests measured into `page` and dropped: ''
+        once it ran, else why it failed (its error)."""
+        assert self.auto is not None
+        callback = self._spider_method(request.callback or self.spider.parse)
+        run.dry_run = True
+        try:
+            with user_code(run):
+                produced = callback(request, response, task, **request.cb_kwargs)
+            for result in _each(run, produced):
+                if isinstance(result, Request):
+                    page.follow_ups += 1
+                elif isinstance(result, Mapping):
+                    self.auto.item(page, result)
+        except Exception as e:      # the spider's code failed on the plain page: plain is not enough there
+            return f"the callback failed on the plain page: {type(e).__name__}: {e}"
+        finally:
+            run.dry_run = False
+        return ""
 
     def _fetch(self, run: TaskRun, sent: Request, attempts: int):
-        return self.downloader.fetch(sent, *self._spider_hooks(run), park=True, attempts=attempts)
+        """Downloaded, or for a reparse's task answered from the archive (live only with --fetch-missing)."""
+        def live():
+            return self.downloader.fetch(sent, *self._spider_hooks(run), park=True, attempts=attempts)
+        return live() if run.replay is None else run.replay.fetch(sent, *self._spider_hooks(run), live=live)
 
     def _run_callback(self, run: TaskRun, request: Request, callback, request_seq: int, response, task: dict,
                       held: Optional[list] = None) -> list:
         callback = self._spider_method(callback)
         with user_code(run):
             produced = callback(request, response, task, **request.cb_kwargs)
-        judged = self.judges_pages and held is None      # its items wait for the page's judgement
+        # Its items wait for the page's judgement; a reparse's page holds no host (nothing is sent to it).
+        judged = self.judges_pages and held is None and run.replay is None
         page_items: Optional[list] = [] if judged else held
         follow_ups = self._take(run, request_seq, callback, produced, page_items)
         if self.quality is not None:
             block = self.quality.parsed(run, response)
-            if block is not None and self.judges_pages:
+            if block is not None and self.judges_pages and run.replay is None:
                 raise BlockPage(block)
         if judged:
             for item_seq, checked in page_items or ():
@@ -334,6 +423,7 @@ class TaskRunner:
         assert self.memory is not None
         signature = self.memory.body_signature(response)
         if self.memory.unchanged(page, response, signature, run.lease.batch_id):
+            run.render_sample = None         # no callback runs on it: no render="auto" sample to compare
             self.memory.visit(run, request, response, page, signature, settled=True)
             on_unchanged = request.revalidation.on_unchanged
             if on_unchanged is None:
@@ -390,6 +480,8 @@ class TaskRunner:
             elif isinstance(result, Mapping):      # a dict, or a batchd.Item
                 if self.quality is not None:
                     self.quality.item(run, result)
+                if run.render_sample is not None and self.auto is not None:
+                    self.auto.item(run.render_sample, result)
                 if held is None:
                     self.gate.add_item(run, request_seq, item_seq, result)
                 elif (checked := self.gate.check_item(run, result)) is not None:

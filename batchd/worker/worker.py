@@ -27,7 +27,10 @@ from ..errors import BackendUnavailable, BatchdError, ConfigError, ExitCode
 from ..alerts.alerts import Alerts
 from ..download.downloader import Downloader
 from ..download.middlewares.stats import HostsInFlight
+from ..hosts.claims import host_of
+from ..hosts.crawl_hours import CrawlHours
 from ..hosts.set_aside import SetAside
+from ..hosts.terms import HostTerms
 from ..service.lifecycle import Backoff, StopFlag
 from ..service.outages import OutageWatch, retry_through_outages
 from ..model import TaskLayout
@@ -110,6 +113,8 @@ class Worker:
         self._in_hand: dict = {}                # fetch thread ident -> the TaskRun it is processing
         self._failure: Optional[tuple] = None  # (reason, exit code) that ends this worker
         self.heart: Callable = lambda: None
+        self.hours = CrawlHours(HostTerms.from_settings(settings), settings)
+        self._told_waiting: set = set()         # (host, when its hours open) given back tasks were logged for
 
     # -- the loop the supervisor (or start()) runs
     def run(self, stop: StopFlag, heartbeat: Callable = lambda: None) -> None:
@@ -189,7 +194,7 @@ class Worker:
         master has not opened yet still has work for us, whatever the last batch's done flag says)."""
         if self.pipeline.in_flight() or self.leases.pending_count() or not self.leases.is_done():
             return False
-        return not is_due(self.store.last_batch(), self.store.now(), self.settings)
+        return not is_due(self.store.last_batch(), self.store.now(), self.settings, self.store)
 
     def _shut_down(self, stop: StopFlag, fetchers: list, keeper, keeper_stop) -> None:
         deadline = time.monotonic() + self.settings.STOP_TIMEOUT
@@ -210,6 +215,8 @@ class Worker:
             keeper_stop.set()
             keeper.join(5)
             self.downloader.close()
+            if self.runner.replays is not None:
+                self.runner.replays.close()
         for run in self.set_aside.drain():      # (their leases go back with the others not written back)
             self.held.release(run)
         self._give_back_leases()
@@ -308,7 +315,31 @@ class Worker:
                 self.set_aside.wait(idle.next_delay())     # (woken by a task set aside coming due)
                 continue
             idle.reset()
+            if self._outside_hours(lease):
+                self.ledger.release_slot(slot)
+                continue
             self._serve_lease(lease, slot, stop)
+
+    def _outside_hours(self, lease) -> bool:
+        """A task of a host whose crawl hours closed after the master claimed it: given back unstarted (the master
+        requeues it, and claims it again once they open: hosts/crawl_hours.py). Without the host column only the
+        global CRAWL_HOURS apply."""
+        if not self.hours.any:
+            return False
+        host = host_of(lease.task.get(self.layout.host_field)) if self.layout.host_field else ""
+        hours = self.hours.now()
+        if not hours.held(host):
+            return False
+        self.leases.give_back([lease])
+        self._wake_master()
+        told = (host, hours.held_hosts[host])     # one line per host and closing (the queue may hold many)
+        if told not in self._told_waiting:
+            if len(self._told_waiting) >= 1000:     # months of closings: memory stays flat, a line may repeat
+                self._told_waiting.clear()
+            self._told_waiting.add(told)
+            log.info("%s: task %s given back unstarted, and any other of %s leased before %s: its crawl hours are "
+                     "closed", self.name, lease.task_id, repr(host) if host else "every host", told[1])
+        return True
 
     def _serve_lease(self, lease, slot: int, stop: StopFlag) -> None:
         if lease.queue_left == self.settings.refill_mark:

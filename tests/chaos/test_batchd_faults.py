@@ -46,8 +46,11 @@ def closed(batch) -> bool:
     return bool(records) and records[0]["is_done"]
 
 
-def test_sigkill_a_random_worker_every_2_s(mysql_backend, site, procs):
-    batch = ChaosBatch(procs, mysql_backend, site, tasks=3000, path="/slow?seconds=0.1&task={n}")
+def test_sigkill_a_random_worker_every_2_s(mysql_backend, site, procs, tmp_path):
+    """With the archive on (ARCHIVE = "warc"): no task done without its records either."""
+    archive = str(tmp_path / "archive")
+    batch = ChaosBatch(procs, mysql_backend, site, tasks=3000, path="/slow?seconds=0.1&task={n}", ARCHIVE="warc",
+                       ARCHIVE_PATH=archive)
     run = batch.start("run", "--workers", "3")
     batch.wait_for_progress(50)
 
@@ -57,10 +60,11 @@ def test_sigkill_a_random_worker_every_2_s(mysql_backend, site, procs):
     given_back = sum(int(line.split("gave back the ")[1].split()[0]) for line in lines_with(run, "gave back the"))
     run.send(signal.SIGTERM)
     assert run.wait(60) == 0
+    without_records = batch.done_without_records(archive)
     verdict = batch.verdict("SIGKILL a worker every 2 s", kills=kills, replaced_at_once=replaced_at_once,
-                            leases_given_back=given_back)
+                            leases_given_back=given_back, done_without_records=without_records)
     verdict.assert_sound()
-    assert kills >= 8 and replaced_at_once >= kills - 1
+    assert kills >= 8 and replaced_at_once >= kills - 1 and without_records == 0
 
 
 def test_sigterm_with_thousands_of_items_buffered(mysql_backend, site, procs):

@@ -3,6 +3,7 @@ status (text and --json), check, retry --items, --daemon with a pid file, a work
 instance's own config file, and reload. Real MariaDB, Redis and processes throughout."""
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -80,13 +81,14 @@ def test_a_spider_that_does_not_import_ends_with_one_line_and_78(mysql_backend, 
 
 
 def test_status_shows_the_batch_the_queue_and_the_workers(mysql_backend, site, procs):
-    mysql_backend.create_tasks(slow_urls(site, 80, seconds=0.5))
+    # Enough slow tasks that the batch is still open while `status` runs on a loaded machine (SIGTERM ends it).
+    mysql_backend.create_tasks(slow_urls(site, 400, seconds=0.5))
     proc = start_batchd(procs, mysql_backend, "run", "--workers", "2", BATCH_PUSH_LIMIT=10)
     wait_for(lambda: snapshot_shows(mysql_backend, batch_id=1, workers_alive=2, master_alive=1),
              message="a snapshot with two workers and the master's figures of batch 1")
     status = json.loads(batchd("status", SEED, "--json", backend=mysql_backend).stdout)
     assert status["batch"]["id"] == 1 and not status["batch"]["is_done"]
-    assert status["tasks"]["total"] == 80 and status["queue"]["waiting"] <= 10
+    assert status["tasks"]["total"] == 400 and status["queue"]["waiting"] <= 10
     host, = status["hosts"]
     assert (host["host"], host["instance"], host["role"]) == (socket.gethostname(), "run", "run")
     assert (host["workers_alive"], host["master_alive"], host["pid"]) == (2, 1, proc.pid)
@@ -94,7 +96,7 @@ def test_status_shows_the_batch_the_queue_and_the_workers(mysql_backend, site, p
     assert sorted(w["pid"] for w in host["workers"]) == workers_of(proc.pid)
     assert status["unflushed"] == host["unflushed"]              # the hosts' figures, summed (one host here)
     text = batchd("status", SEED, backend=mysql_backend).stdout
-    assert "batch    1 opened" in text and "/80:" in text
+    assert "batch    1 opened" in text and "/400:" in text
     workers = f"workers  2 alive of 2 wanted: host {socket.gethostname()} — 2 workers and the master (batchd-run)\n"
     assert workers in text
     assert isinstance(status["counters"], dict) and "items stored" in text.split("counters ")[1].splitlines()[0]
@@ -161,7 +163,7 @@ def snapshot_shows(backend, **fields) -> bool:
     return all(snapshot.get(name) == str(value) for name, value in fields.items())
 
 
-def test_check_reports_each_item_and_fails_on_any(mysql_backend):
+def test_check_reports_each_item_and_fails_on_any(mysql_backend, tmp_path):
     no_table = batchd("check", SEED, backend=mysql_backend)
     assert no_table.returncode == 78
     assert "FAIL  task table  task table `crawl_task` not found" in no_table.stdout
@@ -175,9 +177,29 @@ def test_check_reports_each_item_and_fails_on_any(mysql_backend):
 
     mysql_backend.sql("ALTER TABLE `crawl_task` ADD INDEX `idx_batch_status` (`batch_status`)")
     good = batchd("check", SEED, backend=mysql_backend)
-    assert good.returncode == 0 and good.stdout.count("OK    ") == 7, good.stdout
+    assert good.returncode == 0 and good.stdout.count("OK    ") == 10, good.stdout
+    assert "OK    item batch  the default item table keeps each item's batch" in good.stdout
+    assert "OK    calendar    batches open every 7 day(s) (BATCH_INTERVAL)" in good.stdout
+    bad_schedule = batchd("check", SEED, backend=mysql_backend, env={"BATCHD_BATCH_SCHEDULE": "0 25 * * *"})
+    assert bad_schedule.returncode == 78 and [line for line in bad_schedule.stdout.splitlines() if "FAIL" in line] == [
+        "FAIL  config      setting BATCH_SCHEDULE in the environment: '0 25 * * *' is not a cron expression of 5 "
+        "fields (minute hour day month weekday), or @yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly "
+        "([0 25 * * *] is not acceptable, out of range)"], bad_schedule.stdout
     assert f"OK    namespace   {mysql_backend.namespace} serves MySQL " in good.stdout
     assert "OK    downloader  middlewares RetryMiddleware > StatsMiddleware" in good.stdout
+    assert re.search(r"^OK    browser     Chromium \d+[.\d]* \(/usr/bin/chromium\), ChromeDriver \d+[.\d]* "
+                     r"\(/usr/bin/chromedriver\), Selenium 4\.", good.stdout, re.M), good.stdout
+
+    no_browser = {"BATCHD_RENDER_BROWSER": "no-such-chromium"}
+    not_needed = batchd("check", SEED, backend=mysql_backend, env=no_browser)
+    assert not_needed.returncode == 0 and ("OK    browser     none needed by CrawlTask's code (render: RENDER_BROWSER: "
+                                           "no 'no-such-chromium' on this machine: apt install chromium") in not_needed.stdout
+    needed = batchd("check", "spiders/rendering.py:RenderTask", backend=mysql_backend, env=no_browser)
+    assert needed.returncode == 1 and ("FAIL  browser     render: RENDER_BROWSER: no 'no-such-chromium' on this machine: "
+                                       "apt install chromium, or point RENDER_BROWSER at one") in needed.stdout
+    old_driver = batchd("check", "spiders/rendering.py:RenderTask", backend=mysql_backend,
+                        env={"BATCHD_RENDER_DRIVER": fake_driver(tmp_path, "ChromeDriver 99.0.4844.51")})
+    assert old_driver.returncode == 1 and "does not drive Chromium" in old_driver.stdout, old_driver.stdout
 
     bad_chain = batchd("check", SEED, backend=mysql_backend,
                        env={"BATCHD_DOWNLOADER_MIDDLEWARES": '["batchd.download.middlewares.retry.RetryMiddleware", "nowhere.Retry"]'})
@@ -186,6 +208,14 @@ def test_check_reports_each_item_and_fails_on_any(mysql_backend):
 
     no_redis = batchd("check", SEED, backend=mysql_backend, env={"BATCHD_REDIS_URL": "redis://127.0.0.1:1/0"})
     assert no_redis.returncode == 69 and "FAIL  queue" in no_redis.stdout
+
+
+def fake_driver(folder, says: str) -> str:
+    """A program that says it is a chromedriver of another version."""
+    path = folder / "chromedriver"
+    path.write_text(f"#!/bin/sh\necho '{says}'\n")
+    path.chmod(0o755)
+    return str(path)
 
 
 def test_check_works_on_an_sqlite_store_and_names_it(tmp_path):

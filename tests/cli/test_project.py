@@ -78,7 +78,7 @@ def test_check_passes_on_the_project_init_writes(tmp_path, site, robots):
     folder = project(tmp_path, site, robots)
     check = batchd("check", cwd=folder)
     assert check.returncode == 0, check.stdout + check.stderr
-    assert [line.split()[0] for line in check.stdout.splitlines() if not line.startswith("TERMS")] == ["OK"] * 7
+    assert [line.split()[0] for line in check.stdout.splitlines() if not line.startswith("TERMS")] == ["OK"] * 10
     assert ("RobotsTxtMiddleware" in check.stdout) is robots
 
 
@@ -121,3 +121,21 @@ def test_status_reads_the_spider_without_importing_it(tmp_path, site):
     assert lost.returncode == 78 and lost.stdout == ""
     assert "SyntaxError" in lost.stderr and "status needs its __task_table__" in lost.stderr
     assert len(lost.stderr.strip().splitlines()) == 1 and "Traceback" not in lost.stderr
+
+
+def test_tasks_import_sitemap_adds_the_new_urls_and_names_a_sitemap_it_cannot_read(tmp_path, site):
+    """The verb on the embedded store: robots.txt names a sitemap and one that is not there; the command adds its
+    URLs, names the missing sitemap in one line and ends with 1; once that one is gone, with 0, adding nothing."""
+    from sitemap_texts import urlset
+    from supervised import SEED
+    spider = os.path.join(ROOT, "tests", SEED)
+    site.files["sitemap.xml"] = urlset([site.url("/page/1"), site.url("/page/3"), site.url("/page/1")])
+    site.robots_txt = f"Sitemap: {site.url('/files/sitemap.xml')}\nSitemap: {site.url('/files/gone.xml')}\n"
+    result = batchd("tasks", "import-sitemap", spider, site.url("/robots.txt"), cwd=tmp_path)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert f"sitemap '{site.url('/files/gone.xml')}': HTTP 404; the other sitemaps go on" in result.stderr
+    assert "1 sitemap read (1 could not be read), 3 URLs seen: 2 tasks added to crawl_task, 1 already known" \
+        in result.stderr
+    site.robots_txt = f"Sitemap: {site.url('/files/sitemap.xml')}\n"
+    again = batchd("tasks", "import-sitemap", spider, site.url("/robots.txt"), cwd=tmp_path)
+    assert again.returncode == 0 and "0 tasks added to crawl_task, 3 already known" in again.stderr, again.stderr

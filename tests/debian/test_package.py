@@ -33,7 +33,7 @@ REDIS_URL = os.environ.get("TEST_PACKAGE_REDIS_URL", "redis://127.0.0.1:6379/11"
 RUNTIME_DEPENDS = {"python3-redis", "python3-mysqldb", "python3-parsel", "python3-requests",
                    "python3-sdnotify", "python3-setproctitle", "python3-systemd", "python3-w3lib", "python3-protego"}
 # Only `--daemon` (hosts without systemd) uses python3-daemon, only METRICS_PORT prometheus-client.
-RECOMMENDS = {"python3-daemon", "python3-prometheus-client"}
+RECOMMENDS = {"python3-daemon", "python3-prometheus-client", "chromium", "chromium-driver", "python3-selenium"}
 
 TASKS = 300
 PAUSE = 0.5          # seconds the test spider spends on each page: the batch lasts ~30 s

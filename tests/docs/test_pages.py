@@ -141,7 +141,7 @@ def test_the_command_check_fails_on_a_verb_or_option_that_does_not_exist():
             "batchd status [--json]\n```\n")
     problems = [p for _, args in page_commands(page) for p in walk(args)[1]]
     assert problems == ["batchd run has no option --wrokers",
-                        "batchd tasks adds: no such verb (there are add, import)",
+                        "batchd tasks adds: no such verb (there are add, import, import-sitemap)",
                         "batchd statuz: no such verb (there are " + ", ".join(subcommands(build_parser())) + ")",
                         "batchd failed has no option --reasons"]
 

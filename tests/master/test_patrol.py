@@ -5,6 +5,7 @@ from datetime import datetime
 
 import pytest
 
+from batchd.config import Settings
 from batchd.master.patrol import FIRST_CLAIM
 from batchd.service.lifecycle import StopFlag
 from batchd.schedule import next_due
@@ -188,7 +189,8 @@ def spy_on_resets_and_claims(master, calls: list) -> None:
     (datetime(2026, 12, 31, 23, 30), 1, "hour", datetime(2027, 1, 1, 0, 0)),
 ])
 def test_next_batch_is_due_by_calendar(opened, interval, unit, due):
-    assert next_due(BatchRecord(id=1, batch_date=opened), interval, unit) == due
+    settings = Settings(BATCH_INTERVAL=interval, BATCH_INTERVAL_UNIT=unit)
+    assert next_due(BatchRecord(id=1, batch_date=opened), settings, store=None) == due
 
 
 class HeldSpider(CrawlTask):

@@ -2,6 +2,9 @@
 or the body's signature, gone pages, Vary and redirects as a browser cache, the revisit schedule of a due
 batch, and the write-back gate: what is remembered of a page is kept only once its items landed."""
 import json
+import os
+
+import pytest
 
 import batchd as mw
 from batchd.recrawl.pages import CONDITIONAL_META
@@ -116,6 +119,21 @@ class ActsOnUnchanged(CrawlTask):
 class AlwaysWhole(CrawlTask):
     def task_requests(self, task):
         yield mw.Request(task["url"], callback=self.parse, revalidate=False)
+
+
+class Rendered(CrawlTask):
+    def task_requests(self, task):
+        yield mw.Request(task["url"], callback=self.parse, render=True)
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/chromedriver"), reason="apt install chromium chromium-driver")
+@pytest.mark.parametrize("shared_backend", ["sqlite"], indirect=True)      # (what a store keeps: the tests above)
+def test_a_rendered_page_is_loaded_whole_and_its_items_still_tell_unchanged(shared_backend, site):
+    pages(shared_backend, site, 1)
+    crawl(shared_backend, Rendered, **REVALIDATING)
+    second = crawl(shared_backend, Rendered, **REVALIDATING)
+    assert site.status_counts(304) == 0 and site.status_counts(200) == 2, "a browser's navigation goes whole"
+    assert found(second) == (0, 0, 1, 0) and second.get("item/stored", 0) == 0
 
 
 def test_on_unchanged_is_called_for_a_304_and_revalidate_false_always_fetches_whole(backend, site):

@@ -5,13 +5,19 @@ has its rate up to the tally as read now; `--history` shows a 0 as 0."""
 import json
 import re
 import time
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from batchd.cli.status_text import render_history, render_status
-from batchd.reporting.status import batch_pace, gather_history, gather_status
+from batchd.hosts.crawl_hours import CrawlHours
+from batchd.hosts.terms import HostTerms
+from batchd.reporting.status import batch_pace, eta_through_hours, gather_history, gather_status
+from batchd.reporting.why import gather_why
 from batchd.reporting.snapshots import RATE_WINDOW
-from harness import next_batch, spider_factory
+from batchd.service.lifecycle import StopFlag
+from batchd.web.html import batch_calendar
+from harness import make_master, next_batch, spider_factory
 from spiders.seed import CrawlTask
 
 
@@ -89,3 +95,32 @@ def test_history_shows_0_as_0_and_rates_to_one_decimal(backend, site):
     row = render_history([entry]).splitlines()[1].split()    # opened and closed take two words each
     assert row[7:12] == ["2", "0", "2", "2", "0"]             # opened with, done, failed, total, items
     assert re.fullmatch(r"(>=)?\d+\.\d/s", row[-1]), row
+
+
+def test_status_and_the_dashboard_show_the_next_batchs_time_and_the_hosts_waiting(backend):
+    """BATCH_SCHEDULE's next time in BATCH_TIMEZONE, and a host outside its crawl hours with when they open
+    (hours closed now: they open in one to two hours)."""
+    hour = datetime.now(timezone.utc).hour
+    closed = f"{(hour + 2) % 24:02d}:00-{(hour + 3) % 24:02d}:00"
+    backend.create_tasks(["http://night.example/1"])
+    master, spider = make_master(backend, BATCH_SCHEDULE="0 3 * * mon", BATCH_TIMEZONE="Europe/Paris",
+                                 BATCH_TASK_HOST_FIELD="url", HOSTS={"night.example": {"crawl_hours": [closed]}})
+    master.patrol(StopFlag())
+    status = gather_status(spider.runtime)
+    due = status["next_batch"]["due"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d 03:00 Europe/Paris", due)
+    assert datetime.strptime(due[:10], "%Y-%m-%d").weekday() == 0
+    waiting, = status["hosts_waiting"]
+    assert waiting["hosts"] == "night.example" and waiting["windows"] == [closed]
+    assert timedelta(0) < datetime.fromisoformat(waiting["until"]) - datetime.now(timezone.utc) <= timedelta(hours=2)
+    text = render_status(status)
+    assert f"next     batch due {due} (BATCH_SCHEDULE '0 3 * * mon')" in text
+    assert f"waiting  hosts night.example until {waiting['until']} (crawl hours {closed})" in text
+    assert json.loads(json.dumps(status))["hosts_waiting"] == [waiting]
+    assert gather_why(spider.runtime)["verdict"] == (
+        f"1 task pending, hosts outside their crawl hours: night.example until {waiting['until']} (CRAWL_HOURS)")
+    page = batch_calendar(status)
+    assert f"Next batch due <b>{due}</b>" in page and "<td>night.example</td>" in page
+    # The ETA: no sooner than the last host the master's claims left waiting may go on (its ledger's wait_until).
+    hours, now = CrawlHours(HostTerms(), spider.runtime.settings), time.time()
+    assert (eta_through_hours(hours, 60.0, now + 3600, now), eta_through_hours(hours, 60.0, 0.0, now)) == (3600, 60)

@@ -3,6 +3,7 @@ block, are the ones its snapshot, its STATUS= line and its /metrics gauges show;
 sees the last tick's; the board (real Redis) holds the snapshot the report made, and a worker-only
 supervisor's STATUS= line takes the batch from the master's snapshot there."""
 import collections
+import os
 import time
 import uuid
 
@@ -13,6 +14,8 @@ from batchd.reporting.snapshots import supervisor_ports
 from batchd.reporting.supervisor_report import Reporter, Supervised, SupervisedChild, SupervisorReport
 from batchd.service.outages import Outage
 from batchd.settle.ledger import LedgerBlock
+from harness import wait_for
+from procs import MemoryTree
 
 MASTER, WORKER_1, WORKER_2, RETIRING = 0, 2, 3, 4      # rows: two master rows, then the workers'
 
@@ -45,9 +48,20 @@ CHILDREN = (SupervisedChild("master", "master", 101, MASTER, True),
             SupervisedChild("worker", "worker 1", 104, RETIRING, False))
 
 
-def a_report(role: str = "run", ports=None, namespace: str = "news") -> SupervisorReport:
-    report = SupervisorReport(Reporter(role=role, host="box", instance=role, seat=role, pid=100))
-    report.adopt(Settings(), namespace, namespace, ports)
+REPORTS: list = []      # each measures memory in a thread of its own, stopped after its test
+
+
+@pytest.fixture(autouse=True)
+def _stop_measuring():
+    yield
+    while REPORTS:
+        REPORTS.pop().stop_measuring()
+
+
+def a_report(role: str = "run", ports=None, namespace: str = "news", pid: int = 100, **settings) -> SupervisorReport:
+    report = SupervisorReport(Reporter(role=role, host="box", instance=role, seat=role, pid=pid))
+    report.adopt(Settings(**settings), namespace, namespace, ports)
+    REPORTS.append(report)
     return report
 
 
@@ -113,6 +127,41 @@ def test_a_scrape_between_two_ticks_sees_the_last_ticks_figures():
     report.tick(supervised(block))
     assert report.snapshot()["done"] == 167 and report.metric_figures()["outages"] == set()
     assert "outage_backend" not in report.snapshot() and "waiting for" not in report.status_text()
+
+
+MIB = 1 << 20
+
+
+def grown(tree) -> bool:
+    """A MemoryTree(own=20, below=10) measured whole."""
+    return tree is not None and tree.browsers >= 10 * MIB and tree.total >= tree.browsers + 20 * MIB
+
+
+def test_each_workers_memory_with_its_browsers_is_in_the_snapshot_and_the_gauges():
+    """Measured on the workers' real process trees (the children of the report's process, in its thread): the
+    tick's snapshot lists each worker's, /metrics shows them by seat, a retiring worker's summed with its
+    successor's."""
+    pytest.importorskip("prometheus_client")
+    from batchd.reporting.metrics import SupervisorCollector
+
+    report = a_report(pid=os.getpid(), STATUS_INTERVAL=0.1)
+    with MemoryTree(own=20, below=10) as first, MemoryTree(own=20, below=10) as retiring:
+        children = (SupervisedChild("worker", "worker 1", first.pid, WORKER_1, True, number=1),
+                    SupervisedChild("worker", "worker 1", retiring.pid, RETIRING, False, number=1))
+        # A measurement begun while the trees were still filling up is no failure: the next one is waited for.
+        wait_for(lambda: all(grown(report.memory.trees().get(pid)) for pid in (first.pid, retiring.pid)),
+                 message="both trees measured whole")
+        report.tick(supervised(a_block(), children))
+    workers = report.figures.workers
+    assert [w["memory_measure"] for w in workers] == ["pss", "pss"]
+    assert all(w["memory"] >= w["browser_memory"] + 20 * MIB and w["browser_memory"] >= 10 * MIB for w in workers)
+    seat = (sum(w["memory"] for w in workers), sum(w["browser_memory"] for w in workers))
+    assert report.metric_figures()["memory"] == {"1": seat}
+    samples = {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+               for family in SupervisorCollector(report.metric_figures).collect() for sample in family.samples}
+    labels = (("namespace", "news"), ("worker", "1"))
+    assert (samples[("batchd_worker_memory_bytes", labels)], samples[("batchd_worker_browser_memory_bytes", labels)]) \
+        == seat
 
 
 def test_a_stopped_masters_batch_stays_in_every_view():

@@ -33,3 +33,10 @@ class NamingShopTask(ShopTask):
             return
         yield {response.text: ""}
         self.update_task(task["id"], ok=True)
+
+
+class AutoShopTask(ShopTask):
+    """The shop spider with render="auto": batchd learns per host whether its pages need the browser."""
+
+    def task_requests(self, task):
+        yield mw.Request(task["url"], callback=self.parse, render="auto", render_wait="span.price")

@@ -266,7 +266,7 @@ def test_example_spider_crawls_a_batch(site, tmp_path):
 MAN_PAGE = os.path.join(ROOT, "debian", "batchd.1")
 
 
-@pytest.mark.parametrize("verb", sorted(set(VERBS) - {"tasks"}) + ["tasks add", "tasks import"])
+@pytest.mark.parametrize("verb", sorted(set(VERBS) - {"tasks"}) + ["tasks add", "tasks import", "tasks import-sitemap"])
 def test_man_page_names_every_option(verb):
     """batchd(1) is written by hand: it must keep up with the command's verbs and options."""
     usage = subprocess.run([sys.executable, "-m", "batchd", *verb.split(), "--help"], capture_output=True, text=True,

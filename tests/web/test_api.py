@@ -112,7 +112,9 @@ def test_the_quality_api_and_page_say_what_batchd_quality_says(shared_backend, s
     shown = batchd("quality", NAMING_SHOP, "--json", backend=shared_backend)
     assert shown.returncode == 65, shown.stderr
     report = web.api("quality")
-    assert {k: report[k] for k in ("batch", "outcome", "flags", "hosts", "compared")} == json.loads(shown.stdout)
+    assert {k: report[k] for k in ("batch", "reparse_of", "outcome", "flags", "hosts", "compared", "render")} \
+        == json.loads(shown.stdout)
+    assert report["render"] == []        # no render="auto" request: no host learnt
     assert web.api("quality", batch="1") == report
     assert {(f["host"], f["kind"], f["field"]) for f in report["flags"]} == {
         (captcha_host, "soft_block", None), (captcha_host, "block_marker", "g-recaptcha"),

@@ -107,10 +107,14 @@ def test_a_thread_that_stops_making_progress_silences_the_heartbeat(mysql_backen
 
 
 def test_a_killed_worker_is_replaced_at_once_and_its_leases_given_back(mysql_backend, site, procs):
-    """The lease (600 s here) never has to expire: the supervisor gives a dead worker's leases back."""
+    """The lease (600 s here) never has to expire: the supervisor gives a dead worker's leases back. Killed
+    mid-request, it had marked its requests seen in the batch's Bloom filter (REQUEST_FILTER = "bloom": a filter
+    the exact one's way, through the same port, so one run stands for both): the tasks taken again are done all
+    the same, their own requests never dropped."""
     urls = slow_urls(site, 12, seconds=1.0)
     mysql_backend.create_tasks(urls)
-    proc = start_batchd(procs, mysql_backend, "run", "--workers", "2", BATCH_LOST_TASK_STALE=600)
+    proc = start_batchd(procs, mysql_backend, "run", "--workers", "2", BATCH_LOST_TASK_STALE=600,
+                        REQUEST_FILTER_ENABLE="true", REQUEST_FILTER="bloom")
     in_hand = wait_for(lambda: [w["pid"] for w in status_snapshot(mysql_backend).get("workers", []) if w["tasks"] > 0],
                        message="a worker with tasks in hand")
     victim = in_hand[0]
@@ -120,6 +124,7 @@ def test_a_killed_worker_is_replaced_at_once_and_its_leases_given_back(mysql_bac
     assert given and f"(pid {victim})" in given[0]
     assert lines_with(proc, f"(pid {victim}) was killed by SIGKILL")[0].endswith("a new worker now (it had served)")
     wait_for(lambda: set(mysql_backend.states().values()) == {D}, timeout=60, message="every task done")
+    assert len(mysql_backend.items()) == len(urls)
     proc.send(signal.SIGTERM)
     assert proc.wait(30) == 0
 

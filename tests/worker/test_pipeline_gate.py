@@ -1,6 +1,12 @@
 """The write-back gate on every store: done waits for the task's items to land; SPEC's three
 immediate cases do not wait; a task is done only with its items."""
+import errno
+import threading
+
+import pytest
+
 import batchd as mw
+from batchd.archive.writer import ArchiveWriter
 from batchd.task import TaskState
 from harness import InProcessBatch, patrol_until, stays_true, wait_for
 from taskdb import bring_back
@@ -183,3 +189,25 @@ def test_a_task_is_added_to_the_tally_only_once_its_lease_is_given_back(backend,
         wait_for(lambda: set(backend.states().values()) == {D}, message="every task done")
     assert sorted(int(t) for got, _ in held_when_tallied for t in got) == [1, 2, 3, 4, 5, 6]
     assert all(known == [] for _, known in held_when_tallied), held_when_tallied
+
+
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)
+def test_done_waits_until_the_archive_records_are_on_disk(backend, site, tmp_path, monkeypatch, caplog):
+    """ARCHIVE: a task is written done only once its records are fsynced (one fsync a turn)."""
+    refusing, synced = threading.Event(), ArchiveWriter.make_durable
+    refusing.set()
+
+    def make_durable(writer):
+        if refusing.is_set():
+            raise OSError(errno.EIO, "the disk refused the fsync")
+        synced(writer)
+    monkeypatch.setattr(ArchiveWriter, "make_durable", make_durable)
+    backend.create_tasks([site.url(f"/page/{i}") for i in (1, 2, 3)])
+    with InProcessBatch(factory(backend, CrawlTask, ARCHIVE="warc", ARCHIVE_PATH=str(tmp_path))):
+        wait_for(lambda: len(backend.items()) == 3, message="the items stored")
+        stays_true(lambda: D not in backend.states().values(), 0.3,
+                   message="no task done while its records are not durable", explain=lambda: str(backend.states()))
+        refusing.clear()
+        wait_for(lambda: set(backend.states().values()) == {D}, message="every task done once they are")
+    refused = [r.getMessage() for r in caplog.records if "cannot be made durable" in r.getMessage()]
+    assert len(refused) == 1 and "the disk refused the fsync" in refused[0]

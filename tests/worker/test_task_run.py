@@ -161,10 +161,18 @@ def test_request_deduplication_never_drops_a_tasks_own_request_that_a_link_reach
     """Issue 34: task 2's page was reached first as a link of task 1; its own request was dropped as seen, and
     the task went back to pending BATCH_TASK_MAX_ATTEMPTS times and failed. Task 3, a second page of links, is
     crawled, and its links (reached by task 1's) are dropped: counted in the batch's counters, logged by URL."""
+    crawl_links_twice(backend, site, caplog)
+
+
+def test_a_bloom_request_filter_drops_the_links_already_made_as_the_exact_one_does(mysql_backend, site, caplog):
+    crawl_links_twice(mysql_backend, site, caplog, REQUEST_FILTER="bloom")
+
+
+def crawl_links_twice(backend, site, caplog, **settings):
     backend.create_tasks([site.url("/links"), site.url("/page/1"), site.url("/links?again")])
     with caplog.at_level(logging.INFO, logger="batchd"), caplog.at_level(logging.DEBUG, logger="batchd.worker"):
         record = next_batch(backend, factory(backend, LinkingSpider, REQUEST_FILTER_ENABLE=True,
-                                             SPIDER_THREAD_COUNT=1))
+                                             SPIDER_THREAD_COUNT=1, **settings))
     assert backend.states() == {1: D, 2: D, 3: D}
     assert "leased" not in caplog.text
     assert (site.hits("/links"), site.hits("/page/1"), site.hits("/status/404")) == (2, 2, 1)

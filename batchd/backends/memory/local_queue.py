@@ -219,8 +219,8 @@ class LocalQueue:
     def paused_since(self) -> Optional[float]:
         return self._paused_since
 
-    def ask_open_batch(self, force: bool) -> None:
-        self._open_request = "force" if force else "now"
+    def ask_open_batch(self, force: bool, reparse: Optional[str] = None) -> None:
+        self._open_request = reparse or ("force" if force else "now")
 
     def take_open_request(self) -> Optional[str]:
         with self._cond:

@@ -15,10 +15,11 @@ from typing import Iterable, Iterator, Optional, Sequence
 
 from ...codec import plain_json
 from ...errors import ConfigError
-from ...model import (BatchOpening, BatchRecord, FailureGroup, FailureQuery, ItemRow, PageRecord, Progress, Revisit,
+from ...model import (COLUMNS_ITEM_KIND, BatchOpening, BatchRecord, FailureGroup, FailureQuery, ItemRow, PageRecord,
+                      Progress, Revisit,
                       SpiderPrint, TaskFailure, TaskLayout, reset_cursor, task_key)
 from ...hosts.claims import HostClaim
-from ..store import BatchStore, opened_with
+from ..store import EXPORT_CHUNK, BatchStore, RowStream, opened_with
 from ..task_load import UNDECLARED_MOST, ColumnLimit, TaskLoad
 from ...task import Move, TaskState
 
@@ -85,7 +86,8 @@ class MemoryBatchStore(BatchStore):
                       check_duplicates: bool = True) -> Iterator[TaskLoad]:
         """The rows are the table: a load sees the values of `column` they hold, and adds its rows at its end."""
         with self._lock:
-            load = MemoryTaskLoad({row.get(column) for row in self._rows} if check_duplicates else set())
+            load = MemoryTaskLoad({row.get(column): row.get(layout.id_field) for row in reversed(self._rows)}
+                                  if check_duplicates else {})
             yield load
             self.add_tasks(layout, load.rows)
 
@@ -196,6 +198,11 @@ class MemoryBatchStore(BatchStore):
             states = [self._by_id[task_key(i)][self.opened_layout.state_field] for i in self._ids_in(after, upper)]
             return len(states), states.count(TaskState.DONE), states.count(TaskState.FAILED)
 
+    def hosts_in_chunk(self, after, upper) -> list:
+        with self._lock:
+            host = self.opened_layout.host_field
+            return [(i, self._by_id[task_key(i)][host]) for i in self._ids_in(after, upper)]
+
     def _ids_in(self, after, upper) -> list:
         """The ids with after < id <= upper, in order (either end open when None)."""
         ids = sorted(row[self.opened_layout.id_field] for row in self._rows)
@@ -262,6 +269,24 @@ class MemoryBatchStore(BatchStore):
                 else:
                     at = (row.batch_id, row.task_id, row.request_seq, row.item_seq)
                 self._items[(table, at)] = row.data
+
+    def item_rows(self, table: str, kind: str, batch_id: Optional[int] = None, batch_column: Optional[str] = None,
+                  size: int = EXPORT_CHUNK, as_text: bool = False) -> RowStream:
+        """The items are already in memory: a list of the table's is taken at once (the items themselves are not
+        copied), then given out in chunks made as they are asked for. A column table's columns are every key its
+        items hold, in the order first met. A table never written is empty (the memory store has no tables).
+        `as_text` changes nothing: the items are objects already, which the writers turn into text."""
+        if batch_id is not None and kind == COLUMNS_ITEM_KIND and batch_column is None:
+            raise ConfigError(f"item table {table!r} has no column for the batch of a row: set ITEM_BATCH_COLUMN "
+                              "to one the worker fills")
+        with self._lock:
+            held = [(at, item) for (where, at), item in self._items.items() if where == table]
+        if kind != COLUMNS_ITEM_KIND:
+            picked = [item for at, item in held if batch_id is None or at[0] == batch_id]
+            return RowStream(("item",), _in_chunks(picked, None, size))
+        picked = [item for _, item in held if batch_id is None or item.get(batch_column) == batch_id]
+        columns = tuple(dict.fromkeys(key for item in picked for key in item))
+        return RowStream(columns, _in_chunks(picked, columns, size))
 
     def record_failures(self, failures: Sequence[TaskFailure]) -> None:
         with self._lock:
@@ -339,13 +364,23 @@ class MemoryTaskLoad(TaskLoad):
 
     limit = ColumnLimit(UNDECLARED_MOST, declared=False)
 
-    def __init__(self, values: set):
-        self.values = values
+    def __init__(self, ids: dict):
+        self.ids = ids          # the table's URLs, each with its (first) task's id; None for the rows added
         self.rows: list = []
 
     def known(self, urls: Sequence[str]) -> set:
-        return {url for url in urls if url in self.values}
+        return {url for url in urls if url in self.ids}
+
+    def ids_of(self, urls: Sequence[str]) -> dict:
+        return {url: self.ids[url] for url in urls if self.ids.get(url) is not None}
 
     def add(self, rows: Sequence[dict], urls: Optional[Sequence[str]] = None) -> None:
         self.rows += rows
-        self.values.update(urls or ())
+        self.ids.update(dict.fromkeys(urls or ()))
+
+
+def _in_chunks(items: list, columns: Optional[tuple], size: int) -> Iterator[list]:
+    """The items as rows of `columns` (None: the item itself, a default item table's document)."""
+    for start in range(0, len(items), size):
+        part = items[start:start + size]
+        yield [(item,) for item in part] if columns is None else [tuple(item.get(c) for c in columns) for item in part]

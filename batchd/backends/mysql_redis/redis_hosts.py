@@ -1,9 +1,13 @@
 """Each host's story in Redis, one for every worker of the namespace: its rate (DOMAIN_RATE_LIMIT) and its
-breaker (hosts/breakers.py tells the states and steps; hosts/rates.py the arithmetic).
+breaker (hosts/breakers.py tells the states and steps; hosts/rates.py the arithmetic); its render="auto" choice
+(hosts/render_choices.py).
 
-Keys (redis_keys.py): rate:<host>, breaker:<host>, breakers.
+Keys (redis_keys.py): rate:<host>, breaker:<host>, breakers, render_choices.
 """
+from typing import Optional
+
 from ...hosts.breakers import FIELDS as BREAKER_FIELDS, KEPT_HOSTS, RECORD_TTL, STEPS as BREAKER_STEPS, state_of
+from ...hosts.render_choices import KEPT_HOSTS as KEPT_CHOICES, RenderChoice, choice_step
 from .lua_scripts import LuaScript
 from .redis_port import RedisPort, translated
 
@@ -62,3 +66,36 @@ def _breaker_state(values):
     if not values or values[0] is None:
         return None
     return state_of({name: (v.decode() if isinstance(v, bytes) else v) for name, v in zip(BREAKER_FIELDS, values)})
+
+
+class RedisRenderChoices(RedisPort):
+    """The RenderChoices port: one hash, host -> the record's JSON. A step is choice_step between a WATCH and a
+    MULTI (the state machine stays in one place, in Python): a step that races another's is run again."""
+
+    @translated
+    def choice(self, host: str) -> Optional[RenderChoice]:
+        kept = self.redis.hget(self.keys.render_choices, host)
+        return RenderChoice.from_json(kept) if kept is not None else None
+
+    @translated
+    def step(self, host: str, step: str, now: float, batch: Optional[int], why: str, sample_size: int) -> tuple:
+        key = self.keys.render_choices
+
+        def apply(pipe) -> tuple:
+            kept = pipe.hget(key, host)
+            if kept is None and pipe.hlen(key) >= KEPT_CHOICES:
+                return None, False
+            record, changed = choice_step(RenderChoice.from_json(kept) if kept is not None else None, step, now,
+                                          batch, why, sample_size)
+            pipe.multi()
+            if record is not None:
+                pipe.hset(key, host, record.to_json())
+            return record, changed
+
+        return self.redis.transaction(apply, key, value_from_callable=True)
+
+    @translated
+    def choices(self, limit: int = 1000) -> dict:
+        records = {host.decode(): RenderChoice.from_json(text)
+                   for host, text in self.redis.hgetall(self.keys.render_choices).items()}
+        return dict(sorted(records.items(), key=lambda item: item[1].since, reverse=True)[:limit])

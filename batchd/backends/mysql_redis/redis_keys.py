@@ -28,13 +28,21 @@ batch forgets the keys marked ✱ (`Keys.batch_keys`). The .lua files named are 
         written and read: the master, each patrol (SET ... GET): another run_id rebuilds the queue
     wake ✱               LIST, trimmed to one entry; TTL WAKE_TTL
         written: workers, supervisors (RPUSH, LTRIM, EXPIRE)   read: the master (BLPOP, then DEL)
-    seen ✱               SET of <batch id>:<fingerprint> of the requests made; TTL SEEN_TTL, renewed with each add
-        written and read: workers, with REQUEST_FILTER_ENABLE
+    seen ✱               SET of <batch id>:<fingerprint> of the requests made; TTL SEEN_TTL, renewed with each add;
+                         UNLINKed (freed in Redis's background) when the batch closes and when the next opens
+        written and read: workers, with REQUEST_FILTER_ENABLE (REQUEST_FILTER = "exact")
+    bloom:<batch>        HASH capacity, error, layers, count: the batch's Bloom filter (REQUEST_FILTER = "bloom",
+                         redis_bloom.py); its layers are the STRING bitmaps bloom:<batch>:<layer>, named by
+                         bloom_first_seen.lua (their number grows); TTL SEEN_TTL, renewed with each add;
+                         UNLINKed when the batch closes, and when the next opens if left over
+        written and read: bloom_first_seen.lua, by workers
+    blooms               SET of the ids of the batches with a Bloom filter; no TTL
+        written: bloom_first_seen.lua (SADD); dropping a filter (SREM)   read: clear_batch (what is left over)
     store                STRING, the identity of the one store this namespace serves (never a password); no TTL
         written: the first master or worker (SET NX)   read: masters, workers, `batchd check`
     paused               STRING, when `batchd pause` paused the namespace (Unix time); no TTL, kept across batches
         written: `batchd pause` (SET), `batchd resume` (DEL)   read: lease_tasks.lua, the master, `batchd status`
-    open_request         STRING "now" or "force"; no TTL
+    open_request         STRING "now", "force" or a reparse's opening (JSON); no TTL
         written: `batchd open-batch`   read: the master (GET and DEL in one MULTI)
     tally:<batch>        HASH done, failed: tasks settled; held=1 since it was set (missing: lost); TTL TALLY_TTL
         written: the master (at open and close; restore_tally.lua once if lost); every write-back (HINCRBY)
@@ -57,6 +65,10 @@ batch forgets the keys marked ✱ (`Keys.batch_keys`). The .lua files named are 
         written: step_host_breaker.lua; DEL when a probe answers   read: workers (HMGET), `batchd status --hosts`
     breakers             ZSET host -> when its breaker record last changed (Unix s), KEPT_HOSTS at most; no TTL
         written: step_host_breaker.lua; ZREM when a probe answers   read: `batchd status --hosts`, /metrics
+    render_choices       HASH host -> JSON, the host's render="auto" choice (hosts/render_choices.py); no TTL, kept
+                         across batches; KEPT_HOSTS hosts at most
+        written: workers (a sample), the master at a batch's close (a relearn), each step between WATCH and MULTI
+        read: workers (HGET, at most every LOOK_EVERY s a host), `batchd quality`, the dashboard
     status:<host>:<seat>  HASH, a supervisor's snapshot (seat: the verb, @NAME for a named instance);
                          TTL max(10 s, 3 x STATUS_INTERVAL) + 1 s
         written: its supervisor, every STATUS_INTERVAL; deleted at exit
@@ -93,11 +105,13 @@ class Keys:
     master_lock = _fixed("master_lock")
     wake = _fixed("wake")
     seen = _fixed("seen")
+    blooms = _fixed("blooms")
     store = _fixed("store")
     memory = _fixed("memory")
     paused = _fixed("paused")
     open_request = _fixed("open_request")
     breakers = _fixed("breakers")
+    render_choices = _fixed("render_choices")
 
     def tally(self, batch_id: int) -> str:
         return self.key(f"tally:{batch_id}")
@@ -122,6 +136,13 @@ class Keys:
 
     def breaker(self, host: str) -> str:
         return self.key(f"breaker:{host}")
+
+    def bloom(self, batch_id: int) -> str:
+        return self.key(f"bloom:{batch_id}")
+
+    def bloom_layer(self, batch_id: int, layer: int) -> str:
+        """(bloom_first_seen.lua names the layers alike, from the filter's key.)"""
+        return f"{self.bloom(batch_id)}:{layer}"
 
     def status(self, name: str) -> str:
         """A supervisor's snapshot; `name` is host:seat (the verb, with @NAME for a named instance)."""

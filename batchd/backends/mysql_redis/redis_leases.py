@@ -12,6 +12,7 @@ from ...codec import decode_task, encode_task
 from ...model import Lease, task_key
 from ..ports import LeaseView, lease_view
 from .lua_scripts import LuaScript
+from .redis_bloom import drop_request_filters
 from .redis_client import serving
 from .redis_port import RedisPort, redis_response_error, translated
 
@@ -40,7 +41,9 @@ class RedisLeaseQueue(RedisPort):
 
     @translated
     def clear_batch(self) -> None:
-        self.redis.delete(*self.keys.batch_keys())
+        # UNLINK, not DEL: a request filter of millions of fingerprints is freed in Redis's background thread.
+        self.redis.unlink(*self.keys.batch_keys())
+        drop_request_filters(self.redis, self.keys)
 
     @translated
     def push(self, batch_id: int, tasks: Sequence[dict], id_field: str) -> None:
@@ -168,6 +171,7 @@ class RedisLeaseQueue(RedisPort):
     @translated
     def set_done(self, batch_id: int) -> None:
         self.redis.set(self.keys.done, batch_id)
+        drop_request_filters(self.redis, self.keys, [batch_id])    # the batch's requests: not needed any more
 
     @translated
     def is_done(self) -> bool:
@@ -186,8 +190,8 @@ class RedisLeaseQueue(RedisPort):
         return float(since) if since is not None else None
 
     @translated
-    def ask_open_batch(self, force: bool) -> None:
-        self.redis.set(self.keys.open_request, "force" if force else "now")
+    def ask_open_batch(self, force: bool, reparse: Optional[str] = None) -> None:
+        self.redis.set(self.keys.open_request, reparse or ("force" if force else "now"))
 
     @translated
     def take_open_request(self) -> Optional[str]:

@@ -2,8 +2,9 @@
 file (no MySQL, no Redis), for the master and the workers of one host."""
 from ..ports import Backend, SupervisorPorts
 from .sqlite_file import SqliteFile
-from .sqlite_ports import (SqliteCounters, SqliteLeaseQueue, SqliteMasterLocks, SqliteNamespaceRecord, SqliteSeenFilter,
-                    SqliteStatusBoard, SqliteTally, SqliteWake, create_schema)
+from .sqlite_ports import (SqliteCounters, SqliteLeaseQueue, SqliteMasterLocks, SqliteNamespaceRecord,
+                           SqliteRenderChoices, SqliteSeenFilter, SqliteStatusBoard, SqliteTally, SqliteWake,
+                           create_schema)
 from .sqlite_store import SqliteBatchStore
 
 
@@ -18,7 +19,8 @@ def open_backend(store: SqliteBatchStore, namespace: str, settings=None) -> Back
     return Backend(store=store, leases=SqliteLeaseQueue(db, namespace), locks=SqliteMasterLocks(db, namespace),
                    wake=SqliteWake(db, namespace), board=SqliteStatusBoard(db, namespace),
                    seen=SqliteSeenFilter(db, namespace), namespaces=SqliteNamespaceRecord(db, namespace),
-                   tally=SqliteTally(db, namespace), counters=SqliteCounters(db, namespace))
+                   tally=SqliteTally(db, namespace), counters=SqliteCounters(db, namespace),
+                   renders=SqliteRenderChoices(db, namespace))
 
 
 def open_supervisor_ports(path: str, namespace: str, timeout: float) -> SupervisorPorts:

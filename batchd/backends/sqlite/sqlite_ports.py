@@ -20,6 +20,8 @@ table has the namespace as a column, so spiders sharing a file keep apart:
     batchd_host_stats   namespace, batch_id, host, counts             a batch's counters per host (JSON; at most
                                                                       HOST_STATS_TOP hosts and "(other)")
     batchd_host_gauges  namespace, source, gauges, expires            a worker's hosts now (JSON), until expires
+    batchd_render    namespace, host, record, changed                 each host's render="auto" choice (JSON,
+                                                                      hosts/render_choices.py), kept across batches
 
 A step that must not be split (pop + lease, check the token + renew / release, take the
 lock unless another owner holds it) is one statement or one `BEGIN IMMEDIATE`
@@ -34,6 +36,7 @@ from typing import Iterable, Iterator, Optional, Sequence
 from ...codec import decode_task, encode_task
 from ...model import Lease, task_key
 from ...hosts.counts import OTHER, merge_hosts, sum_gauges
+from ...hosts.render_choices import KEPT_HOSTS as KEPT_CHOICES, RenderChoice, choice_step
 from ..ports import LeaseView, lease_view
 from ..sql_dialect import chunks, marks
 from .sqlite_file import IN_CHUNK, SqliteFile
@@ -77,6 +80,9 @@ CREATE TABLE IF NOT EXISTS batchd_host_stats (
 CREATE TABLE IF NOT EXISTS batchd_host_gauges (
     namespace TEXT NOT NULL, source TEXT NOT NULL, gauges TEXT NOT NULL, expires REAL NOT NULL,
     PRIMARY KEY (namespace, source)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS batchd_render (
+    namespace TEXT NOT NULL, host TEXT NOT NULL, record TEXT NOT NULL, changed REAL NOT NULL,
+    PRIMARY KEY (namespace, host)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS batchd_status (
     namespace TEXT NOT NULL, name TEXT NOT NULL, fields TEXT NOT NULL, expires REAL NOT NULL,
     PRIMARY KEY (namespace, name)) WITHOUT ROWID;
@@ -302,8 +308,8 @@ class SqliteLeaseQueue(SqlitePort):
         since = self._flag(PAUSED_FLAG)
         return float(since) if since is not None else None
 
-    def ask_open_batch(self, force: bool) -> None:
-        self._set_flag(OPEN_FLAG, "force" if force else "now")
+    def ask_open_batch(self, force: bool, reparse: Optional[str] = None) -> None:
+        self._set_flag(OPEN_FLAG, reparse or ("force" if force else "now"))
 
     def take_open_request(self) -> Optional[str]:
         rows = self.db.rows("DELETE FROM batchd_flag WHERE namespace = ? AND name = ? RETURNING value",
@@ -451,3 +457,31 @@ class SqliteNamespaceRecord(SqlitePort):
         recorded = self.db.rows("SELECT value FROM batchd_flag WHERE namespace = ? AND name = ?",
                                 (self.namespace, STORE_FLAG))
         return None if not recorded or recorded[0][0] == identity else recorded[0][0]
+
+
+class SqliteRenderChoices(SqlitePort):
+    """The RenderChoices port: a row per host; a step reads and writes it in one BEGIN IMMEDIATE transaction."""
+
+    def choice(self, host: str) -> Optional[RenderChoice]:
+        rows = self.db.rows("SELECT record FROM batchd_render WHERE namespace = ? AND host = ?", (self.namespace, host))
+        return RenderChoice.from_json(rows[0][0]) if rows else None
+
+    def step(self, host: str, step: str, now: float, batch: Optional[int], why: str, sample_size: int) -> tuple:
+        with self.db.transaction() as conn:
+            rows = conn.execute("SELECT record FROM batchd_render WHERE namespace = ? AND host = ?",
+                                (self.namespace, host)).fetchall()
+            if not rows and conn.execute("SELECT COUNT(*) FROM batchd_render WHERE namespace = ?",
+                                         (self.namespace,)).fetchone()[0] >= KEPT_CHOICES:
+                return None, False
+            record, changed = choice_step(RenderChoice.from_json(rows[0][0]) if rows else None, step, now, batch, why,
+                                          sample_size)
+            if record is not None:
+                conn.execute("INSERT INTO batchd_render (namespace, host, record, changed) VALUES (?, ?, ?, ?) "
+                             "ON CONFLICT (namespace, host) DO UPDATE SET record = excluded.record, "
+                             "changed = excluded.changed", (self.namespace, host, record.to_json(), time.time()))
+        return record, changed
+
+    def choices(self, limit: int = 1000) -> dict:
+        rows = self.db.rows("SELECT host, record FROM batchd_render WHERE namespace = ? ORDER BY changed DESC LIMIT ?",
+                            (self.namespace, limit))
+        return {host: RenderChoice.from_json(record) for host, record in rows}

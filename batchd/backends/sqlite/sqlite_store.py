@@ -12,21 +12,23 @@ correctly. Comparisons go through datetime(), which also reads ISO text with a '
 of a second. So batch dates, and the calendar rule that opens a batch at a new day or hour, are UTC.
 """
 import hashlib
-from datetime import date, datetime, timedelta
+import sqlite3
+from datetime import date, datetime, timedelta, timezone, tzinfo
 from datetime import time as time_of_day
 from decimal import Decimal
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 from ...config import check_identifier
 from ...errors import ConfigError
 from ...model import TaskLayout
 from ..sql import SqlBatchStore
-from ..sql_dialect import column_sets
+from ..sql_dialect import column_sets, where_all
 from ..task_load import SEEN_TABLE, ColumnLimit, declared_limit
 from .sqlite_file import BUSY_TIMEOUT, IN_CHUNK, SqliteFile, stamp, utc_now
 
 # Declared types whose affinity would keep a number: a Unix time, which batchd cannot compare.
 NUMERIC_TIME_TYPES = ("INT", "REAL", "FLOA", "DOUB")
+ROWID = "_rowid_"     # every table's row number (but a WITHOUT ROWID one's), whatever its columns are named
 
 
 class SqliteBatchStore(SqlBatchStore):
@@ -82,9 +84,42 @@ class SqliteBatchStore(SqlBatchStore):
     def transaction(self):
         return self.db.transaction()
 
+    def exported_column(self, column: str, info, as_text: bool) -> str:
+        """A column declared DATETIME or TIMESTAMP holds its times as text with a space ('2026-12-07 05:04:03', as
+        the store writes them): they come as ISO 8601 text, its 'T' put in by SQLite itself, whatever `as_text`
+        says (SQLite has no time type to give instead)."""
+        quoted = self.quote(column)
+        if not any(declared in info for declared in ("DATETIME", "TIMESTAMP")):
+            return quoted
+        return f"CASE WHEN typeof({quoted}) = 'text' THEN replace({quoted}, ' ', 'T') ELSE {quoted} END"
+
+    def stream_select(self, table: str, selected: Sequence[str], conditions: list, values: list,
+                      size: int) -> Iterator[list]:
+        """Chunks in rowid order, each one short read that starts after the last rowid of the one before: no read
+        stays open across chunks, so the workers' commits and the WAL's checkpoints never wait for an export.
+        (A table made WITHOUT ROWID has no rowid to go by: ConfigError.)"""
+        names = ", ".join(selected)
+        last = None
+        while True:
+            after: tuple = ([f"{ROWID} > ?"], [last]) if last is not None else ([], [])
+            try:
+                rows = self.db.plain_rows(f"SELECT {ROWID}, {names} FROM {self.quote(table)}"
+                                          f"{where_all(conditions + after[0])} ORDER BY {ROWID} LIMIT ?",
+                                          values + after[1] + [size])
+            except sqlite3.OperationalError as e:
+                raise ConfigError(f"item table {self.quote(table)} cannot be read in rowid order ({e}): "
+                                  "batchd export reads SQLite tables by rowid") from None
+            if not rows:
+                return
+            last = rows[-1][0]
+            yield [row[1:] for row in rows]
+
     # -- the clock
     def now(self) -> datetime:
         return utc_now().replace(microsecond=0)
+
+    def clock_zone(self) -> tzinfo:
+        return timezone.utc
 
     def now_term(self) -> tuple:
         return "?", [stamp(utc_now())]
@@ -226,12 +261,12 @@ class SqliteBatchStore(SqlBatchStore):
         all the same (a table shared with MySQL), else batchd's bound."""
         return declared_limit(info)
 
-    def seen_table_statements(self, table: str, column: str) -> list:
-        seen, key = self.quote(SEEN_TABLE), self.quote("url_key")
+    def seen_table_statements(self, table: str, column: str, id_column: str) -> list:
+        seen, key, url = self.quote(SEEN_TABLE), self.quote("url_key"), self.quote(column)
         return [self.drop_seen_statement(),
-                f"CREATE TEMP TABLE {seen} ({key} TEXT PRIMARY KEY) WITHOUT ROWID",
-                f"INSERT INTO {seen} ({key}) SELECT DISTINCT {self.quote(column)} FROM {self.quote(table)} "
-                f"WHERE {self.quote(column)} IS NOT NULL"]
+                f"CREATE TEMP TABLE {seen} ({key} TEXT PRIMARY KEY, \"task_id\") WITHOUT ROWID",
+                f"INSERT INTO {seen} ({key}, \"task_id\") SELECT {url}, MIN({self.quote(id_column)}) "
+                f"FROM {self.quote(table)} WHERE {url} IS NOT NULL GROUP BY {url}"]
 
     def seen_key(self, url: str):
         return url

@@ -5,13 +5,12 @@ port as batchd's error, like any other Redis failure."""
 import hashlib
 import re
 import subprocess
-import uuid
 from importlib import resources
 from urllib.parse import urlsplit
 
 import pytest
 
-from batchd.backends.mysql_redis import redis_batch, redis_coordination, redis_hosts, redis_leases
+from batchd.backends.mysql_redis import redis_batch, redis_bloom, redis_coordination, redis_hosts, redis_leases
 from batchd.backends.mysql_redis.lua_scripts import LuaScript, script_source
 from batchd.backends.mysql_redis.redis_batch import RedisCounters, RedisTally
 from batchd.backends.mysql_redis.redis_client import connect_redis
@@ -21,7 +20,7 @@ from batchd.errors import BackendUnavailable, ConfigError
 from batchd.hosts.breakers import FIELDS
 from servers import PrivateRedis
 
-PORT_MODULES = (redis_batch, redis_coordination, redis_hosts, redis_leases)
+PORT_MODULES = (redis_batch, redis_bloom, redis_coordination, redis_hosts, redis_leases)
 LUA = resources.files("batchd.backends.mysql_redis") / "lua"
 
 
@@ -40,25 +39,9 @@ def port_scripts() -> dict:
     return named
 
 
-@pytest.fixture
-def client(redis_url):
-    client = connect_redis(redis_url)
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def namespace(client):
-    namespace = "t" + uuid.uuid4().hex[:12]
-    yield namespace
-    keys = list(client.scan_iter(match=f"{namespace}:*"))
-    if keys:
-        client.delete(*keys)
-
-
 def test_each_port_script_is_a_file_and_each_file_a_ports_script():
     assert sorted(port_scripts()) == lua_files()
-    assert len(lua_files()) == 12
+    assert len(lua_files()) == 13
 
 
 @pytest.mark.parametrize("name", lua_files())
