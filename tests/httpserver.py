@@ -85,8 +85,8 @@ ignored, before the route answers):
   /js-shop/<n>       a page a browser is needed for (render="auto" tests): its product (as /shop/<n> lays it out)
                      is written by a script from /data/<n>.json after the page loaded; plain, it has none.
   /data/<n>.json     {"title": "Product n", "price": "n.99 EUR"}: what /js-shop/<n>'s script fetches.
-  /static/<n>        /shop/<n>'s product in its HTML (n in site.relaid: its title in an <h2>), and a script that
-                     only fetches /beacon/<n>: a hit of /beacon/<n> says a browser loaded the page, none that
+  /static/<n>        /shop/<n>'s product in its HTML (n in site.relaid: its title in an <h2>), and in its head a
+                     <script src="/beacon/<n>">: a hit of /beacon/<n> says a browser loaded the page, none that
                      it was fetched plain.
   /beacon/<n>        204.
   /js/<n>[?delay=S]  a page built by its script (rendering tests): an empty <div id="app"> the script fills, once
@@ -474,9 +474,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def static(self, number):
         tag = "h2" if int(number) in self.server.site.relaid else "h1"
-        self.reply_html(f"<html><head><title>Shop {number}</title></head><body><{tag}>Product {number}</{tag}>"
-                        f"<span class='price'>{number}.99 EUR</span><script>fetch('/beacon/{number}')</script>"
-                        "</body></html>")
+        # A script in the head, not a fetch(): the parser waits for it, so the browser has asked for it before the
+        # page is read (a fetch still in flight then is cut off with the page).
+        self.reply_html(f"<html><head><title>Shop {number}</title><script src='/beacon/{number}'></script></head>"
+                        f"<body><{tag}>Product {number}</{tag}>"
+                        f"<span class='price'>{number}.99 EUR</span></body></html>")
 
     def beacon(self, number):
         self.send_head(204, "text/plain")

@@ -1,6 +1,6 @@
 """render="auto" end to end, on real Chromium (issue 35, point 6): two loopback hosts (tests/httpserver.py), one
 whose product a script writes from /data/<n>.json after the page loaded, one whose product is in its HTML (and
-whose script only fetches /beacon/<n>: a beacon hit says a browser loaded the page). The shop spider asks
+whose head loads the script /beacon/<n>: a beacon hit says a browser loaded the page). The shop spider asks
 render="auto" (tests/spiders/shop.py). After a batch the script host is crawled rendered and the static host
 plain, items are whole on both, the static host's later pages were fetched without a browser, the choice holds
 in the next batch, and a coverage drop on the plain host sends it back to learning."""
