@@ -24,7 +24,6 @@ extrapolates each filter's bytes per fingerprint at the largest size to 100 M, b
 geometry at REQUEST_FILTER_CAPACITY = 100 M.
 """
 import hashlib
-import math
 import statistics
 import threading
 import time
@@ -32,6 +31,7 @@ import uuid
 
 from bench.compare import print_report, say     # (bench.batch, which it imports, puts tests/ on sys.path)
 from batchd.backends.mysql_redis import request_filter
+from batchd.backends.mysql_redis.bloom_geometry import first_layer_bytes
 from batchd.backends.mysql_redis.redis_client import connect_redis
 from batchd.backends.mysql_redis.redis_keys import SEEN_TTL, Keys
 from batchd.backends.mysql_redis.redis_leases import RedisLeaseQueue
@@ -148,11 +148,6 @@ class Contender:
         return call * 1000, longest[0] * 1000
 
 
-def bloom_bytes(capacity: int, error_rate: float) -> int:
-    """The first layer's bitmap at `capacity` (bloom_first_seen.lua's geometry): bytes, before the allocator."""
-    return math.ceil(capacity * -math.log(error_rate / 2) / math.log(2) ** 2 / 8)
-
-
 def sitting(args) -> dict:
     sizes = [int(size) for size in args.sizes.split(",")]
     names = args.contenders.split(",")
@@ -196,7 +191,7 @@ def sitting(args) -> dict:
         client.close()
     largest = max(sizes)
     extrapolated = {row["filter"]: row["bytes_per_fp"] * EXTRAPOLATED for row in results if row["size"] == largest}
-    extrapolated["bloom at capacity 100 M (geometry)"] = bloom_bytes(EXTRAPOLATED, args.error_rate)
+    extrapolated["bloom at capacity 100 M (geometry)"] = first_layer_bytes(EXTRAPOLATED, args.error_rate)
     return {"error_rate": args.error_rate, "threads": args.threads, "timed": args.timed, "rounds": args.rounds,
             "rows": results, "extrapolated_100m_bytes": extrapolated,
             "used_memory_growth_per_fp": {size: grown / size for size, grown in growth.items()},

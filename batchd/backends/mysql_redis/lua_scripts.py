@@ -45,3 +45,16 @@ class LuaScript:
         if registered is None:
             registered = port.__dict__[self.attribute] = port.redis.register_script(self.source)
         return registered
+
+
+def run_registered(script, keys: list, args: list) -> Any:
+    """A registered script's EVALSHA, straight: redis-py's Script call imports its pipeline classes at every
+    call, a microsecond that counts on the path of every request through the bloom filter. The source is sent
+    when the server lacks it, as that call does."""
+    try:
+        return script.registered_client.evalsha(script.sha, len(keys), *keys, *args)
+    except Exception as error:
+        import redis.exceptions
+        if not isinstance(error, redis.exceptions.NoScriptError):
+            raise
+        return script(keys=keys, args=args)

@@ -3,11 +3,14 @@ filter past its capacity grows a layer rather than its error rate, forgets nothi
 filter (bloom or exact) goes when the batch closes, and any left over when the next opens, by UNLINK."""
 import hashlib
 
+import pytest
+
 from batchd.backends import open_backend
-from batchd.backends.mysql_redis.redis_bloom import RedisBloomFilter, fingerprint_hashes
+from batchd.backends.mysql_redis.redis_bloom import RedisBloomFilter, as_digest
 from batchd.backends.mysql_redis.redis_keys import Keys
 from batchd.backends.mysql_redis.redis_leases import RedisLeaseQueue
 from batchd.config import load_settings
+from batchd.errors import ConfigError
 from harness import wait_for
 
 CAPACITY, ERROR_RATE = 500, 0.01     # small, and an error rate that a few thousand fingerprints measure
@@ -40,9 +43,44 @@ def test_a_filter_made_by_other_settings_keeps_its_own(client, namespace, redis_
     assert client.hmget(Keys(namespace).bloom(1), "capacity", "error") == [b"500", b"0.01"]
 
 
+def test_a_worker_whose_view_is_behind_learns_the_layer_another_added_and_never_overfills_a_full_one(
+        client, namespace, redis_url):
+    keys = Keys(namespace)
+    behind = RedisBloomFilter(redis_url, namespace, client, CAPACITY, ERROR_RATE)
+    ahead = RedisBloomFilter(redis_url, namespace, client, CAPACITY, ERROR_RATE)
+    assert behind.first_seen(1, fingerprint(0))                  # it knows the filter at one layer
+    filled = ahead.first_seen_many(1, [fingerprint(n) for n in range(1, CAPACITY + 100)])     # a second layer
+    assert client.hget(keys.bloom(1), "layers") == b"2"
+    assert not any(behind.first_seen_many(1, [fingerprint(n) for n in range(CAPACITY + 100)]))
+    answers = [behind.first_seen(1, fingerprint(n)) for n in range(CAPACITY + 100, CAPACITY + 200)]
+    assert answers.count(False) <= 2, "the new ones went in"
+    assert behind._known[1][0].layers == 2
+    # The first layer took its capacity and not one more; every fingerprint added is counted in a layer.
+    added = client.hmget(keys.bloom(1), "n0", "n1")
+    assert int(added[0]) == CAPACITY and int(added[0]) + int(added[1]) == 1 + filled.count(True) + answers.count(True)
+
+
+def test_a_filter_gone_under_a_worker_is_made_afresh_with_its_ttl(client, namespace, redis_url):
+    keys = Keys(namespace)
+    bloom = RedisBloomFilter(redis_url, namespace, client, CAPACITY, ERROR_RATE)
+    assert bloom.first_seen(1, fingerprint(0))
+    client.unlink(keys.bloom(1), keys.bloom_layer(1, 0))          # dropped (the batch closed) or expired
+    assert bloom.first_seen(1, fingerprint(0)) and not bloom.first_seen(1, fingerprint(0))
+    made = client.keys(f"{namespace}:bloom:1*")
+    assert len(made) == 2 and all(client.ttl(key) > 0 for key in made)
+
+
+def test_a_filter_in_a_layout_this_batchd_does_not_read_is_refused_in_one_line(client, namespace, redis_url):
+    RedisBloomFilter(redis_url, namespace, client, CAPACITY, ERROR_RATE).first_seen(1, fingerprint(0))
+    client.hset(Keys(namespace).bloom(1), "layout", "classic")
+    with pytest.raises(ConfigError, match=r"bloom filter of batch 1 \(.*\) was made in layout 'classic'"):
+        RedisBloomFilter(redis_url, namespace, client, CAPACITY, ERROR_RATE).first_seen(1, fingerprint(1))
+
+
 def test_a_fingerprint_not_of_a_digest_is_hashed():
-    assert fingerprint_hashes("not hex") == fingerprint_hashes("not hex") != fingerprint_hashes("not hex!")
-    assert all(h2 % 2 == 1 for _, h2 in (fingerprint_hashes("x"), fingerprint_hashes(fingerprint(1))))
+    assert as_digest(fingerprint(1)) == fingerprint(1)
+    assert as_digest("not hex") == as_digest("not hex") != as_digest("not hex!")
+    assert len(as_digest("abc")) == 40
 
 
 def test_a_batch_closing_unlinks_its_filter_and_the_next_opening_any_left_over(client, namespace, redis_url):
