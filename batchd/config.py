@@ -153,10 +153,15 @@ class Settings:
                                   0, 7 * DAY)
     REQUEST_FILTER_ENABLE: bool = setting(False, "drop a request already made in this batch")
     REQUEST_FILTER: str = setting("exact", "how REQUEST_FILTER_ENABLE remembers a batch's requests (Redis): exact "
-                                           "keeps each fingerprint (about 85 bytes); bloom a Bloom filter (about 2 "
+                                           "keeps each fingerprint (about 80 bytes); bloom a Bloom filter (about 2 "
                                            "bytes), which takes a few new requests for ones already made and drops "
                                            "them: a request not made (REQUEST_FILTER_ERROR_RATE of the new ones at "
                                            "most); SQLite and memory stay exact", choices=REQUEST_FILTERS)
+    REQUEST_FILTER_ACROSS_BATCHES: bool = setting(False, "with REQUEST_FILTER_ENABLE, a follow-up request made in an "
+                                                         "earlier batch is dropped too (the filter is kept from "
+                                                         "batch to batch, 40 days past its last add): for "
+                                                         "BATCH_MODE = incremental crawls that should fetch only "
+                                                         "what is new; a task's own requests always go")
     REQUEST_FILTER_CAPACITY: int = setting(1_000_000, "requests a batch's bloom filter is sized for; past it a new "
                                                       "layer twice as large, with a tighter error, is added",
                                            1000, 1_000_000_000)

@@ -152,7 +152,21 @@ def main(argv=None) -> int:
     dedup.add_argument("--rounds", type=int, default=4, help="rounds of the timed part, the contenders in turn (4)")
     dedup.add_argument("--threads", type=int, default=4, help="threads of the timed part: SPIDER_THREAD_COUNT (4)")
     dedup.add_argument("--json", action="store_true", help="one JSON document instead of the table")
+    follow = commands.add_parser("follow", help='whether "seen in an earlier batch" pays for incremental follow-crawls',
+                                 description="REQUEST_FILTER_ACROSS_BATCHES against refetching and revalidating "
+                                             "(issue 37): see bench/follow.py")
+    follow.add_argument("--indexes", type=int, default=20, help="index pages a batch crawls (20)")
+    follow.add_argument("--links", type=int, default=50, help="articles an index page links to (50)")
+    follow.add_argument("--new", type=float, default=0.1, help="the share of batch 2's articles that are new (0.1)")
+    follow.add_argument("--threads", type=int, default=8, help="SPIDER_THREAD_COUNT (8)")
+    follow.add_argument("--rounds", type=int, default=3, help="rounds, the contenders in turn (3): the medians")
+    follow.add_argument("--json", action="store_true", help="one JSON document instead of the table")
     args = parser.parse_args(argv)
+    if args.command == "follow":
+        if min(args.indexes, args.links, args.threads, args.rounds) < 1 or not 0 <= args.new <= 1:
+            parser.error("--indexes, --links, --threads and --rounds must be at least 1, --new between 0 and 1")
+        from bench.follow import main as follow_main
+        return follow_main(args)
     if args.command == "dedup":
         if min(args.timed, args.rounds, args.threads) < 1 or not 0 < args.error_rate < 1:
             parser.error("--timed, --rounds and --threads must be at least 1, --error-rate between 0 and 1")

@@ -165,10 +165,11 @@ def sitting(args) -> dict:
                 contender.fill(0, size - timed)
                 say(f"  {size:,} {name}: filled {size - timed:,} in {time.perf_counter() - started:.0f} s")
                 contenders.append(contender)
-            per_round = max(1, timed // args.rounds)
-            for first in range(size - timed, size, per_round):
+            rounds = min(args.rounds, timed)
+            bounds = [size - timed + timed * n // rounds for n in range(rounds + 1)]     # exactly `rounds` of them
+            for first, last in zip(bounds, bounds[1:]):
                 for contender in contenders:
-                    contender.timed(first, min(size, first + per_round), args.threads)
+                    contender.timed(first, last, args.threads)
             memory_after = client.info("memory")["used_memory"]
             exact_rate = next((statistics.median(c.rates) for c in contenders if c.name == "exact"), None)
             for contender in contenders:

@@ -76,6 +76,8 @@ ignored, before the route answers):
                      If-Modified-Since) still holds gets a 304 without a body. n in site.gone: 410.
                      Hits are counted per status as well (site.statuses[n]). ?seconds=S: after S
                      seconds (a 304 too).
+  /index/<a>-<b>     an index page: a link <a class="article" href="/versioned/<n>"> for each n from a to b
+                     (follow-crawls: bench/follow.py).
   /shop/<n>          a shop's product page (data quality tests), as site.shop says: <h1>Product n</h1> and
                      <span class="price">n.99 EUR</span>; n in site.relaid: the title moved to an
                      <h2 class="name"> (a changed layout); n in site.sold_out: a page with no product;
@@ -443,6 +445,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.reply_html(f"<html><head><title>Page {n}</title></head><body><!-- v{version} --><h1>{title}</h1>"
                         f"<p class='n'>{n}</p></body></html>", headers=headers)
 
+    def index(self, first, last):
+        links = "".join(f'<li><a class="article" href="/versioned/{n}">{n}</a></li>'
+                        for n in range(int(first), int(last) + 1))
+        self.reply_html(f"<html><body><ul>{links}</ul></body></html>")
+
     def shop(self, number):
         site, n = self.server.site, int(number)
         if site.captcha:
@@ -547,6 +554,7 @@ _ROUTES = [
     (re.compile(r"/beacon/(\d+)"), _Handler.beacon),
     (re.compile(r"/shop/(\d+)"), _Handler.shop),
     (re.compile(r"/versioned/(\d+)"), _Handler.versioned),
+    (re.compile(r"/index/(\d+)-(\d+)"), _Handler.index),
     (re.compile(r"/robots\.txt"), _Handler.robots),
     (re.compile(r"/files/(.+)"), _Handler.file),
     (re.compile(r"/moody/(\d+)"), _Handler.moody),

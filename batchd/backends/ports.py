@@ -221,9 +221,13 @@ class StatusBoard(Protocol):
         """Remove the snapshot `key` now."""
 
 
+EVERY_BATCH = 0     # the request filter's batch id under REQUEST_FILTER_ACROSS_BATCHES: kept when batches close
+
+
 class SeenFilter(Protocol):
     def first_seen(self, batch_id: int, fingerprint: str) -> bool:
-        """Request de-duplication: True the first time this batch sees the fingerprint."""
+        """Request de-duplication: True the first time this batch (EVERY_BATCH: any batch) sees the fingerprint.
+        Each store drops a batch's filter when the batch closes or the next opens, but EVERY_BATCH's."""
 
 
 class HostRates(Protocol):

@@ -32,6 +32,7 @@ from typing import Any, Callable, NamedTuple, Optional, Protocol
 from requests.cookies import RequestsCookieJar
 
 from ..archive.writer import ArchiveWriter
+from ..backends.ports import EVERY_BATCH
 from ..config import Settings
 from ..download.chain import NotYet
 from ..download.replayed import NotArchived
@@ -519,15 +520,17 @@ class TaskRunner:
         to do, back to pending until BATCH_TASK_MAX_ATTEMPTS failed it."""
         if not self.settings.REQUEST_FILTER_ENABLE or request.dont_filter:
             return False
-        if self.seen.first_seen(run.lease.batch_id, request.fingerprint()) or own:
+        filtered_in = EVERY_BATCH if self.settings.REQUEST_FILTER_ACROSS_BATCHES else run.lease.batch_id
+        if self.seen.first_seen(filtered_in, request.fingerprint()) or own:
             return False
         self._dropped(run, request)
         return True
 
     def _dropped(self, run: TaskRun, request: Request) -> None:
         self.count(FILTERED, 1, run.lease.batch_id)
-        log.debug("task %s: %s %s dropped as already made in batch %s (REQUEST_FILTER_ENABLE)", run.task_id,
-                  request.method, request.url, run.lease.batch_id)
+        log.debug("task %s: %s %s dropped as already made in batch %s%s (REQUEST_FILTER_ENABLE)", run.task_id,
+                  request.method, request.url, run.lease.batch_id,
+                  " or an earlier one" if self.settings.REQUEST_FILTER_ACROSS_BATCHES else "")
 
 def _each(run: TaskRun, produced):
     """What a callback produced, one by one, each step of its generator run as the spider's code."""

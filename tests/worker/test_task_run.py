@@ -168,6 +168,32 @@ def test_a_bloom_request_filter_drops_the_links_already_made_as_the_exact_one_do
     crawl_links_twice(mysql_backend, site, caplog, REQUEST_FILTER="bloom")
 
 
+def test_across_batches_the_links_made_in_an_earlier_batch_are_dropped_and_the_tasks_own_requests_go(
+        backend, site, caplog):
+    crawl_links_in_two_batches(backend, site, caplog)
+
+
+def test_across_batches_on_a_bloom_filter_too(mysql_backend, site, caplog):
+    crawl_links_in_two_batches(mysql_backend, site, caplog, REQUEST_FILTER="bloom")
+
+
+def crawl_links_in_two_batches(backend, site, caplog, **settings):
+    """REQUEST_FILTER_ACROSS_BATCHES: a batch crawls its task again (a task's own request always goes) but not
+    the links an earlier batch followed with it on; a batch without it kept its links in a filter of its own."""
+    backend.create_tasks([site.url("/links")])
+    for across, hits in ((False, (1, 1, 1)), (True, (2, 2, 2)), (True, (3, 2, 2))):
+        with caplog.at_level(logging.DEBUG, logger="batchd.worker"):
+            caplog.clear()
+            record = next_batch(backend, factory(backend, LinkingSpider, REQUEST_FILTER_ENABLE=True,
+                                                 REQUEST_FILTER_ACROSS_BATCHES=across, **settings))
+        assert (site.hits("/links"), site.hits("/page/1"), site.hits("/status/404")) == hits, across
+        stats = json.loads(record["stats"]) if isinstance(record["stats"], str) else dict(record["stats"])
+        if hits[0] == 3:       # (the batch before it made its links into the filter across batches)
+            assert stats.get("dupefilter/filtered") == 2, stats
+            assert f"dropped as already made in batch {record['id']} or an earlier one" in caplog.text
+        assert backend.states() == {1: D}
+
+
 def crawl_links_twice(backend, site, caplog, **settings):
     backend.create_tasks([site.url("/links"), site.url("/page/1"), site.url("/links?again")])
     with caplog.at_level(logging.INFO, logger="batchd"), caplog.at_level(logging.DEBUG, logger="batchd.worker"):

@@ -11,7 +11,7 @@ from typing import Iterable, Iterator, Optional, Sequence
 
 from ...model import Lease, task_key
 from ...hosts.counts import merge_hosts, sum_gauges
-from ..ports import LeaseView, lease_view
+from ..ports import EVERY_BATCH, LeaseView, lease_view
 
 
 class LocalMasterLock:
@@ -167,7 +167,7 @@ class LocalQueue:
             self._pending.clear()
             self._leases.clear()
             self._attempts.clear()
-            self._seen.clear()
+            self._seen = {entry for entry in self._seen if entry[0] == EVERY_BATCH}
             self._done = False
 
     def push(self, batch_id: int, tasks: Sequence[dict], id_field: str) -> None:

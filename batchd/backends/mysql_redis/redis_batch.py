@@ -2,12 +2,13 @@
 host, with each worker's gauges), and the requests it has made.
 
 Keys (redis_keys.py): tally:<batch>, stats:<batch>, stats_flushes:<batch>, hosts:<batch>, host_gauges:<worker>,
-seen.
+seen, seen_ever.
 """
 import json
 from typing import Iterator, Optional
 
 from ...hosts.counts import OTHER, sum_gauges
+from ..ports import EVERY_BATCH
 from .lua_scripts import LuaScript
 from .redis_keys import SEEN_TTL, STATS_TTL, TALLY_TTL
 from .redis_port import RedisPort, translated
@@ -20,9 +21,10 @@ class RedisSeenFilter(RedisPort):
 
     @translated
     def first_seen(self, batch_id: int, fingerprint: str) -> bool:
+        key = self.keys.seen_ever if batch_id == EVERY_BATCH else self.keys.seen
         with self.redis.pipeline(transaction=False) as pipe:
-            pipe.sadd(self.keys.seen, f"{batch_id}:{fingerprint}")
-            pipe.expire(self.keys.seen, SEEN_TTL)
+            pipe.sadd(key, f"{batch_id}:{fingerprint}")
+            pipe.expire(key, SEEN_TTL)
             added, _ = pipe.execute()
         return bool(added)
 

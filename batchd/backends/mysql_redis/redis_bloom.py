@@ -17,6 +17,7 @@ import re
 from typing import NamedTuple
 
 from ...errors import BatchdError, ConfigError
+from ..ports import EVERY_BATCH
 from .bloom_geometry import LAYOUT, layer_shape
 from .lua_scripts import LuaScript, run_registered
 from .redis_keys import SEEN_TTL, Keys
@@ -129,10 +130,11 @@ def _text(value) -> str:
 
 
 def drop_request_filters(redis, keys: Keys, batch_ids=None) -> None:
-    """UNLINK the exact filter's set and the bloom filters of `batch_ids` (None: every batch's): Redis frees
-    them in its background thread. (Not a MULTI: a filter half dropped is dropped again next time.)"""
+    """UNLINK the exact filter's set and the bloom filters of `batch_ids` (None: every batch's but
+    REQUEST_FILTER_ACROSS_BATCHES's): Redis frees them in its background thread. (Not a MULTI: a filter half
+    dropped is dropped again next time.)"""
     if batch_ids is None:
-        batch_ids = [int(batch_id) for batch_id in redis.smembers(keys.blooms)]
+        batch_ids = [int(batch_id) for batch_id in redis.smembers(keys.blooms) if int(batch_id) != EVERY_BATCH]
     doomed = [keys.seen]
     for batch_id in batch_ids:
         layers = int(redis.hget(keys.bloom(batch_id), "layers") or 0)

@@ -31,10 +31,14 @@ batch forgets the keys marked ✱ (`Keys.batch_keys`). The .lua files named are 
     seen ✱               SET of <batch id>:<fingerprint> of the requests made; TTL SEEN_TTL, renewed with each add;
                          UNLINKed (freed in Redis's background) when the batch closes and when the next opens
         written and read: workers, with REQUEST_FILTER_ENABLE (REQUEST_FILTER = "exact")
-    bloom:<batch>        HASH capacity, error, layers, count: the batch's Bloom filter (REQUEST_FILTER = "bloom",
-                         redis_bloom.py); its layers are the STRING bitmaps bloom:<batch>:<layer>, named by
-                         bloom_first_seen.lua (their number grows); TTL SEEN_TTL, renewed with each add;
-                         UNLINKed when the batch closes, and when the next opens if left over
+    seen_ever            SET of 0:<fingerprint> of the requests made in any batch (REQUEST_FILTER_ACROSS_BATCHES);
+                         TTL SEEN_TTL, renewed with each add; kept when batches close and open
+        written and read: workers, with REQUEST_FILTER_ENABLE (REQUEST_FILTER = "exact")
+    bloom:<batch>        HASH capacity, error, layout, layers, n<layer> (fingerprints added to it): the batch's
+                         Bloom filter (REQUEST_FILTER = "bloom", redis_bloom.py); its layers are the STRING
+                         bitmaps bloom:<batch>:<layer>, named by bloom_first_seen.lua (their number grows); TTL
+                         SEEN_TTL, renewed every 1,000 adds; UNLINKed when the batch closes, and when the next
+                         opens if left over; bloom:0, REQUEST_FILTER_ACROSS_BATCHES's, is kept
         written and read: bloom_first_seen.lua, by workers
     blooms               SET of the ids of the batches with a Bloom filter; no TTL
         written: bloom_first_seen.lua (SADD); dropping a filter (SREM)   read: clear_batch (what is left over)
@@ -105,6 +109,7 @@ class Keys:
     master_lock = _fixed("master_lock")
     wake = _fixed("wake")
     seen = _fixed("seen")
+    seen_ever = _fixed("seen_ever")
     blooms = _fixed("blooms")
     store = _fixed("store")
     memory = _fixed("memory")

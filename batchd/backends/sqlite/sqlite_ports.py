@@ -37,7 +37,7 @@ from ...codec import decode_task, encode_task
 from ...model import Lease, task_key
 from ...hosts.counts import OTHER, merge_hosts, sum_gauges
 from ...hosts.render_choices import KEPT_HOSTS as KEPT_CHOICES, RenderChoice, choice_step
-from ..ports import LeaseView, lease_view
+from ..ports import EVERY_BATCH, LeaseView, lease_view
 from ..sql_dialect import chunks, marks
 from .sqlite_file import IN_CHUNK, SqliteFile
 
@@ -88,7 +88,7 @@ CREATE TABLE IF NOT EXISTS batchd_status (
     PRIMARY KEY (namespace, name)) WITHOUT ROWID;
 """
 HOST_TABLE = "SELECT host, counts FROM batchd_host_stats WHERE namespace = ? AND batch_id = ?"
-BATCH_TABLES = ("batchd_queue", "batchd_lease", "batchd_attempts", "batchd_seen")
+BATCH_TABLES = ("batchd_queue", "batchd_lease", "batchd_attempts")   # and batchd_seen, but EVERY_BATCH's rows
 
 
 class SqliteMasterLock:
@@ -164,6 +164,8 @@ class SqliteLeaseQueue(SqlitePort):
         with self.db.transaction() as conn:
             for table in BATCH_TABLES:
                 conn.execute(f"DELETE FROM {table} WHERE namespace = ?", (self.namespace,))
+            conn.execute("DELETE FROM batchd_seen WHERE namespace = ? AND batch_id <> ?",
+                         (self.namespace, EVERY_BATCH))
             conn.execute("DELETE FROM batchd_flag WHERE namespace = ? AND name IN (?, ?)",
                          (self.namespace, DONE_FLAG, WAKE_FLAG))
 
