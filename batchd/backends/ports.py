@@ -48,7 +48,11 @@ class LeaseQueue(Protocol):
         """A cheap round trip; raises BackendUnavailable while the backend is down."""
 
     def clear_batch(self) -> None:
-        """Forget the pending list, the leases, the attempt counts, the done flag, the seen requests."""
+        """Forget the pending list, the leases, the attempt counts, the done flag, the seen requests (but
+        REQUEST_FILTER_ACROSS_BATCHES's)."""
+
+    def forget_earlier_requests(self) -> None:
+        """Forget REQUEST_FILTER_ACROSS_BATCHES's requests: the links earlier batches followed go again."""
 
     def push(self, batch_id: int, tasks: Sequence[dict], id_field: str) -> None:
         """Append claimed task rows to the pending list."""

@@ -36,8 +36,16 @@ def idle_words(batch_id: int, due: str) -> str:
     return f"no batch due: batch {batch_id} has finished; the next is due at {due} (batchd open-batch opens one now)"
 
 
+def refetch_words(batch_id: int, spider: SpiderPrint, before: Optional[BatchRecord], across: bool) -> str:
+    """The opening line of a batch that trusts no validator: why, and what it does (`across`:
+    REQUEST_FILTER_ACROSS_BATCHES, whose filter it forgets)."""
+    links = ", and the links earlier batches followed are followed again" if across else ""
+    return (f"batch {batch_id} trusts no validator: {why_refetch(spider, before)}; every page is fetched whole and "
+            f"every callback runs{links}")
+
+
 def why_refetch(spider: SpiderPrint, before: Optional[BatchRecord]) -> str:
-    """Why a batch trusts no validator, for its opening line."""
+    """Why a batch trusts no validator."""
     reasons = []
     if spider.changed and before is not None:       # (a change is only ever judged against a batch before)
         reasons.append(f"the spider's {' and '.join(spider.changed)} changed since batch {before.id}")

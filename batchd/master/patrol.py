@@ -51,7 +51,7 @@ from ..task import Move
 from ..service.threads import Heart
 from .lock_keeper import LockKeeper
 from .timing import Timing
-from .log_words import forced_close_words, idle_words, some_of, wall_time, what_opens, why_refetch
+from .log_words import forced_close_words, idle_words, refetch_words, some_of, wall_time, what_opens
 from .reparse_opening import opening_after, reparse_asked
 from .walks import CHUNK_SECONDS, CountWalk, ResetWalk
 
@@ -360,9 +360,9 @@ class Master:
         spider = self.spider.against(before.spider if before is not None else None, self.refetch)
         self.store.record_spider(batch.id, spider)
         batch.spider_print, self.refetch = spider.to_json(), False
-        if spider.refetches:
-            log.info("batch %d trusts no validator: %s; every page is fetched whole and every callback runs",
-                     batch.id, why_refetch(spider, before))
+        if spider.refetches:      # (a link dropped as made before would never meet the new spider either)
+            self.leases.forget_earlier_requests()
+            log.info(refetch_words(batch.id, spider, before, self.settings.REQUEST_FILTER_ACROSS_BATCHES))
 
     def go_on_resetting(self, batch: BatchRecord, going_on: Callable[[], bool], full: bool) -> bool:
         """Take the reset of `batch` WALK_BUDGET seconds further; True once it is over. A reset this master

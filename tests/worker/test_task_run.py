@@ -179,7 +179,8 @@ def test_across_batches_on_a_bloom_filter_too(mysql_backend, site, caplog):
 
 def crawl_links_in_two_batches(backend, site, caplog, **settings):
     """REQUEST_FILTER_ACROSS_BATCHES: a batch crawls its task again (a task's own request always goes) but not
-    the links an earlier batch followed with it on; a batch without it kept its links in a filter of its own."""
+    the links an earlier batch followed with it on; a batch without it kept its links in a filter of its own, and
+    a batch that trusts no validator forgets them."""
     backend.create_tasks([site.url("/links")])
     for across, hits in ((False, (1, 1, 1)), (True, (2, 2, 2)), (True, (3, 2, 2))):
         with caplog.at_level(logging.DEBUG, logger="batchd.worker"):
@@ -192,6 +193,12 @@ def crawl_links_in_two_batches(backend, site, caplog, **settings):
             assert stats.get("dupefilter/filtered") == 2, stats
             assert f"dropped as already made in batch {record['id']} or an earlier one" in caplog.text
         assert backend.states() == {1: D}
+    # A batch that trusts no validator (its spider changed, or --refetch) follows them again.
+    with caplog.at_level(logging.INFO, logger="batchd.master"):
+        next_batch(backend, factory(backend, LinkingSpider, REQUEST_FILTER_ENABLE=True,
+                                    REQUEST_FILTER_ACROSS_BATCHES=True, **settings), refetch=True)
+    assert (site.hits("/links"), site.hits("/page/1"), site.hits("/status/404")) == (4, 3, 3)
+    assert "every callback runs, and the links earlier batches followed are followed again" in caplog.text
 
 
 def crawl_links_twice(backend, site, caplog, **settings):

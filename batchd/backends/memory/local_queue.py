@@ -170,6 +170,10 @@ class LocalQueue:
             self._seen = {entry for entry in self._seen if entry[0] == EVERY_BATCH}
             self._done = False
 
+    def forget_earlier_requests(self) -> None:
+        with self._cond:
+            self._seen = {entry for entry in self._seen if entry[0] != EVERY_BATCH}
+
     def push(self, batch_id: int, tasks: Sequence[dict], id_field: str) -> None:
         with self._cond:
             self._pending.extend((batch_id, dict(row), id_field) for row in tasks)

@@ -10,7 +10,7 @@ from typing import Iterable, Optional, Sequence, Union
 from ...config import redact_url
 from ...codec import decode_task, encode_task
 from ...model import Lease, task_key
-from ..ports import LeaseView, lease_view
+from ..ports import EVERY_BATCH, LeaseView, lease_view
 from .lua_scripts import LuaScript
 from .redis_bloom import drop_request_filters
 from .redis_client import serving
@@ -44,6 +44,11 @@ class RedisLeaseQueue(RedisPort):
         # UNLINK, not DEL: a request filter of millions of fingerprints is freed in Redis's background thread.
         self.redis.unlink(*self.keys.batch_keys())
         drop_request_filters(self.redis, self.keys)
+
+    @translated
+    def forget_earlier_requests(self) -> None:
+        self.redis.unlink(self.keys.seen_ever)
+        drop_request_filters(self.redis, self.keys, [EVERY_BATCH])
 
     @translated
     def push(self, batch_id: int, tasks: Sequence[dict], id_field: str) -> None:

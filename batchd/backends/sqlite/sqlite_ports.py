@@ -169,6 +169,9 @@ class SqliteLeaseQueue(SqlitePort):
             conn.execute("DELETE FROM batchd_flag WHERE namespace = ? AND name IN (?, ?)",
                          (self.namespace, DONE_FLAG, WAKE_FLAG))
 
+    def forget_earlier_requests(self) -> None:
+        self.db.change("DELETE FROM batchd_seen WHERE namespace = ? AND batch_id = ?", (self.namespace, EVERY_BATCH))
+
     def push(self, batch_id: int, tasks: Sequence[dict], id_field: str) -> None:
         if not tasks:
             return
