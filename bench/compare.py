@@ -450,6 +450,12 @@ def compare(args) -> dict:
     return report
 
 
+def markdown_table(header: list, rows: list) -> list:
+    """The lines of a markdown table: its header, the rule, a line per row (each a list of cells)."""
+    return ["| " + " | ".join(header) + " |", "| --- " * len(header) + "|"] + [
+        "| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+
+
 def print_report(sitting, args, markdown, name: str, correct=lambda report: True) -> int:
     """`sitting(args)`'s report as JSON with --json, as markdown(report) otherwise; exit code 1, and why
     on stderr, if a run failed, and 1 if `correct(report)` says a check failed."""

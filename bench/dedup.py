@@ -29,7 +29,7 @@ import threading
 import time
 import uuid
 
-from bench.compare import print_report, say     # (bench.batch, which it imports, puts tests/ on sys.path)
+from bench.compare import markdown_table, print_report, say     # (bench.batch, which it imports, puts tests/ on sys.path)
 from batchd.backends.mysql_redis import request_filter
 from batchd.backends.mysql_redis.bloom_geometry import first_layer_bytes
 from batchd.backends.mysql_redis.redis_client import connect_redis
@@ -202,17 +202,17 @@ def sitting(args) -> dict:
 
 
 def markdown(report: dict) -> str:
+    rows = [[f"{row['size']:,}", row["filter"], f"{row['capacity']:,}", f"{row['bytes_per_fp']:.2f}",
+             f"{row['false_positives']:,} ({row['fp_rate']:.5f})", f"{row['fp_x_configured']:.2f}",
+             f"{row['requests_per_s']:,.0f}", f"{row['x_exact'] or 0:.2f}", f"{row['round_trips_per_request']:.2f}",
+             f"{row['drop_ms']:.1f}", f"{row['longest_ping_ms']:.1f}"] for row in report["rows"]]
     lines = [f"REQUEST_FILTER_ERROR_RATE {report['error_rate']}, {report['threads']} threads, "
-             f"{report['timed']:,} requests timed a size in {report['rounds']} rounds",
-             "", "| fingerprints | filter | capacity | B/fp | false positives | x configured | requests/s | x exact "
-             "| round trips/request | drop ms | longest PING ms |", "| --- " * 11 + "|"]
-    for row in report["rows"]:
-        lines.append(f"| {row['size']:,} | {row['filter']} | {row['capacity']:,} | {row['bytes_per_fp']:.2f} "
-                     f"| {row['false_positives']:,} ({row['fp_rate']:.5f}) | {row['fp_x_configured']:.2f} "
-                     f"| {row['requests_per_s']:,.0f} | {row['x_exact'] or 0:.2f} "
-                     f"| {row['round_trips_per_request']:.2f} | {row['drop_ms']:.1f} | {row['longest_ping_ms']:.1f} |")
-    lines += ["", "| at 100 M fingerprints | Redis memory |", "| --- | --- |"]
-    lines += [f"| {name} | {value / 1e9:.2f} GB |" for name, value in report["extrapolated_100m_bytes"].items()]
+             f"{report['timed']:,} requests timed a size in {report['rounds']} rounds", ""]
+    lines += markdown_table(["fingerprints", "filter", "capacity", "B/fp", "false positives", "x configured",
+                             "requests/s", "x exact", "round trips/request", "drop ms", "longest PING ms"], rows)
+    lines += [""] + markdown_table(["at 100 M fingerprints", "Redis memory"],
+                                   [[name, f"{value / 1e9:.2f} GB"]
+                                    for name, value in report["extrapolated_100m_bytes"].items()])
     lines += ["", f"bloom targets (<= 2.5 B/fp, FP <= 2x, >= 0.95x exact's requests/s) met: {report['targets_met']}"]
     return "\n".join(lines)
 

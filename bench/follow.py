@@ -28,7 +28,7 @@ import statistics
 import tempfile
 import time
 
-from bench.compare import BenchMariaDB, print_report, say     # (bench.compare puts tests/ on sys.path)
+from bench.compare import BenchMariaDB, markdown_table, print_report, say     # (bench.compare puts tests/ on sys.path)
 from harness import next_batch, spider_factory
 from httpserver import TestSite
 from servers import PrivateRedis
@@ -121,16 +121,13 @@ def sitting(args) -> dict:
 
 
 def markdown(report: dict) -> str:
-    lines = [f"batch 2: {report['indexes']} new index pages of {report['links']} links, {report['new']:.0%} of "
-             f"the articles new; {report['threads']} threads; medians of {report['rounds']} rounds", "",
-             "| batch 2 | requests | 200 / 304 | items | wall s | x revalidate | CPU s | x revalidate "
-             "| at DOWNLOAD_DELAY 1 s |", "| --- " * 9 + "|"]
-    for row in report["rows"]:
-        lines.append(f"| {row['contender']} | {row['requests']:,.0f} | {row['articles_200']:,.0f} / "
-                     f"{row['articles_304']:,.0f} | {row['items']:,.0f} | {row['wall_s']:.2f} "
-                     f"| {row['wall_x_revalidate']:.2f} | {row['cpu_s']:.2f} | {row['cpu_x_revalidate']:.2f} "
-                     f"| {row['politeness_s']:,.0f} s |")
-    return "\n".join(lines)
+    rows = [[row["contender"], f"{row['requests']:,.0f}", f"{row['articles_200']:,.0f} / {row['articles_304']:,.0f}",
+             f"{row['items']:,.0f}", f"{row['wall_s']:.2f}", f"{row['wall_x_revalidate']:.2f}", f"{row['cpu_s']:.2f}",
+             f"{row['cpu_x_revalidate']:.2f}", f"{row['politeness_s']:,.0f} s"] for row in report["rows"]]
+    return "\n".join([f"batch 2: {report['indexes']} new index pages of {report['links']} links, {report['new']:.0%} "
+                      f"of the articles new; {report['threads']} threads; medians of {report['rounds']} rounds", ""]
+                     + markdown_table(["batch 2", "requests", "200 / 304", "items", "wall s", "x revalidate", "CPU s",
+                                       "x revalidate", "at DOWNLOAD_DELAY 1 s"], rows))
 
 
 def main(args) -> int:
