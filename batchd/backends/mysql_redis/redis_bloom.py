@@ -70,20 +70,25 @@ class RedisBloomFilter(RedisPort):
     @translated
     def first_seen(self, batch_id: int, fingerprint: str) -> bool:
         """(The worker's call, at every request it makes: the filter as known, straight to the script.)"""
-        known = self._known.get(batch_id)
-        if known is not None:
-            reply = run_registered(self._first_seen, known[2], known[1] + [as_digest(fingerprint)])
-            if not isinstance(reply, list):         # (one fingerprint answered: its answer alone)
-                return reply == 1
-        return self.first_seen_many(batch_id, [fingerprint])[0]
+        digest, known = as_digest(fingerprint), self._known.get(batch_id)
+        if known is None:
+            return self._answers(batch_id, [digest], self._new_view(), None)[0]
+        view, arguments, keys = known
+        reply = run_registered(self._first_seen, keys, arguments + [digest])
+        if not isinstance(reply, list):         # (one fingerprint answered: its answer alone)
+            return reply == 1
+        return self._answers(batch_id, [digest], self._learnt(batch_id, view, reply, keys[0]), None)[0]
 
     @translated
     def first_seen_many(self, batch_id: int, fingerprints) -> list:
-        """first_seen of each fingerprint in turn, in one call (the bench fills a filter so), learning the
-        filter as it goes."""
-        digests = [as_digest(fingerprint) for fingerprint in fingerprints]
+        """first_seen of each fingerprint in turn, in one call (the bench fills a filter so)."""
+        view, arguments, _ = self._known.get(batch_id) or (self._new_view(), None, None)
+        return self._answers(batch_id, [as_digest(fingerprint) for fingerprint in fingerprints], view, arguments)
+
+    def _answers(self, batch_id: int, digests: list, view: FilterView, arguments) -> list:
+        """The script's answers for `digests`, from `view` (its `arguments`, or None: to be verified), learning
+        the filter as the script tells; the view it ends with is kept."""
         keys = [self.keys.bloom(batch_id), self.keys.blooms]
-        view, arguments, _ = self._known.get(batch_id) or (self._new_view(), None, keys)
         answers: list = []
         for _ in range(LEARNING_ROUNDS):
             if arguments is None:
