@@ -2,6 +2,7 @@
 filter past its capacity grows a layer rather than its error rate, forgets nothing it was told, and a batch's
 filter (bloom or exact) goes when the batch closes, and any left over when the next opens, by UNLINK."""
 import hashlib
+import threading
 
 import pytest
 
@@ -58,6 +59,28 @@ def test_a_worker_whose_view_is_behind_learns_the_layer_another_added_and_never_
     # The first layer took its capacity and not one more; every fingerprint added is counted in a layer.
     added = client.hmget(keys.bloom(1), "n0", "n1")
     assert int(added[0]) == CAPACITY and int(added[0]) + int(added[1]) == 1 + filled.count(True) + answers.count(True)
+
+
+def test_workers_at_once_grow_the_filter_without_overfilling_a_layer_or_forgetting_a_fingerprint(
+        client, namespace, redis_url):
+    keys, told, threads = Keys(namespace), 6000, 4     # layers of 500, 1000, 2000 and 4000
+    ports = [RedisBloomFilter(redis_url, namespace, client, CAPACITY, ERROR_RATE) for _ in range(threads)]
+    answers: list = [None] * told
+
+    def tell(worker: int) -> None:
+        for n in range(worker, told, threads):
+            answers[n] = ports[worker].first_seen(1, fingerprint(n))
+
+    workers = [threading.Thread(target=tell, args=(worker,)) for worker in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    layers = int(client.hget(keys.bloom(1), "layers"))
+    added = [int(n or 0) for n in client.hmget(keys.bloom(1), *[f"n{i}" for i in range(layers)])]
+    assert layers == 4 and added[:3] == [CAPACITY, 2 * CAPACITY, 4 * CAPACITY], added
+    assert sum(added) == answers.count(True) and answers.count(False) <= 2 * ERROR_RATE * told
+    assert not any(ports[0].first_seen_many(1, [fingerprint(n) for n in range(told)])), "it forgot a fingerprint"
 
 
 def test_a_filter_gone_under_a_worker_is_made_afresh_with_its_ttl(client, namespace, redis_url):
