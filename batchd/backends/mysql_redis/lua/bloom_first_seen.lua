@@ -21,7 +21,8 @@
 -- bits are a + j x b (j < k) modulo 512, from h2 (a, and b odd so that the k bits differ). One GETRANGE reads
 -- the block, and one SETRANGE writes it back when a bit was clear; bloom_geometry.py says why, and how the
 -- layers are sized. (The common path, a filter of one layer that takes a new fingerprint, is the loop at the
--- end and its five redis.calls' worth of work: this script runs for every request a worker makes.)
+-- end, with three redis.calls: GETRANGE, HINCRBY, SETRANGE. This script runs for every request a worker makes,
+-- so it reads nothing else.)
 
 local RENEW_EVERY = 1000
 local band, bor, lshift, rshift = bit.band, bit.bor, bit.lshift, bit.rshift
@@ -106,10 +107,10 @@ for n = at + 4, #ARGV do
     local bytes, clear = {byte(block, 1, 64)}, false
     for j = 0, k - 1 do
       local bit_at = (a + j * b) % 512
-      local at, mask = rshift(bit_at, 3) + 1, lshift(1, band(bit_at, 7))
-      local was = bytes[at]
+      local index, mask = rshift(bit_at, 3) + 1, lshift(1, band(bit_at, 7))
+      local was = bytes[index]
       if band(was, mask) == 0 then
-        bytes[at], clear = was + mask, true
+        bytes[index], clear = was + mask, true
       end
     end
     if not clear then
