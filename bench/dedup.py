@@ -29,7 +29,7 @@ import threading
 import time
 import uuid
 
-from bench.compare import markdown_table, print_report, say     # (bench.batch, which it imports, puts tests/ on sys.path)
+from bench.compare import markdown_table, print_report, say     # (via bench.batch: tests/ on sys.path)
 from batchd.backends.mysql_redis import request_filter
 from batchd.backends.mysql_redis.bloom_geometry import first_layer_bytes
 from batchd.backends.mysql_redis.redis_client import connect_redis
